@@ -1,0 +1,66 @@
+use super::{workload, Accepted, CounterRequest, MemoryTotal};
+use retrysim_sim::{Crash, Ctx, Decider, IntentId, IntentTag, Reply, System, Workload};
+use std::collections::BTreeMap;
+
+/// The lesson's second model: what was saved under each key, kept in process memory.
+pub type Records = BTreeMap<&'static str, (i64, Accepted)>;
+
+/// `keyed-memory` (faulty): records each key's amount and response in process memory. A crash
+/// between the effect and the record, or any crash before a retry, loses the record while the
+/// total keeps the effect, so the retry counts again (`at-most-once-effect`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyedMemory;
+
+impl System for KeyedMemory {
+    type Request = CounterRequest;
+    type Value = Accepted;
+    type Store = MemoryTotal;
+    type Memory = Records;
+
+    fn open(&self, tag: &IntentTag) -> MemoryTotal {
+        MemoryTotal::new(tag)
+    }
+
+    fn reset(&self, store: &mut MemoryTotal) {
+        store.reset();
+    }
+
+    fn restart(&self, _store: &mut MemoryTotal) {}
+
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<CounterRequest> {
+        workload(decider)
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut MemoryTotal,
+        records: &mut Records,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        if let Some((amount, response)) = records.get(request.key) {
+            if *amount != request.amount {
+                return Ok(Reply::KeyReuse);
+            }
+            return Ok(Reply::Replayed(*response));
+        }
+        ctx.point("after-lookup")?;
+        let total = store.add(request.amount);
+        ctx.point("after-effect")?;
+        let response = Accepted {
+            amount: request.amount,
+            total,
+        };
+        records.insert(request.key, (request.amount, response));
+        ctx.point("after-record")?;
+        Ok(Reply::Applied(response))
+    }
+
+    fn effects(&self, store: &MemoryTotal) -> Vec<IntentId> {
+        store.ledger().effects().to_vec()
+    }
+
+    fn describe_store(&self, store: &MemoryTotal) -> String {
+        format!("total={}", store.total())
+    }
+}

@@ -1,0 +1,139 @@
+//! The event counter of the retry lesson: a notebook that accepts an event, adds its amount to
+//! a total and answers with what it accepted.
+//!
+//! The workload holds the lesson's three cases: the same key and amount again (a retry of one
+//! intent), a different key with the same amount (a separate event that must count), and a
+//! key reused with a different amount (which must be refused).
+
+mod keyed_memory;
+mod keyed_sqlite;
+mod naive;
+
+pub use keyed_memory::KeyedMemory;
+pub use keyed_sqlite::KeyedSqlite;
+pub use naive::Naive;
+
+use retrysim_sim::{ChoiceKind, Decider, IntentTag, Ledger, Request, Workload};
+use std::fmt;
+
+/// One event submission: the event's key (the request id) and the amount to add.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterRequest {
+    /// The request id, chosen before the first send and reused by retries.
+    pub key: &'static str,
+    /// The amount to add to the total.
+    pub amount: i64,
+}
+
+impl Request for CounterRequest {
+    type Key = &'static str;
+
+    fn key(&self) -> &'static str {
+        self.key
+    }
+
+    fn describe(&self) -> String {
+        format!("{} +{}", self.key, self.amount)
+    }
+}
+
+/// The answer to an accepted event: the amount accepted and the total right after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accepted {
+    /// The amount that was added.
+    pub amount: i64,
+    /// The total just after the addition (historical for a replay).
+    pub total: i64,
+}
+
+impl fmt::Display for Accepted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "accepted {} (total {})", self.amount, self.total)
+    }
+}
+
+/// The events a workload draws from: e1 +5, then e2 +5 (same amount, separate event), then
+/// e1 +9 (e1 reused with a different amount).
+pub const EVENTS: [CounterRequest; 3] = [
+    CounterRequest {
+        key: "e1",
+        amount: 5,
+    },
+    CounterRequest {
+        key: "e2",
+        amount: 5,
+    },
+    CounterRequest {
+        key: "e1",
+        amount: 9,
+    },
+];
+
+/// Clients at most in one counter run.
+pub const CLIENTS_MAX: u32 = 2;
+/// Intents at most per client in one counter run.
+pub const INTENTS_PER_CLIENT_MAX: u32 = 2;
+
+/// Draws a counter workload: 1–2 clients, each with 1–2 distinct events from [`EVENTS`]
+/// (no event twice in a run). The all-zero answer is one client sending e1 +5.
+pub fn workload(decider: &mut Decider<'_>) -> Workload<CounterRequest> {
+    let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX);
+    let mut pool: Vec<CounterRequest> = EVENTS.to_vec();
+    let mut workload = Workload {
+        clients: Vec::with_capacity(clients as usize),
+    };
+    for _ in 0..clients {
+        let intents = 1 + decider.choose(ChoiceKind::Workload, INTENTS_PER_CLIENT_MAX);
+        let mut requests = Vec::with_capacity(intents as usize);
+        for _ in 0..intents {
+            if pool.is_empty() {
+                break;
+            }
+            let pick = decider.choose(ChoiceKind::Workload, pool.len() as u32);
+            requests.push(pool.remove(pick as usize));
+        }
+        workload.clients.push(requests);
+    }
+    workload
+}
+
+/// A durable total kept in memory: it survives a server crash (the simulated notebook is
+/// durable), and every addition is recorded in the harness's ledger.
+#[derive(Debug)]
+pub struct MemoryTotal {
+    total: i64,
+    ledger: Ledger,
+}
+
+impl MemoryTotal {
+    /// A zero total recording into `tag`'s ledger.
+    pub fn new(tag: &IntentTag) -> Self {
+        MemoryTotal {
+            total: 0,
+            ledger: Ledger::new(tag),
+        }
+    }
+
+    /// Adds `amount` (one committed effect) and returns the new total.
+    pub fn add(&mut self, amount: i64) -> i64 {
+        self.total += amount;
+        self.ledger.record();
+        self.total
+    }
+
+    /// The current total.
+    pub fn total(&self) -> i64 {
+        self.total
+    }
+
+    /// The ground truth: the ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Back to zero with an empty ledger.
+    pub fn reset(&mut self) {
+        self.total = 0;
+        self.ledger.clear();
+    }
+}

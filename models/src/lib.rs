@@ -1,0 +1,7 @@
+//! The systems under test of retrysim: one module per domain, each with its store, workload and
+//! handlers (correct and named faulty variants), and the [`catalog`] the CLI and tests use.
+
+pub mod catalog;
+pub mod counter;
+
+pub use catalog::{domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError};

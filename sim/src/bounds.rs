@@ -1,0 +1,73 @@
+//! The limits of a run. Every run is bounded; every limit has its unit in its name.
+
+use serde::Serialize;
+use std::fmt;
+
+/// The limits of one run, reported with every result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Bounds {
+    /// Scheduler steps (deliveries, sends, clock advances) after which a run is stopped.
+    pub steps_max: u32,
+    /// Sends of one intent a client makes before it gives up (1 = no retry).
+    pub attempts_max: u32,
+    /// Injected faults of every kind (drops + duplicates + crashes) in one run.
+    pub faults_max: u32,
+    /// Dropped messages in one run (within `faults_max`).
+    pub drops_max: u32,
+    /// Duplicated requests in one run (within `faults_max`).
+    pub duplicates_max: u32,
+    /// Server crashes in one run (within `faults_max`).
+    pub crashes_max: u32,
+    /// Simulated milliseconds a client waits for a reply before it retries.
+    pub timeout_ms: u64,
+    /// Simulated milliseconds of backoff before the first retry; doubled for each later one.
+    pub backoff_ms_base: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds {
+            steps_max: 200,
+            attempts_max: 3,
+            faults_max: 3,
+            drops_max: 3,
+            duplicates_max: 2,
+            crashes_max: 2,
+            timeout_ms: 1_000,
+            backoff_ms_base: 100,
+        }
+    }
+}
+
+impl Bounds {
+    /// Checks that the limits describe a possible run.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.steps_max == 0 {
+            return Err("steps_max must be at least 1".into());
+        }
+        if self.attempts_max == 0 {
+            return Err("attempts_max must be at least 1".into());
+        }
+        if self.timeout_ms == 0 {
+            return Err("timeout_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Bounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "steps_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={}) timeout_ms={} backoff_ms_base={}",
+            self.steps_max,
+            self.attempts_max,
+            self.faults_max,
+            self.drops_max,
+            self.duplicates_max,
+            self.crashes_max,
+            self.timeout_ms,
+            self.backoff_ms_base
+        )
+    }
+}

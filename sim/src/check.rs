@@ -1,0 +1,166 @@
+//! Checking a finished run against the invariants, using the harness's ground truth.
+
+use crate::run::IntentState;
+use crate::system::{IntentId, Reply, Request};
+use crate::{Invariant, Violation};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What a client concluded about one intent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict<V> {
+    /// The server answered with a result (applied or replayed).
+    Succeeded(V),
+    /// The server gave a definite refusal.
+    Failed(String),
+    /// The client ran out of attempts without an answer: it does not know.
+    GaveUp,
+}
+
+impl<V: fmt::Display> fmt::Display for Verdict<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Succeeded(value) => write!(f, "succeeded {value}"),
+            Verdict::Failed(why) => write!(f, "failed ({why})"),
+            Verdict::GaveUp => f.write_str("unknown (gave up)"),
+        }
+    }
+}
+
+pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
+    intents: &[IntentState<R, V>],
+    effects: &[IntentId],
+    applicable: &[Invariant],
+) -> Vec<Violation> {
+    let owners = key_owners(intents, effects);
+    let mut found = Vec::new();
+    for &invariant in Invariant::ALL {
+        if !applicable.contains(&invariant) {
+            continue;
+        }
+        for (index, intent) in intents.iter().enumerate() {
+            let id = IntentId(index as u32);
+            let owner = owners.get(&intent.request.key()).copied();
+            let foreign_owner = owner.filter(|&owner| {
+                owner != id && intents[owner.0 as usize].request != intent.request
+            });
+            let detail = match invariant {
+                Invariant::AtMostOnceEffect => at_most_once(id, intent),
+                Invariant::OutcomeAgreement => outcome_agreement(id, intent),
+                Invariant::NoSilentKeyReuse => {
+                    foreign_owner.and_then(|owner| silent_key_reuse(id, intent, owner, intents))
+                }
+                Invariant::ReplayFidelity => match foreign_owner {
+                    Some(_) => None,
+                    None => replay_fidelity(id, intent),
+                },
+            };
+            if let Some(detail) = detail {
+                found.push(Violation { invariant, detail });
+            }
+        }
+    }
+    found
+}
+
+fn label<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> String {
+    format!(
+        "{id} (c{} {})",
+        intent.client + 1,
+        intent.request.describe()
+    )
+}
+
+/// For each key, the intent whose effect was committed first under it.
+fn key_owners<R: Request, V>(
+    intents: &[IntentState<R, V>],
+    effects: &[IntentId],
+) -> BTreeMap<R::Key, IntentId> {
+    let mut owners = BTreeMap::new();
+    for &effect in effects {
+        owners
+            .entry(intents[effect.0 as usize].request.key())
+            .or_insert(effect);
+    }
+    owners
+}
+
+fn at_most_once<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> Option<String> {
+    (intent.effects > 1).then(|| {
+        format!(
+            "{} has {} committed effects",
+            label(id, intent),
+            intent.effects
+        )
+    })
+}
+
+fn outcome_agreement<R: Request, V: Eq + fmt::Display>(
+    id: IntentId,
+    intent: &IntentState<R, V>,
+) -> Option<String> {
+    let who = label(id, intent);
+    match intent.verdict.as_ref()? {
+        Verdict::Failed(why) if intent.effects > 0 => Some(format!(
+            "{who} concluded failed ({why}) but has {} committed effect(s)",
+            intent.effects
+        )),
+        Verdict::Succeeded(value) if intent.effects != 1 => Some(format!(
+            "{who} concluded succeeded {value} but has {} committed effects",
+            intent.effects
+        )),
+        Verdict::Succeeded(value) => match &intent.original {
+            Some(original) if original != value => Some(format!(
+                "{who} concluded succeeded {value} but its effect's result was {original}"
+            )),
+            _ => None,
+        },
+        Verdict::Failed(_) | Verdict::GaveUp => None,
+    }
+}
+
+fn silent_key_reuse<R: Request, V: fmt::Display>(
+    id: IntentId,
+    intent: &IntentState<R, V>,
+    owner: IntentId,
+    intents: &[IntentState<R, V>],
+) -> Option<String> {
+    let who = label(id, intent);
+    let holder = label(owner, &intents[owner.0 as usize]);
+    if intent.effects > 0 {
+        return Some(format!(
+            "{who} reused the key of {holder} with different arguments and was applied"
+        ));
+    }
+    intent
+        .replies
+        .iter()
+        .find_map(|server| match &server.reply {
+            reply @ (Reply::Applied(_) | Reply::Replayed(_)) => Some(format!(
+            "{who} reused the key of {holder} with different arguments and was answered {reply}"
+        )),
+            Reply::KeyReuse | Reply::Refused(_) => None,
+        })
+}
+
+fn replay_fidelity<R: Request, V: Eq + fmt::Display>(
+    id: IntentId,
+    intent: &IntentState<R, V>,
+) -> Option<String> {
+    let who = label(id, intent);
+    intent.replies.iter().find_map(|server| match &server.reply {
+        Reply::Replayed(value) if intent.effects == 0 => Some(format!(
+            "{who} was answered replayed {value}, but nothing was ever committed for it"
+        )),
+        Reply::Replayed(value) => match &intent.original {
+            Some(original) if original != value => Some(format!(
+                "{who} was answered replayed {value}, but its original result was {original}"
+            )),
+            _ => None,
+        },
+        Reply::Applied(value) if !server.committed => Some(format!(
+            "{who} was answered applied {value}, but that invocation committed nothing: an unmarked replay"
+        )),
+        Reply::Applied(_) | Reply::KeyReuse | Reply::Refused(_) => None,
+    })
+}

@@ -1,0 +1,86 @@
+//! Every nondeterministic decision of a run is a *choice*, answered by one [`Choices`] source
+//! and recorded on the run's [`Tape`].
+//!
+//! Answer 0 is always the uneventful path: deliver the oldest message, inject no fault, do not
+//! crash, draw the smallest workload. A tape of zeros is a fault-free run, and shrinking a tape
+//! toward zeros removes faults.
+
+mod seeded;
+mod tape;
+
+pub use seeded::{Odds, SeededChoices};
+pub use tape::{Tape, TapeChoices, TapeError};
+
+use serde::Serialize;
+
+/// What a choice decides. Sources may weigh answers by kind (a seeded source makes faults rare).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChoiceKind {
+    /// The shape of the workload: how many clients, which intents.
+    Workload,
+    /// Which enabled step goes next (delivery order, sends, the passing of time).
+    Schedule,
+    /// Whether a delivered message is dropped or duplicated instead.
+    Fault,
+    /// Whether the server crashes at a crash point.
+    Crash,
+}
+
+/// A source of answers for the choices of a run.
+pub trait Choices {
+    /// Answers a choice among `options` alternatives (`options >= 2`) with a value in
+    /// `0..options`.
+    fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32;
+}
+
+/// Asks a [`Choices`] source and records every answer: the run's tape.
+///
+/// A choice with a single option is not asked and not recorded, so tapes hold only real
+/// decisions.
+pub struct Decider<'s> {
+    source: &'s mut dyn Choices,
+    answers: Vec<u32>,
+    options: Vec<u32>,
+}
+
+impl<'s> Decider<'s> {
+    /// Wraps `source`, starting an empty tape.
+    pub fn new(source: &'s mut dyn Choices) -> Self {
+        Decider {
+            source,
+            answers: Vec::new(),
+            options: Vec::new(),
+        }
+    }
+
+    /// Answers a choice among `options` alternatives; 0 when there is no alternative.
+    pub fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
+        if options <= 1 {
+            return 0;
+        }
+        let answer = self.source.choose(kind, options);
+        assert!(
+            answer < options,
+            "choice source answered {answer} of {options}"
+        );
+        self.answers.push(answer);
+        self.options.push(options);
+        answer
+    }
+
+    /// The answers given so far.
+    pub fn answers(&self) -> &[u32] {
+        &self.answers
+    }
+
+    /// For each answer, how many options its choice had.
+    pub fn options(&self) -> &[u32] {
+        &self.options
+    }
+
+    /// Ends the run's questioning, returning the recorded tape (trailing zeros trimmed).
+    pub fn into_tape(self) -> (Tape, Vec<u32>) {
+        (Tape::from_answers(self.answers), self.options)
+    }
+}

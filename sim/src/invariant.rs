@@ -1,0 +1,76 @@
+//! The invariants retrysim checks, with the stable names used in output and JSON.
+
+use serde::Serialize;
+use std::fmt;
+
+/// A property every run of a correct handler keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Invariant {
+    /// No intent has more than one committed effect.
+    AtMostOnceEffect,
+    /// A client that concludes *failed* has no committed effect; one that concludes
+    /// *succeeded with r* has exactly one, and r is its result.
+    OutcomeAgreement,
+    /// A request id reused with different arguments is refused as a key-reuse conflict; it is
+    /// never replayed or applied.
+    NoSilentKeyReuse,
+    /// A replay returns exactly the original result, marked as a replay.
+    ReplayFidelity,
+}
+
+impl Invariant {
+    /// Every invariant, in the order output lists them.
+    pub const ALL: &'static [Invariant] = &[
+        Invariant::AtMostOnceEffect,
+        Invariant::OutcomeAgreement,
+        Invariant::NoSilentKeyReuse,
+        Invariant::ReplayFidelity,
+    ];
+
+    /// The stable name, e.g. `at-most-once-effect`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::AtMostOnceEffect => "at-most-once-effect",
+            Invariant::OutcomeAgreement => "outcome-agreement",
+            Invariant::NoSilentKeyReuse => "no-silent-key-reuse",
+            Invariant::ReplayFidelity => "replay-fidelity",
+        }
+    }
+
+    /// One line saying when the invariant holds.
+    pub fn holds_when(self) -> &'static str {
+        match self {
+            Invariant::AtMostOnceEffect => "no intent has more than one committed effect",
+            Invariant::OutcomeAgreement => {
+                "a client that concludes failed has no committed effect; one that concludes succeeded with r has exactly one, and r is its result"
+            }
+            Invariant::NoSilentKeyReuse => {
+                "a request id reused with different arguments is refused as a key-reuse conflict; it is never replayed or applied"
+            }
+            Invariant::ReplayFidelity => {
+                "a replay returns exactly the original result, marked as a replay"
+            }
+        }
+    }
+
+    /// The invariant with the stable name `name`.
+    pub fn from_name(name: &str) -> Option<Invariant> {
+        Invariant::ALL.iter().copied().find(|i| i.name() == name)
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One broken invariant in one run, with what broke it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Which invariant.
+    pub invariant: Invariant,
+    /// What happened, in words, naming intents by their labels.
+    pub detail: String,
+}

@@ -1,0 +1,35 @@
+//! The retrysim engine: a deterministic simulator for retry contracts.
+//!
+//! A run puts a [`System`] (a store plus a handler) behind clients that retry, a transport that
+//! can drop, duplicate and reorder messages, and a server that can crash at the handler's crash
+//! points. Every decision is asked of one [`Choices`] source and recorded on the run's
+//! [`Tape`], so a run is a function of its tape: seeded runs ([`SeededChoices`], ChaCha8),
+//! replays ([`TapeChoices`]) and shrinking all work by feeding answers.
+//!
+//! The harness records which intent each committed effect belongs to (its *ground truth*:
+//! [`Ledger`] for in-memory stores, [`sqlite::HarnessDb`] triggers for SQLite) and checks the
+//! [`Invariant`]s against it when the run ends.
+
+mod bounds;
+mod check;
+pub mod choices;
+mod explore;
+mod invariant;
+mod run;
+mod shrink;
+pub mod sqlite;
+mod subject;
+mod system;
+mod timeline;
+
+pub use bounds::Bounds;
+pub use choices::{
+    ChoiceKind, Choices, Decider, Odds, SeededChoices, Tape, TapeChoices, TapeError,
+};
+pub use explore::{explore, Exploration, Failure, SubjectFactory};
+pub use invariant::{Invariant, Violation};
+pub use run::{Ctx, FaultCounts, RunEnd, RunOutcome, Simulator};
+pub use shrink::{shrink, Shrunk, SHRINK_RUNS_MAX};
+pub use subject::{replay, run_seed, Subject};
+pub use system::{Crash, IntentId, IntentTag, Ledger, Reply, Request, System, Workload};
+pub use timeline::{IntentSummary, Lane, Row, Timeline};

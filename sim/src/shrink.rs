@@ -1,0 +1,132 @@
+//! Shrinking a failing tape to the fewest faults and steps that still break an invariant.
+//!
+//! Candidates are replayed leniently (an out-of-range answer becomes 0), and a candidate is
+//! kept when its run still breaks the same invariant and its recorded tape is smaller: fewer
+//! faults, then fewer answers, then smaller answers. Answer 0 is the uneventful path, so a
+//! smaller tape is a simpler story.
+
+use crate::bounds::Bounds;
+use crate::choices::{Tape, TapeChoices};
+use crate::run::RunOutcome;
+use crate::subject::Subject;
+use crate::Invariant;
+
+/// How many runs one shrink may spend before settling for what it has.
+pub const SHRINK_RUNS_MAX: u32 = 5_000;
+
+/// A shrunk counterexample.
+#[derive(Clone, Debug)]
+pub struct Shrunk {
+    /// The smallest failing tape found.
+    pub tape: Tape,
+    /// Its traced run.
+    pub outcome: RunOutcome,
+    /// Runs spent shrinking.
+    pub runs: u32,
+}
+
+type Size = (u32, usize, Vec<u32>);
+
+fn size(outcome: &RunOutcome) -> Size {
+    (
+        outcome.faults.total(),
+        outcome.tape.len(),
+        outcome.tape.answers().to_vec(),
+    )
+}
+
+struct Shrinker<'a> {
+    subject: &'a mut dyn Subject,
+    bounds: Bounds,
+    invariant: Invariant,
+    best: RunOutcome,
+    runs: u32,
+}
+
+impl Shrinker<'_> {
+    /// Tries `answers`; keeps them if the run still fails and is smaller.
+    fn attempt(&mut self, answers: &[u32]) -> bool {
+        if self.runs >= SHRINK_RUNS_MAX {
+            return false;
+        }
+        self.runs += 1;
+        let outcome = self
+            .subject
+            .run(&mut TapeChoices::lenient(answers), &self.bounds, false);
+        if outcome.violates(self.invariant) && size(&outcome) < size(&self.best) {
+            self.best = outcome;
+            return true;
+        }
+        false
+    }
+
+    fn delete_spans(&mut self) -> bool {
+        let mut improved = false;
+        for span in [8, 4, 2, 1] {
+            let mut start = 0;
+            while start < self.best.tape.len() {
+                let answers = self.best.tape.answers();
+                let end = (start + span).min(answers.len());
+                let candidate = [&answers[..start], &answers[end..]].concat();
+                if self.attempt(&candidate) {
+                    improved = true;
+                } else {
+                    start += 1;
+                }
+            }
+        }
+        improved
+    }
+
+    fn lower_answers(&mut self) -> bool {
+        let mut improved = false;
+        let mut index = 0;
+        while index < self.best.tape.len() {
+            let answer = self.best.tape.answers()[index];
+            for lower in 0..answer {
+                let mut candidate = self.best.tape.answers().to_vec();
+                candidate[index] = lower;
+                if self.attempt(&candidate) {
+                    improved = true;
+                    break;
+                }
+            }
+            index += 1;
+        }
+        improved
+    }
+}
+
+/// Shrinks `tape`, whose run breaks `invariant`, within [`SHRINK_RUNS_MAX`] runs.
+///
+/// # Panics
+/// If the tape's run does not break `invariant`.
+pub fn shrink(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    tape: &Tape,
+    invariant: Invariant,
+) -> Shrunk {
+    let first = subject.run(&mut TapeChoices::lenient(tape.answers()), bounds, false);
+    assert!(
+        first.violates(invariant),
+        "shrink was given a tape that does not break {invariant}"
+    );
+    let mut shrinker = Shrinker {
+        subject,
+        bounds: *bounds,
+        invariant,
+        best: first,
+        runs: 1,
+    };
+    while shrinker.delete_spans() | shrinker.lower_answers() {}
+    let tape = shrinker.best.tape.clone();
+    let outcome = shrinker
+        .subject
+        .run(&mut TapeChoices::lenient(tape.answers()), bounds, true);
+    Shrunk {
+        tape,
+        outcome,
+        runs: shrinker.runs + 1,
+    }
+}

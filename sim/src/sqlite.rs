@@ -1,0 +1,125 @@
+//! Ground truth for SQLite stores, recorded inside the same transaction as the effect.
+//!
+//! A [`HarnessDb`] is a shared in-memory database (`file:/NAME?vfs=memdb`) kept alive by a
+//! harness-held *keeper* connection, so it survives the server's connections being closed by a
+//! simulated crash. Triggers on the domain's effect tables write the current intent (read
+//! from the engine's [`IntentTag`] through the SQL function `retrysim_intent()`) into the
+//! harness table `retrysim_effects`: a ground-truth row commits or rolls back with its effect,
+//! and a handler cannot forget to report one.
+
+use crate::system::{IntentId, IntentTag};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::{Connection, OpenFlags};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Distinguishes the memdb names of the databases opened by this process. The name never
+/// reaches a run's behaviour or output.
+static DATABASES_OPENED: AtomicU64 = AtomicU64::new(0);
+
+const EFFECTS_SCHEMA: &str = "CREATE TABLE retrysim_effects (
+    seq INTEGER PRIMARY KEY,
+    intent INTEGER NOT NULL,
+    table_name TEXT NOT NULL,
+    operation TEXT NOT NULL
+);";
+
+/// A shared in-memory SQLite database with ground-truth triggers on its effect tables.
+pub struct HarnessDb {
+    uri: String,
+    keeper: Connection,
+    tag: IntentTag,
+}
+
+impl HarnessDb {
+    /// Creates a fresh database: runs `schema` (tables and fixture rows), then installs
+    /// ground-truth triggers recording every insert, update and delete made on
+    /// `effect_tables` while an intent is being served.
+    pub fn create(tag: &IntentTag, schema: &str, effect_tables: &[&str]) -> rusqlite::Result<Self> {
+        let number = DATABASES_OPENED.fetch_add(1, Ordering::Relaxed);
+        let uri = format!("file:/retrysim-{number}?vfs=memdb");
+        let keeper = open_connection(&uri, tag)?;
+        keeper.execute_batch(schema)?;
+        keeper.execute_batch(EFFECTS_SCHEMA)?;
+        for table in effect_tables {
+            keeper.execute_batch(&ground_truth_triggers(table))?;
+        }
+        Ok(HarnessDb {
+            uri,
+            keeper,
+            tag: tag.clone(),
+        })
+    }
+
+    /// Opens another connection to the database (a server connection), with
+    /// `retrysim_intent()` registered.
+    pub fn connect(&self) -> rusqlite::Result<Connection> {
+        open_connection(&self.uri, &self.tag)
+    }
+
+    /// The harness's own connection: it sees committed data only, so it reads the durable
+    /// state; use it for fixtures and for admin events.
+    pub fn keeper(&self) -> &Connection {
+        &self.keeper
+    }
+
+    /// The ground truth: the intent of every committed effect, in commit order.
+    pub fn effects(&self) -> Vec<IntentId> {
+        let mut statement = self
+            .keeper
+            .prepare_cached("SELECT intent FROM retrysim_effects ORDER BY seq")
+            .expect("the harness table exists");
+        let rows = statement
+            .query_map([], |row| row.get::<_, u32>(0))
+            .expect("the harness table is readable");
+        rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
+            .collect()
+    }
+
+    /// Returns the database to its initial contents: runs each statement of `reset` (together
+    /// they must undo every change a run can make) and clears the ground truth, in one
+    /// transaction. Statements are prepared once per connection and cached.
+    pub fn reset(&self, reset: &[&str]) -> rusqlite::Result<()> {
+        execute_cached(&self.keeper, "BEGIN IMMEDIATE")?;
+        for statement in reset {
+            execute_cached(&self.keeper, statement)?;
+        }
+        execute_cached(&self.keeper, "DELETE FROM retrysim_effects")?;
+        execute_cached(&self.keeper, "COMMIT").map(drop)
+    }
+}
+
+/// Executes one parameterless statement through the connection's statement cache (cheaper
+/// than `execute_batch`, which parses its text on every call).
+pub fn execute_cached(connection: &Connection, sql: &str) -> rusqlite::Result<usize> {
+    connection.prepare_cached(sql)?.execute([])
+}
+
+fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(uri, flags)?;
+    let tag = tag.clone();
+    connection.create_scalar_function(
+        "retrysim_intent",
+        0,
+        FunctionFlags::SQLITE_UTF8,
+        move |_| Ok(tag.raw()),
+    )?;
+    Ok(connection)
+}
+
+fn ground_truth_triggers(table: &str) -> String {
+    ["insert", "update", "delete"]
+        .iter()
+        .map(|operation| {
+            format!(
+                "CREATE TRIGGER retrysim_{table}_{operation} AFTER {operation} ON {table} \
+                 WHEN retrysim_intent() > 0 BEGIN \
+                 INSERT INTO retrysim_effects (intent, table_name, operation) \
+                 VALUES (retrysim_intent(), '{table}', '{operation}'); END;"
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,192 @@
+//! The interface between the engine and a system under test.
+
+use crate::choices::Decider;
+use crate::run::Ctx;
+use crate::Invariant;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// One intended operation of a run, by its position in the workload (0 = the first intent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct IntentId(pub u32);
+
+impl IntentId {
+    /// The label used in timelines: `A`, `B`, ... `Z`, then `I26`, `I27`, ...
+    pub fn label(self) -> String {
+        match u8::try_from(self.0) {
+            Ok(index) if index < 26 => char::from(b'A' + index).to_string(),
+            _ => format!("I{}", self.0),
+        }
+    }
+}
+
+impl fmt::Display for IntentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+/// The intent the server is working for right now, set by the engine before it hands a
+/// request to the handler. Ground-truth recorders read it; handlers never set it.
+///
+/// It is shared (an `Arc`) so that a SQL function registered on a database connection can
+/// read it from inside a trigger.
+#[derive(Clone, Debug, Default)]
+pub struct IntentTag(Arc<AtomicU32>);
+
+impl IntentTag {
+    /// The intent being served, or `None` outside a handler invocation (fixtures, admin work).
+    pub fn current(&self) -> Option<IntentId> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            tagged => Some(IntentId(tagged - 1)),
+        }
+    }
+
+    /// The raw value SQL triggers store: 0 for none, else the intent's index + 1.
+    pub fn raw(&self) -> i64 {
+        i64::from(self.0.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set(&self, intent: Option<IntentId>) {
+        self.0
+            .store(intent.map_or(0, |id| id.0 + 1), Ordering::Relaxed);
+    }
+}
+
+/// Ground truth for an in-memory durable store: every effect the store applies is recorded
+/// here under the intent the engine says is being served. A handler cannot skip it, because
+/// the store's only way to change state records it.
+#[derive(Debug)]
+pub struct Ledger {
+    tag: IntentTag,
+    effects: Vec<IntentId>,
+}
+
+impl Ledger {
+    /// An empty ledger reading the engine's tag.
+    pub fn new(tag: &IntentTag) -> Self {
+        Ledger {
+            tag: tag.clone(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Records one committed effect for the intent being served (none outside an invocation).
+    pub fn record(&mut self) {
+        if let Some(intent) = self.tag.current() {
+            self.effects.push(intent);
+        }
+    }
+
+    /// The recorded effects, in commit order.
+    pub fn effects(&self) -> &[IntentId] {
+        &self.effects
+    }
+
+    /// Forgets every effect (for a fresh run).
+    pub fn clear(&mut self) {
+        self.effects.clear();
+    }
+}
+
+/// A request as a client builds it for one intent: arguments plus the request id.
+pub trait Request: Clone + Eq + fmt::Debug {
+    /// The scoped request id: two requests with equal keys claim the same saved result.
+    type Key: Ord + Clone + fmt::Display;
+
+    /// The scoped request id of this request.
+    fn key(&self) -> Self::Key;
+
+    /// A short description for timelines, e.g. `e1 +5`.
+    fn describe(&self) -> String;
+}
+
+/// What the server answers to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply<V> {
+    /// The operation was applied now; here is its result.
+    Applied(V),
+    /// The operation had been applied before; here is the saved original result.
+    Replayed(V),
+    /// The request id was already used with different arguments.
+    KeyReuse,
+    /// A definite refusal (invalid, not permitted, version conflict...). Nothing was applied.
+    Refused(Cow<'static, str>),
+}
+
+impl<V: fmt::Display> fmt::Display for Reply<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Applied(value) => write!(f, "applied {value}"),
+            Reply::Replayed(value) => write!(f, "replayed {value}"),
+            Reply::KeyReuse => f.write_str("key-reuse conflict"),
+            Reply::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
+/// The handler stopped because the server crashed at a crash point. Return it with `?`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crash {
+    /// The crash point's name.
+    pub point: &'static str,
+}
+
+/// The clients of a run and the intents each will carry out, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload<R> {
+    /// For each client, its intents' requests in the order it will send them.
+    pub clients: Vec<Vec<R>>,
+}
+
+/// A system under test: a domain's workload and store plus one handler.
+///
+/// The engine owns the schedule, the transport, the clock and the clients; the system owns the
+/// store and the handler. Every decision the system needs (the workload's shape) is asked of
+/// the run's [`Decider`] so that the run stays a function of its tape.
+pub trait System {
+    /// The request a client sends.
+    type Request: Request;
+    /// The result of an applied operation.
+    type Value: Clone + Eq + fmt::Debug + fmt::Display;
+    /// Durable state: survives a server crash (committed data only).
+    type Store;
+    /// Volatile server memory: lost on a crash.
+    type Memory: Default;
+
+    /// Opens a fresh store whose ground-truth recorder reads `tag`.
+    fn open(&self, tag: &IntentTag) -> Self::Store;
+
+    /// Returns the store to its initial contents, for the next run.
+    fn reset(&self, store: &mut Self::Store);
+
+    /// Restarts after a crash: close every connection (rolling back what was uncommitted) and
+    /// reopen on the durable store.
+    fn restart(&self, store: &mut Self::Store);
+
+    /// Draws the run's workload.
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<Self::Request>;
+
+    /// Handles one delivered request. Call `ctx.point(name)?` at each crash point.
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut Self::Store,
+        memory: &mut Self::Memory,
+        request: &Self::Request,
+    ) -> Result<Reply<Self::Value>, Crash>;
+
+    /// The ground truth: the intent of every committed effect, in commit order.
+    fn effects(&self, store: &Self::Store) -> Vec<IntentId>;
+
+    /// A one-line summary of the committed store for timelines, e.g. `total=5 records=[e1]`.
+    fn describe_store(&self, store: &Self::Store) -> String;
+
+    /// The invariants that apply to this system.
+    fn invariants(&self) -> &'static [Invariant] {
+        Invariant::ALL
+    }
+}

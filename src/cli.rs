@@ -1,0 +1,418 @@
+//! The `retrysim` command line. Every command is a client of the library.
+//!
+//! Exit status: 0 clean (or as declared), 1 a violation was found, 2 bad input.
+
+use crate::report::{self, MatrixRow, Schedule};
+use crate::{explore, replay, run_seed, shrink, Bounds, Exploration, Invariant, Tape};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use retrysim_models::{self as models, HandlerEntry};
+use serde_json::json;
+use std::ffi::OsString;
+use std::ops::Range;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Seeds the no-argument run explores per handler.
+pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
+
+#[derive(Parser)]
+#[command(
+    name = "retrysim",
+    version,
+    about = "Deterministic simulation of retry contracts: lost replies, duplicates, crashes.",
+    long_about = "Deterministic simulation of retry contracts: lost replies, duplicate deliveries, \
+                  crashes between writes.\n\nWith no command, explores every built-in handler and \
+                  prints a handlers x invariants matrix. Exit status: 0 clean or as declared, 1 \
+                  violation, 2 bad input."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List domains, handlers (with their declared verdict) and invariants.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run every seed of a range on one handler and summarise the violations.
+    Explore {
+        #[command(flatten)]
+        target: Target,
+        /// Half-open seed range A..B.
+        #[arg(long, value_name = "A..B", default_value = "0..1000", value_parser = parse_seeds)]
+        seeds: Range<u64>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Threads to explore on (default: the machine's cores); verdicts do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        bounds: BoundsArgs,
+    },
+    /// Print the timeline of one run, given by seed or by tape, and the invariants it breaks.
+    Replay {
+        #[command(flatten)]
+        target: Target,
+        /// The seed of the run.
+        #[arg(long, conflicts_with = "tape", required_unless_present = "tape")]
+        seed: Option<u64>,
+        /// The run's tape: comma-separated answers, e.g. 0,2,1.
+        #[arg(long, value_parser = parse_tape)]
+        tape: Option<Tape>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[command(flatten)]
+        bounds: BoundsArgs,
+    },
+}
+
+#[derive(Args)]
+struct Target {
+    /// The domain, e.g. counter.
+    #[arg(long)]
+    model: String,
+    /// The handler, e.g. keyed-sqlite.
+    #[arg(long)]
+    handler: String,
+}
+
+#[derive(Args)]
+struct BoundsArgs {
+    /// Scheduler steps after which a run stops.
+    #[arg(long, default_value_t = Bounds::default().steps_max)]
+    steps_max: u32,
+    /// Sends of one intent before a client gives up.
+    #[arg(long, default_value_t = Bounds::default().attempts_max)]
+    attempts_max: u32,
+    /// Faults of all kinds in one run.
+    #[arg(long, default_value_t = Bounds::default().faults_max)]
+    faults_max: u32,
+    /// Dropped messages in one run.
+    #[arg(long, default_value_t = Bounds::default().drops_max)]
+    drops_max: u32,
+    /// Duplicated requests in one run.
+    #[arg(long, default_value_t = Bounds::default().duplicates_max)]
+    duplicates_max: u32,
+    /// Server crashes in one run.
+    #[arg(long, default_value_t = Bounds::default().crashes_max)]
+    crashes_max: u32,
+}
+
+impl BoundsArgs {
+    fn bounds(&self) -> Result<Bounds, String> {
+        let bounds = Bounds {
+            steps_max: self.steps_max,
+            attempts_max: self.attempts_max,
+            faults_max: self.faults_max,
+            drops_max: self.drops_max,
+            duplicates_max: self.duplicates_max,
+            crashes_max: self.crashes_max,
+            ..Bounds::default()
+        };
+        bounds.validate()?;
+        Ok(bounds)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
+    let malformed = || format!("{text:?} is not a seed range; write A..B, e.g. 0..1000");
+    let (start, end) = text.split_once("..").ok_or_else(malformed)?;
+    let start: u64 = start.trim().parse().map_err(|_| malformed())?;
+    let end: u64 = end.trim().parse().map_err(|_| malformed())?;
+    if start >= end {
+        return Err(format!(
+            "seed range {start}..{end} is empty; the end is exclusive"
+        ));
+    }
+    Ok(start..end)
+}
+
+fn parse_tape(text: &str) -> Result<Tape, String> {
+    text.parse()
+}
+
+/// Bad input: reported on one line, exit status 2.
+struct UsageError(String);
+
+impl<E: std::fmt::Display> From<E> for UsageError {
+    fn from(error: E) -> Self {
+        UsageError(error.to_string())
+    }
+}
+
+/// Runs the CLI on `args` (the program name first) and returns its exit status.
+pub fn main<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) if !error.use_stderr() => {
+            print!("{}", error.render());
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            let rendered = error.render().to_string();
+            let first_line = rendered.lines().next().unwrap_or("error: bad arguments");
+            eprintln!("{first_line}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        None => Ok(run_matrix()),
+        Some(Command::List { json }) => Ok(list(json)),
+        Some(Command::Explore {
+            target,
+            seeds,
+            json,
+            threads,
+            bounds,
+        }) => run_explore(&target, seeds, json, threads, &bounds),
+        Some(Command::Replay {
+            target,
+            seed,
+            tape,
+            format,
+            bounds,
+        }) => run_replay(&target, seed, tape, format, &bounds),
+    };
+    match result {
+        Ok(code) => code,
+        Err(UsageError(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn threads_default() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn list(json: bool) -> ExitCode {
+    if json {
+        let value = json!({
+            "domains": models::domains().iter().map(|d| json!({
+                "name": d.name,
+                "summary": d.summary,
+                "handlers": models::handlers().iter().filter(|h| h.domain == d.name).map(|h| json!({
+                    "name": h.handler,
+                    "summary": h.summary,
+                    "declared": h.declared.to_string(),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "invariants": Invariant::ALL.iter().map(|i| json!({
+                "name": i.name(),
+                "holds_when": i.holds_when(),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{value}");
+        return ExitCode::SUCCESS;
+    }
+    for domain in models::domains() {
+        println!("{}: {}", domain.name, domain.summary);
+        for handler in models::handlers()
+            .iter()
+            .filter(|h| h.domain == domain.name)
+        {
+            println!(
+                "  {:<14} {:<34} {}",
+                handler.handler,
+                handler.declared.to_string(),
+                handler.summary
+            );
+        }
+    }
+    println!("invariants:");
+    for invariant in Invariant::ALL {
+        println!("  {:<22} {}", invariant.name(), invariant.holds_when());
+    }
+    ExitCode::SUCCESS
+}
+
+fn timed_explore(
+    entry: &HandlerEntry,
+    seeds: Range<u64>,
+    bounds: &Bounds,
+    threads: usize,
+) -> (Exploration, f64) {
+    // Wall-clock time is measured for the report only; it never reaches a run.
+    let started = Instant::now();
+    let exploration = explore(&entry.build, seeds, bounds, threads);
+    (exploration, started.elapsed().as_secs_f64())
+}
+
+fn shrink_first(
+    entry: &HandlerEntry,
+    bounds: &Bounds,
+    exploration: &Exploration,
+    invariant: Option<Invariant>,
+) -> Option<crate::Shrunk> {
+    let failure = match invariant {
+        Some(invariant) => exploration.failure(invariant)?,
+        None => exploration.first()?,
+    };
+    let mut subject = (entry.build)();
+    Some(shrink(
+        &mut *subject,
+        bounds,
+        &failure.tape,
+        failure.invariant,
+    ))
+}
+
+fn run_explore(
+    target: &Target,
+    seeds: Range<u64>,
+    json: bool,
+    threads: Option<usize>,
+    bounds: &BoundsArgs,
+) -> Result<ExitCode, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let bounds = bounds.bounds()?;
+    let threads = threads.unwrap_or_else(threads_default);
+    if threads == 0 {
+        return Err(UsageError("--threads must be at least 1".into()));
+    }
+    let (exploration, elapsed_seconds) = timed_explore(entry, seeds.clone(), &bounds, threads);
+    let shrunk = shrink_first(entry, &bounds, &exploration, None);
+    if json {
+        let first = shrunk.as_ref().map(|shrunk| {
+            json!({
+                "invariant": exploration.first().map(|f| f.invariant),
+                "seed": exploration.first().map(|f| f.seed),
+                "shrunk_tape": shrunk.tape,
+                "faults": shrunk.outcome.faults,
+                "replay": report::replay_command(entry, &bounds, &Schedule::Tape(shrunk.tape.clone())),
+                "timeline": shrunk.outcome.timeline,
+            })
+        });
+        let value = json!({
+            "model": entry.domain,
+            "handler": entry.handler,
+            "seeds": { "start": seeds.start, "end": seeds.end },
+            "bounds": bounds,
+            "executions": exploration.executions,
+            "elapsed_seconds": elapsed_seconds,
+            "runs_with_fault": exploration.faulty_runs,
+            "runs_step_limited": exploration.step_limited,
+            "violations": exploration.violations,
+            "first": first,
+        });
+        println!("{value}");
+    } else {
+        print!(
+            "{}",
+            report::exploration_report(
+                entry,
+                &bounds,
+                &seeds,
+                &exploration,
+                elapsed_seconds,
+                shrunk.as_ref()
+            )
+        );
+    }
+    Ok(exit_for(exploration.violations.is_empty()))
+}
+
+fn exit_for(clean: bool) -> ExitCode {
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn run_replay(
+    target: &Target,
+    seed: Option<u64>,
+    tape: Option<Tape>,
+    format: Format,
+    bounds: &BoundsArgs,
+) -> Result<ExitCode, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let bounds = bounds.bounds()?;
+    let mut subject = (entry.build)();
+    let outcome = match (seed, tape) {
+        (Some(seed), _) => run_seed(&mut *subject, seed, &bounds, true),
+        (None, Some(tape)) => replay(&mut *subject, &tape, &bounds)?,
+        (None, None) => unreachable!("clap requires --seed or --tape"),
+    };
+    match format {
+        Format::Json => {
+            let value = json!({
+                "model": entry.domain,
+                "handler": entry.handler,
+                "bounds": bounds,
+                "run": outcome,
+            });
+            println!("{value}");
+        }
+        Format::Text => {
+            print!("{}", report::run_report(entry, &bounds, &outcome));
+            let schedule = Schedule::Tape(outcome.tape.clone());
+            println!(
+                "\nreproduce: {}",
+                report::replay_command(entry, &bounds, &schedule)
+            );
+        }
+    }
+    Ok(exit_for(outcome.violations.is_empty()))
+}
+
+fn run_matrix() -> ExitCode {
+    let bounds = Bounds::default();
+    let threads = threads_default();
+    let mut rows = Vec::new();
+    for entry in models::handlers() {
+        let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, &bounds, threads);
+        let applicable = (entry.build)().invariants();
+        rows.push(MatrixRow {
+            entry,
+            exploration,
+            applicable,
+        });
+    }
+    println!(
+        "retrysim: every built-in handler over seeds {}..{}",
+        DEFAULT_SEEDS.start, DEFAULT_SEEDS.end
+    );
+    println!("bounds: {bounds}\n");
+    print!("{}", report::matrix(&rows));
+    for row in &rows {
+        let models::Declared::Faulty { caught_by } = row.entry.declared else {
+            continue;
+        };
+        let Some(shrunk) = shrink_first(row.entry, &bounds, &row.exploration, Some(caught_by))
+        else {
+            continue;
+        };
+        println!(
+            "\n== {}/{}: shortest failing run found for {caught_by}\n",
+            row.entry.domain, row.entry.handler
+        );
+        print!(
+            "{}",
+            report::run_report(row.entry, &bounds, &shrunk.outcome)
+        );
+        println!(
+            "reproduce: {}",
+            report::replay_command(row.entry, &bounds, &Schedule::Tape(shrunk.tape.clone()))
+        );
+    }
+    exit_for(rows.iter().all(MatrixRow::as_declared))
+}
