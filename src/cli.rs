@@ -165,9 +165,7 @@ where
             return ExitCode::SUCCESS;
         }
         Err(error) => {
-            let rendered = error.render().to_string();
-            let first_line = rendered.lines().next().unwrap_or("error: bad arguments");
-            eprintln!("{first_line}");
+            eprintln!("{}", one_line(&error.render().to_string()));
             return ExitCode::from(2);
         }
     };
@@ -196,6 +194,16 @@ where
             ExitCode::from(2)
         }
     }
+}
+
+/// Clap's message up to its usage block, folded onto one line.
+fn one_line(rendered: &str) -> String {
+    let message: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    message.join(" ")
 }
 
 fn threads_default() -> usize {

@@ -339,7 +339,13 @@ impl<R: Request, V: Clone + std::fmt::Display> World<R, V> {
     fn knows(&self) -> String {
         let mut parts = Vec::with_capacity(self.clients.len());
         for (index, client) in self.clients.iter().enumerate() {
-            let shown = client.current().or_else(|| client.intents.last().copied());
+            // The intent the client is dealing with: the current one once it has been sent,
+            // else the one it concluded last.
+            let concluded = client.position.checked_sub(1).map(|i| client.intents[i]);
+            let shown = match client.current() {
+                Some(intent) if self.intents[intent.0 as usize].attempts > 0 => Some(intent),
+                current => concluded.or(current),
+            };
             let Some(intent) = shown else {
                 continue;
             };
@@ -489,7 +495,13 @@ impl<S: System> Execution<'_, '_, S> {
         let world = &mut self.world;
         let lane = Lane::Client(client as u32);
         match world.clients[client].phase {
-            Phase::Backoff { .. } => world.clients[client].phase = Phase::Ready,
+            Phase::Backoff { .. } => {
+                world.clients[client].phase = Phase::Ready;
+                let intent = world.clients[client]
+                    .current()
+                    .expect("backing off an intent");
+                world.note(lane, |_| format!("backoff over; ready to resend {intent}"));
+            }
             Phase::Waiting { .. } => {
                 let intent = world.clients[client]
                     .current()

@@ -1,0 +1,202 @@
+//! The `retrysim` binary: exit statuses, bad input, and replay commands that reproduce.
+
+use std::process::{Command, Output};
+
+fn retrysim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// Bad input: exit 2, one line on stderr saying what was wrong, nothing on stdout.
+fn assert_bad_input(args: &[&str], mentions: &str) {
+    let output = retrysim(args);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+    assert_eq!(message.lines().count(), 1, "{args:?}: {message}");
+    assert!(message.contains(mentions), "{args:?}: {message}");
+    assert_eq!(stdout(&output), "", "{args:?}");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let explore = ["explore", "--model", "counter", "--handler", "naive"];
+    assert_bad_input(
+        &["explore", "--model", "abacus", "--handler", "naive"],
+        "unknown model \"abacus\"",
+    );
+    assert_bad_input(
+        &["explore", "--model", "counter", "--handler", "nope"],
+        "unknown handler \"nope\"",
+    );
+    assert_bad_input(&[&explore[..], &["--seeds", "5..2"]].concat(), "empty");
+    assert_bad_input(
+        &[&explore[..], &["--seeds", "abc"]].concat(),
+        "not a seed range",
+    );
+    assert_bad_input(
+        &[&explore[..], &["--seeds", "1..x"]].concat(),
+        "not a seed range",
+    );
+    assert_bad_input(
+        &[&explore[..], &["--attempts-max", "0"]].concat(),
+        "attempts_max",
+    );
+    let replay = ["replay", "--model", "counter", "--handler", "naive"];
+    assert_bad_input(
+        &[&replay[..], &["--tape", "1,x"]].concat(),
+        "not a non-negative integer",
+    );
+    assert_bad_input(&[&replay[..], &["--tape", "7"]].concat(), "only 2 options");
+    assert_bad_input(&replay, "--seed");
+    assert_bad_input(
+        &[&replay[..], &["--seed", "1", "--tape", "0"]].concat(),
+        "cannot be used",
+    );
+    assert_bad_input(&["frobnicate"], "frobnicate");
+}
+
+#[test]
+fn a_clean_explore_exits_0() {
+    let output = retrysim(&[
+        "explore",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-sqlite",
+        "--seeds",
+        "0..300",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("300 executions"), "{text}");
+    assert!(text.contains("violations: none"), "{text}");
+    assert!(
+        text.contains("steps_max=200"),
+        "bounds are reported: {text}"
+    );
+}
+
+#[test]
+fn a_failing_explore_exits_1_and_its_replay_command_reproduces() {
+    let output = retrysim(&[
+        "explore",
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--seeds",
+        "0..200",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(text.contains("at-most-once-effect"), "{text}");
+    for prefix in ["reproduce: ", "original:  "] {
+        let command = text
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in {text}"));
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words[0], "retrysim");
+        let replayed = retrysim(&words[1..]);
+        assert_eq!(replayed.status.code(), Some(1), "{command}");
+        assert!(
+            stdout(&replayed).contains("VIOLATED at-most-once-effect"),
+            "{command}: {}",
+            stdout(&replayed)
+        );
+    }
+}
+
+#[test]
+fn explore_json_has_the_documented_fields() {
+    let output = retrysim(&[
+        "explore",
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--seeds",
+        "0..100",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(value["model"], "counter");
+    assert_eq!(value["handler"], "naive");
+    assert_eq!(value["executions"], 100);
+    let violations = value["violations"].as_array().unwrap();
+    assert!(!violations.is_empty());
+    for violation in violations {
+        assert!(violation["invariant"].is_string());
+        assert!(violation["seed"].is_u64());
+        assert!(violation["tape"].is_array());
+    }
+    assert!(value["first"]["replay"]
+        .as_str()
+        .unwrap()
+        .starts_with("retrysim replay"));
+}
+
+#[test]
+fn replay_json_carries_the_timeline() {
+    let output = retrysim(&[
+        "replay",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-sqlite",
+        "--tape",
+        "0,0,0,0,0,0,0,0,0,0,0,1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let rows = value["run"]["timeline"]["rows"].as_array().unwrap();
+    assert!(rows
+        .iter()
+        .any(|r| r["text"] == "drop reply A#1" && r["lane"] == "network"));
+    assert_eq!(value["run"]["violations"], serde_json::json!([]));
+}
+
+#[test]
+fn list_names_domains_handlers_and_invariants() {
+    let output = retrysim(&["list"]);
+    assert_eq!(output.status.code(), Some(0));
+    let text = stdout(&output);
+    for name in [
+        "counter",
+        "naive",
+        "keyed-memory",
+        "keyed-sqlite",
+        "at-most-once-effect",
+    ] {
+        assert!(text.contains(name), "{name} missing from {text}");
+    }
+    let output = retrysim(&["list", "--json"]);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    let handlers = value["domains"][0]["handlers"].as_array().unwrap();
+    assert_eq!(handlers.len(), 3);
+    assert_eq!(value["invariants"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn the_no_argument_run_matches_every_declaration() {
+    let output = retrysim(&[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+    let text = stdout(&output);
+    assert!(text.contains("counter/keyed-sqlite"));
+    assert!(!text.contains(" NO"), "{text}");
+    assert!(text.contains("== counter/naive: shortest failing run"));
+    assert!(text.contains("== counter/keyed-memory: shortest failing run"));
+}

@@ -1,0 +1,77 @@
+//! Determinism is the product: the same seed gives byte-identical timelines, and replaying a
+//! run's recorded tape gives the same timeline as its seed.
+
+use crate::subject;
+use retrysim::{explore, models, replay, run_seed, Bounds};
+
+const SEEDS_PER_HANDLER: u64 = 1_000;
+
+#[test]
+fn a_seed_run_twice_and_its_tape_replayed_give_identical_timelines() {
+    let bounds = Bounds::default();
+    for handler in models::handlers() {
+        let mut subject = (handler.build)();
+        for seed in 0..SEEDS_PER_HANDLER {
+            let first = run_seed(&mut *subject, seed, &bounds, true);
+            let second = run_seed(&mut *subject, seed, &bounds, true);
+            let first_text = first.timeline.as_ref().unwrap().render();
+            assert_eq!(
+                first_text,
+                second.timeline.as_ref().unwrap().render(),
+                "{handler:?} seed {seed} differs between two runs"
+            );
+            assert_eq!(first.tape, second.tape);
+            let replayed = replay(&mut *subject, &first.tape, &bounds)
+                .unwrap_or_else(|e| panic!("{handler:?} seed {seed}: {e}"));
+            assert_eq!(
+                first_text,
+                replayed.timeline.as_ref().unwrap().render(),
+                "{handler:?} seed {seed}: tape {} replays differently",
+                first.tape
+            );
+        }
+    }
+}
+
+#[test]
+fn tracing_does_not_change_a_run() {
+    let bounds = Bounds::default();
+    let mut subject = subject("counter", "keyed-sqlite");
+    for seed in 0..500 {
+        let quiet = run_seed(&mut *subject, seed, &bounds, false);
+        let traced = run_seed(&mut *subject, seed, &bounds, true);
+        assert_eq!(quiet.tape, traced.tape, "seed {seed}");
+        assert_eq!(quiet.violations, traced.violations, "seed {seed}");
+    }
+}
+
+#[test]
+fn verdicts_do_not_depend_on_the_thread_count() {
+    let bounds = Bounds::default();
+    for handler in models::handlers() {
+        let one = explore(&handler.build, 0..600, &bounds, 1);
+        let three = explore(&handler.build, 0..600, &bounds, 3);
+        assert_eq!(one, three, "{handler:?}");
+    }
+}
+
+#[test]
+fn a_fresh_subject_gives_the_same_run_as_a_reused_one() {
+    // A reused store must be as good as a fresh database.
+    let bounds = Bounds::default();
+    let mut reused = subject("counter", "keyed-sqlite");
+    for seed in 0..200 {
+        let warm = run_seed(&mut *reused, seed, &bounds, true);
+        let cold = run_seed(
+            &mut *subject("counter", "keyed-sqlite"),
+            seed,
+            &bounds,
+            true,
+        );
+        assert_eq!(
+            warm.timeline.unwrap().render(),
+            cold.timeline.unwrap().render(),
+            "seed {seed}"
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! Timeline snapshots, each from a real run: the shortest failing runs of the faulty counter
+//! handlers, and keyed-sqlite recovering a reply lost after commit.
+
+use crate::entry;
+use retrysim::{explore, replay, report, shrink, Bounds, Invariant, RunOutcome, Tape};
+
+fn snapshot(name: &str, text: &str) {
+    insta::with_settings!({
+        snapshot_path => "../../snapshots",
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(name, text);
+    });
+}
+
+fn shortest_failure(handler: &str, invariant: Invariant) -> RunOutcome {
+    let entry = entry("counter", handler);
+    let bounds = Bounds::default();
+    let found = explore(&entry.build, 0..1_000, &bounds, 2);
+    let failure = found.failure(invariant).expect("the handler is caught");
+    shrink(&mut *(entry.build)(), &bounds, &failure.tape, invariant).outcome
+}
+
+#[test]
+fn naive_shortest_failing_timeline() {
+    let outcome = shortest_failure("naive", Invariant::AtMostOnceEffect);
+    let text = report::run_report(entry("counter", "naive"), &Bounds::default(), &outcome);
+    snapshot("counter-naive-shortest", &text);
+}
+
+#[test]
+fn keyed_memory_shortest_failing_timeline() {
+    let outcome = shortest_failure("keyed-memory", Invariant::AtMostOnceEffect);
+    let text = report::run_report(
+        entry("counter", "keyed-memory"),
+        &Bounds::default(),
+        &outcome,
+    );
+    snapshot("counter-keyed-memory-shortest", &text);
+}
+
+#[test]
+fn keyed_sqlite_recovers_a_reply_lost_after_commit() {
+    let tape: Tape = "0,0,0,0,0,0,0,0,0,0,0,1".parse().unwrap();
+    let entry = entry("counter", "keyed-sqlite");
+    let outcome = replay(&mut *(entry.build)(), &tape, &Bounds::default()).unwrap();
+    let text = report::run_report(entry, &Bounds::default(), &outcome);
+    assert!(text.contains("drop reply A#1"));
+    assert!(text.contains("replayed accepted 5 (total 5)"));
+    snapshot("counter-keyed-sqlite-lost-reply", &text);
+}
+
+#[test]
+fn timelines_have_a_lane_per_actor_and_a_client_knows_column() {
+    let tape: Tape = "0,0,0,0,0,0,0,0,0,0,0,1".parse().unwrap();
+    let entry = entry("counter", "keyed-sqlite");
+    let outcome = replay(&mut *(entry.build)(), &tape, &Bounds::default()).unwrap();
+    let text = outcome.timeline.unwrap().render();
+    let header = text.lines().next().unwrap();
+    let columns: Vec<&str> = header.split('|').map(str::trim).collect();
+    assert_eq!(
+        columns,
+        [
+            "step",
+            "t(ms)",
+            "c1",
+            "network",
+            "server",
+            "store",
+            "client knows"
+        ]
+    );
+}
