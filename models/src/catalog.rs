@@ -1,5 +1,6 @@
 //! The built-in domains and handlers, each with the verdict it declares.
 
+use crate::interval;
 use retrysim_sim::{Invariant, Simulator, Subject};
 use std::fmt;
 
@@ -58,37 +59,99 @@ fn subject<S: retrysim_sim::System + Default + 'static>() -> Box<dyn Subject> {
     Box::new(Simulator::new(S::default()))
 }
 
-const DOMAINS: &[DomainEntry] = &[DomainEntry {
-    name: "counter",
-    summary: "the retry lesson's event counter: a lost reply, a retry, a reused key",
-}];
+const DOMAINS: &[DomainEntry] = &[
+    DomainEntry {
+        name: "counter",
+        summary: "the retry lesson's event counter: a lost reply, a retry, a reused key",
+    },
+    DomainEntry {
+        name: "interval",
+        summary: "an automation's interval under an optimistic version, with request receipts",
+    },
+];
+
+const fn faulty(caught_by: Invariant) -> Declared {
+    Declared::Faulty { caught_by }
+}
 
 const HANDLERS: &[HandlerEntry] = &[
     HandlerEntry {
         domain: "counter",
         handler: "naive",
         summary: "adds on every arrival",
-        declared: Declared::Faulty {
-            caught_by: Invariant::AtMostOnceEffect,
-        },
-        build: subject::<crate::counter::Naive>,
+        declared: faulty(Invariant::AtMostOnceEffect),
+        build: subject::<crate::counter::OnMemory<crate::counter::Naive>>,
     },
     HandlerEntry {
         domain: "counter",
         handler: "keyed-memory",
         summary:
             "keyed records in process memory: lost on a crash, with a gap between effect and record",
-        declared: Declared::Faulty {
-            caught_by: Invariant::AtMostOnceEffect,
-        },
-        build: subject::<crate::counter::KeyedMemory>,
+        declared: faulty(Invariant::AtMostOnceEffect),
+        build: subject::<crate::counter::OnMemory<crate::counter::KeyedMemory>>,
     },
     HandlerEntry {
         domain: "counter",
         handler: "keyed-sqlite",
         summary: "effect and record in one SQLite transaction",
         declared: Declared::Correct,
-        build: subject::<crate::counter::KeyedSqlite>,
+        build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqlite>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "receipt",
+        summary: "access, then receipt, then version, in one BEGIN IMMEDIATE transaction",
+        declared: Declared::Correct,
+        build: subject::<interval::OnInterval<interval::Receipt>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "version-only",
+        summary: "the version condition and no receipt",
+        declared: faulty(Invariant::OutcomeAgreement),
+        build: subject::<interval::OnInterval<interval::VersionOnly>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "version-before-receipt",
+        summary: "checks the version before the receipt",
+        declared: faulty(Invariant::OutcomeAgreement),
+        build: subject::<interval::OnInterval<interval::VersionBeforeReceipt>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "replay-before-access",
+        summary: "looks up the receipt before checking current access",
+        declared: faulty(Invariant::AccessBeforeReplay),
+        build: subject::<interval::OnInterval<interval::ReplayBeforeAccess>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "split-commit",
+        summary: "commits the row change and the receipt in two transactions",
+        declared: faulty(Invariant::EffectRecordAtomicity),
+        build: subject::<interval::OnInterval<interval::SplitCommit>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "unscoped-key",
+        summary: "keys receipts by request id alone",
+        declared: faulty(Invariant::ScopeIsolation),
+        build: subject::<interval::OnInterval<interval::UnscopedKey>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "no-payload-check",
+        summary: "replays whatever is saved under the key",
+        declared: faulty(Invariant::NoSilentKeyReuse),
+        build: subject::<interval::OnInterval<interval::NoPayloadCheck>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "last-write-wins",
+        summary: "updates without the version condition",
+        declared: faulty(Invariant::NoLostUpdate),
+        build: subject::<interval::OnInterval<interval::LastWriteWins>>,
     },
 ];
 

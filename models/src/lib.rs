@@ -3,5 +3,6 @@
 
 pub mod catalog;
 pub mod counter;
+pub mod interval;
 
 pub use catalog::{domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError};

@@ -15,6 +15,10 @@ pub(crate) enum Verdict<V> {
     Failed(String),
     /// The client ran out of attempts without an answer: it does not know.
     GaveUp,
+    /// The server denied access: the client does not know whether an earlier attempt applied.
+    Denied(String),
+    /// Never sent: it built on a previous intent that did not succeed.
+    Skipped,
 }
 
 impl<V: fmt::Display> fmt::Display for Verdict<V> {
@@ -23,6 +27,8 @@ impl<V: fmt::Display> fmt::Display for Verdict<V> {
             Verdict::Succeeded(value) => write!(f, "succeeded {value}"),
             Verdict::Failed(why) => write!(f, "failed ({why})"),
             Verdict::GaveUp => f.write_str("unknown (gave up)"),
+            Verdict::Denied(why) => write!(f, "unknown (denied: {why})"),
+            Verdict::Skipped => f.write_str("not sent (its previous intent did not succeed)"),
         }
     }
 }
@@ -54,6 +60,11 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
                     Some(_) => None,
                     None => replay_fidelity(id, intent),
                 },
+                Invariant::ScopeIsolation => scope_isolation(id, intents),
+                // Judged per invocation by the system, or after crashes, while the run goes.
+                Invariant::NoLostUpdate
+                | Invariant::AccessBeforeReplay
+                | Invariant::EffectRecordAtomicity => None,
             };
             if let Some(detail) = detail {
                 found.push(Violation { invariant, detail });
@@ -115,7 +126,7 @@ fn outcome_agreement<R: Request, V: Eq + fmt::Display>(
             )),
             _ => None,
         },
-        Verdict::Failed(_) | Verdict::GaveUp => None,
+        Verdict::Failed(_) | Verdict::GaveUp | Verdict::Denied(_) | Verdict::Skipped => None,
     }
 }
 
@@ -139,7 +150,7 @@ fn silent_key_reuse<R: Request, V: fmt::Display>(
             reply @ (Reply::Applied(_) | Reply::Replayed(_)) => Some(format!(
             "{who} reused the key of {holder} with different arguments and was answered {reply}"
         )),
-            Reply::KeyReuse | Reply::Refused(_) => None,
+            _ => None,
         })
 }
 
@@ -161,6 +172,44 @@ fn replay_fidelity<R: Request, V: Eq + fmt::Display>(
         Reply::Applied(value) if !server.committed => Some(format!(
             "{who} was answered applied {value}, but that invocation committed nothing: an unmarked replay"
         )),
-        Reply::Applied(_) | Reply::KeyReuse | Reply::Refused(_) => None,
+        _ => None,
     })
+}
+
+/// A key-reuse refusal or a replay that no record of the intent's own scope explains, while
+/// another scope's intent with the same request id has committed: the request id crossed
+/// scopes.
+fn scope_isolation<R: Request, V: fmt::Display>(
+    id: IntentId,
+    intents: &[IntentState<R, V>],
+) -> Option<String> {
+    let intent = &intents[id.0 as usize];
+    let key = intent.request.key();
+    let explained = |reply: &Reply<V>| match reply {
+        Reply::KeyReuse => intents.iter().any(|other| {
+            other.effects > 0 && other.request.key() == key && other.request != intent.request
+        }),
+        Reply::Replayed(_) => {
+            intent.effects > 0
+                || intents
+                    .iter()
+                    .any(|other| other.effects > 0 && other.request.key() == key)
+        }
+        _ => true,
+    };
+    let source = intents.iter().enumerate().find(|(_, other)| {
+        other.effects > 0
+            && other.request.key() != key
+            && other.request.request_id() == intent.request.request_id()
+    })?;
+    let reply = intent
+        .replies
+        .iter()
+        .map(|server| &server.reply)
+        .find(|reply| !explained(reply))?;
+    Some(format!(
+        "{} was answered {reply}, which only the record of {} (another scope, same request id) explains",
+        label(id, intent),
+        label(IntentId(source.0 as u32), source.1)
+    ))
 }

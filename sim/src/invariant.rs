@@ -17,11 +17,32 @@ pub enum Invariant {
     NoSilentKeyReuse,
     /// A replay returns exactly the original result, marked as a replay.
     ReplayFidelity,
+    /// A new intent with a stale expected version never overwrites a newer edit.
+    NoLostUpdate,
+    /// Nothing (replay included) is returned to a principal who currently lacks access, or
+    /// for a resource that moved or was deleted.
+    AccessBeforeReplay,
+    /// A request id in one scope never reaches another scope's record.
+    ScopeIsolation,
+    /// After any crash, no committed effect lacks its completion record.
+    EffectRecordAtomicity,
 }
 
 impl Invariant {
     /// Every invariant, in the order output lists them.
     pub const ALL: &'static [Invariant] = &[
+        Invariant::AtMostOnceEffect,
+        Invariant::OutcomeAgreement,
+        Invariant::NoSilentKeyReuse,
+        Invariant::ReplayFidelity,
+        Invariant::NoLostUpdate,
+        Invariant::AccessBeforeReplay,
+        Invariant::ScopeIsolation,
+        Invariant::EffectRecordAtomicity,
+    ];
+
+    /// The invariants of every retry contract: the default set of a system.
+    pub const CORE: &'static [Invariant] = &[
         Invariant::AtMostOnceEffect,
         Invariant::OutcomeAgreement,
         Invariant::NoSilentKeyReuse,
@@ -35,6 +56,10 @@ impl Invariant {
             Invariant::OutcomeAgreement => "outcome-agreement",
             Invariant::NoSilentKeyReuse => "no-silent-key-reuse",
             Invariant::ReplayFidelity => "replay-fidelity",
+            Invariant::NoLostUpdate => "no-lost-update",
+            Invariant::AccessBeforeReplay => "access-before-replay",
+            Invariant::ScopeIsolation => "scope-isolation",
+            Invariant::EffectRecordAtomicity => "effect-record-atomicity",
         }
     }
 
@@ -50,6 +75,18 @@ impl Invariant {
             }
             Invariant::ReplayFidelity => {
                 "a replay returns exactly the original result, marked as a replay"
+            }
+            Invariant::NoLostUpdate => {
+                "a new intent with a stale expected version never overwrites a newer edit"
+            }
+            Invariant::AccessBeforeReplay => {
+                "nothing (replay included) is returned to a principal who currently lacks access, or for a resource that moved or was deleted"
+            }
+            Invariant::ScopeIsolation => {
+                "a request id in one scope (workspace, principal, tool) never reaches another scope's record"
+            }
+            Invariant::EffectRecordAtomicity => {
+                "after any crash, no committed effect lacks its completion record"
             }
         }
     }

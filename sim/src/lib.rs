@@ -16,6 +16,7 @@ pub mod choices;
 mod explore;
 mod invariant;
 mod run;
+mod sandbox;
 mod shrink;
 pub mod sqlite;
 mod subject;
@@ -29,7 +30,10 @@ pub use choices::{
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
 pub use run::{Ctx, FaultCounts, RunEnd, RunOutcome, Simulator};
+pub use sandbox::Sandbox;
 pub use shrink::{shrink, Shrunk, SHRINK_RUNS_MAX};
 pub use subject::{replay, run_seed, Subject};
-pub use system::{Crash, IntentId, IntentTag, Ledger, Reply, Request, System, Workload};
+pub use system::{
+    Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, System, Workload,
+};
 pub use timeline::{IntentSummary, Lane, Row, Timeline};

@@ -4,7 +4,7 @@
 use crate::bounds::Bounds;
 use crate::check::{check, Verdict};
 use crate::choices::{ChoiceKind, Choices, Decider, Tape};
-use crate::system::{Crash, IntentId, IntentTag, Reply, Request, System};
+use crate::system::{Crash, Intent, IntentId, IntentTag, Reply, Request, System};
 use crate::timeline::{IntentSummary, Lane, Row, Timeline};
 use crate::{Invariant, Violation};
 use serde::Serialize;
@@ -123,7 +123,7 @@ impl<S: System> Simulator<S> {
             tag: &self.tag,
             memory: S::Memory::default(),
             points,
-            world: World::new(workload.clients, trace),
+            world: World::new(workload.clients, workload.events, trace),
         };
         let end = execution.run_to_end();
         execution.finish(end)
@@ -161,6 +161,8 @@ impl CrashPoints for Points<'_> {
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
     pub(crate) request: R,
+    /// Sent only if the client's previous intent succeeded.
+    pub(crate) after_success: bool,
     pub(crate) attempts: u32,
     pub(crate) verdict: Option<Verdict<V>>,
     /// Every reply the server produced for this intent (delivered or not).
@@ -230,6 +232,7 @@ impl<R, V> Message<R, V> {
 enum Action {
     Deliver(usize),
     Send(usize),
+    Event(usize),
     Advance,
 }
 
@@ -240,28 +243,38 @@ enum Delivery {
     Duplicate,
 }
 
-/// The engine-side state of a run: clients, intents, the network and the clock.
-struct World<R, V> {
+/// The engine-side state of a run: clients, intents, outside events, the network and the
+/// clock.
+struct World<R, V, E> {
     intents: Vec<IntentState<R, V>>,
     clients: Vec<ClientState>,
+    /// Outside events not yet applied (`None` once applied).
+    events: Vec<Option<E>>,
     network: Vec<Message<R, V>>,
+    /// Violations found while the run goes (per-reply judgements, checks after crashes).
+    audit: Vec<Violation>,
     effects_seen: usize,
     now_ms: u64,
     steps: u32,
     rows: Option<Vec<Row>>,
 }
 
-impl<R: Request, V: Clone + std::fmt::Display> World<R, V> {
-    fn new(clients: Vec<Vec<R>>, trace: bool) -> Self {
+impl<R: Request, V: Clone + std::fmt::Display, E> World<R, V, E> {
+    fn new(clients: Vec<Vec<Intent<R>>>, events: Vec<E>, trace: bool) -> Self {
         let mut intents = Vec::new();
         let mut client_states = Vec::with_capacity(clients.len());
         for (client, requests) in clients.into_iter().enumerate() {
             let mut ids = Vec::with_capacity(requests.len());
-            for request in requests {
+            for Intent {
+                request,
+                after_success,
+            } in requests
+            {
                 ids.push(IntentId(intents.len() as u32));
                 intents.push(IntentState {
                     client: client as u32,
                     request,
+                    after_success,
                     attempts: 0,
                     verdict: None,
                     replies: Vec::new(),
@@ -283,7 +296,9 @@ impl<R: Request, V: Clone + std::fmt::Display> World<R, V> {
         World {
             intents,
             clients: client_states,
+            events: events.into_iter().map(Some).collect(),
             network: Vec::new(),
+            audit: Vec::new(),
             effects_seen: 0,
             now_ms: 0,
             steps: 0,
@@ -292,7 +307,9 @@ impl<R: Request, V: Clone + std::fmt::Display> World<R, V> {
     }
 
     fn finished(&self) -> bool {
-        self.network.is_empty() && self.clients.iter().all(|c| c.phase == Phase::Done)
+        self.network.is_empty()
+            && self.clients.iter().all(|c| c.phase == Phase::Done)
+            && self.events.iter().all(Option::is_none)
     }
 
     fn enabled(&self, actions: &mut Vec<Action>) {
@@ -303,16 +320,33 @@ impl<R: Request, V: Clone + std::fmt::Display> World<R, V> {
                 actions.push(Action::Send(index));
             }
         }
+        for (index, event) in self.events.iter().enumerate() {
+            if event.is_some() {
+                actions.push(Action::Event(index));
+            }
+        }
         if self.clients.iter().any(|c| c.timer_ms().is_some()) {
             actions.push(Action::Advance);
         }
     }
 
+    /// Records the client's verdict on its current intent and moves it to its next intent,
+    /// skipping those that build on an intent that did not succeed.
     fn conclude(&mut self, client: usize, verdict: Verdict<V>) {
+        let mut succeeded = matches!(verdict, Verdict::Succeeded(_));
         let state = &mut self.clients[client];
         let intent = state.current().expect("a concluding client has an intent");
         self.intents[intent.0 as usize].verdict = Some(verdict);
         state.position += 1;
+        while let Some(next) = state.current() {
+            let next_state = &mut self.intents[next.0 as usize];
+            if succeeded || !next_state.after_success {
+                break;
+            }
+            next_state.verdict = Some(Verdict::Skipped);
+            state.position += 1;
+            succeeded = false;
+        }
         state.phase = if state.current().is_some() {
             Phase::Ready
         } else {
@@ -380,6 +414,7 @@ impl<R: Request, V: Clone + std::fmt::Display> World<R, V> {
             .collect();
         Some(Timeline {
             clients: self.clients.len() as u32,
+            admin: !self.events.is_empty(),
             rows,
             intents,
             store,
@@ -394,7 +429,7 @@ struct Execution<'a, 's, S: System> {
     tag: &'a IntentTag,
     memory: S::Memory,
     points: Points<'s>,
-    world: World<S::Request, S::Value>,
+    world: World<S::Request, S::Value, S::Event>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -420,14 +455,21 @@ impl<S: System> Execution<'_, '_, S> {
             match actions[answer as usize] {
                 Action::Deliver(index) => self.deliver(index),
                 Action::Send(client) => self.send(client),
+                Action::Event(index) => self.apply_event(index),
                 Action::Advance => self.advance(),
             }
         }
     }
 
-    fn finish(self, end: RunEnd) -> RunOutcome {
+    fn finish(mut self, end: RunEnd) -> RunOutcome {
         let effects = self.system.effects(self.store);
-        let violations = check(&self.world.intents, &effects, self.system.invariants());
+        let applicable = self.system.invariants();
+        let mut violations = check(&self.world.intents, &effects, applicable);
+        violations.append(&mut self.world.audit);
+        violations.retain(|v| applicable.contains(&v.invariant));
+        let order = |v: &Violation| Invariant::ALL.iter().position(|&i| i == v.invariant);
+        violations.sort_by_key(order);
+        violations.dedup();
         let steps = self.world.steps;
         let store = if self.world.rows.is_some() {
             self.system.describe_store(self.store)
@@ -491,7 +533,6 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     fn fire_timer(&mut self, client: usize) {
-        let bounds = self.points.bounds;
         let world = &mut self.world;
         let lane = Lane::Client(client as u32);
         match world.clients[client].phase {
@@ -507,22 +548,29 @@ impl<S: System> Execution<'_, '_, S> {
                     .current()
                     .expect("waiting on an intent");
                 let attempts = world.intents[intent.0 as usize].attempts;
-                if attempts < bounds.attempts_max {
-                    let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
-                    world.clients[client].phase = Phase::Backoff {
-                        until_ms: world.now_ms + backoff_ms,
-                    };
-                    world.note(lane, |_| {
-                        format!("timeout on {intent}#{attempts}; retry in {backoff_ms} ms")
-                    });
-                } else {
-                    world.conclude(client, Verdict::GaveUp);
-                    world.note(lane, |_| {
-                        format!("timeout on {intent}#{attempts}; gives up: outcome unknown")
-                    });
-                }
+                self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"));
             }
             Phase::Ready | Phase::Done => unreachable!("only waiting clients have timers"),
+        }
+    }
+
+    /// An attempt ended without an answer (`what`: a timeout, a transient failure): back off
+    /// and retry, or give up not knowing.
+    fn retry_or_give_up(&mut self, client: usize, what: &str) {
+        let bounds = self.points.bounds;
+        let world = &mut self.world;
+        let intent = world.clients[client].current().expect("an open intent");
+        let attempts = world.intents[intent.0 as usize].attempts;
+        let lane = Lane::Client(client as u32);
+        if attempts < bounds.attempts_max {
+            let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
+            world.clients[client].phase = Phase::Backoff {
+                until_ms: world.now_ms + backoff_ms,
+            };
+            world.note(lane, |_| format!("{what}; retry in {backoff_ms} ms"));
+        } else {
+            world.conclude(client, Verdict::GaveUp);
+            world.note(lane, |_| format!("{what}; gives up: outcome unknown"));
         }
     }
 
@@ -586,6 +634,7 @@ impl<S: System> Execution<'_, '_, S> {
 
     fn invoke(&mut self, intent: IntentId, attempt: u32, request: &S::Request) {
         let store_before = self.trace_store();
+        let observation = self.system.observe(self.store, request);
         self.tag.set(Some(intent));
         let result = {
             let mut ctx = Ctx {
@@ -613,6 +662,19 @@ impl<S: System> Execution<'_, '_, S> {
                     reply: reply.clone(),
                     committed,
                 });
+                let judged = self.system.judge(&observation, request, &reply, committed);
+                for violation in judged {
+                    let detail = format!(
+                        "{intent} (c{} {}) {}",
+                        self.world.intents[intent.0 as usize].client + 1,
+                        request.describe(),
+                        violation.detail
+                    );
+                    self.world.audit.push(Violation {
+                        detail,
+                        ..violation
+                    });
+                }
                 self.world.note(Lane::Server, |_| {
                     format!("handle {intent}#{attempt} -> {reply}")
                 });
@@ -629,9 +691,49 @@ impl<S: System> Execution<'_, '_, S> {
                         crash.point
                     )
                 });
+                self.check_records_after(crash);
             }
         }
         self.note_store_change(store_before);
+    }
+
+    fn apply_event(&mut self, index: usize) {
+        let event = self.world.events[index]
+            .take()
+            .expect("only pending events are enabled");
+        let store_before = self.trace_store();
+        self.system.apply_event(self.store, &event);
+        self.world.note(Lane::Admin, |_| event.to_string());
+        self.note_store_change(store_before);
+    }
+
+    /// `effect-record-atomicity`: after a crash, every intent with a committed effect still
+    /// has its completion record.
+    fn check_records_after(&mut self, crash: Crash) {
+        if !self
+            .system
+            .invariants()
+            .contains(&Invariant::EffectRecordAtomicity)
+        {
+            return;
+        }
+        for (index, state) in self.world.intents.iter().enumerate() {
+            if state.effects == 0
+                || self.system.has_record(self.store, &state.request) != Some(false)
+            {
+                continue;
+            }
+            let intent = IntentId(index as u32);
+            self.world.audit.push(Violation {
+                invariant: Invariant::EffectRecordAtomicity,
+                detail: format!(
+                    "after the crash at {}, {intent} (c{} {}) has a committed effect but no completion record",
+                    crash.point,
+                    state.client + 1,
+                    state.request.describe()
+                ),
+            });
+        }
     }
 
     /// Reads the ground truth after an invocation; returns whether `intent` gained an effect.
@@ -677,6 +779,12 @@ impl<S: System> Execution<'_, '_, S> {
             Reply::Applied(value) | Reply::Replayed(value) => Verdict::Succeeded(value),
             Reply::KeyReuse => Verdict::Failed("key-reuse conflict".into()),
             Reply::Refused(why) => Verdict::Failed(why.into_owned()),
+            Reply::Denied(why) => Verdict::Denied(why.into_owned()),
+            Reply::Unavailable(why) => {
+                let what = format!("{intent}#{attempt} unavailable ({why})");
+                self.retry_or_give_up(client, &what);
+                return;
+            }
         };
         self.world.conclude(client, verdict);
         self.world.note(lane, |_| {

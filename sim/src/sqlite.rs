@@ -7,7 +7,7 @@
 //! harness table `retrysim_effects`: a ground-truth row commits or rolls back with its effect,
 //! and a handler cannot forget to report one.
 
-use crate::system::{IntentId, IntentTag};
+use crate::system::{Crash, IntentId, IntentTag, Reply};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,4 +122,46 @@ fn ground_truth_triggers(table: &str) -> String {
             )
         })
         .collect()
+}
+
+/// Why a SQLite handler stopped early: use it as the error type of a handler's body so that
+/// `?` works on both crash points and rusqlite calls, then [`settle`] it.
+#[derive(Debug)]
+pub enum Stop {
+    /// The server crashed at a crash point.
+    Crash(Crash),
+    /// SQLite reported an error.
+    Storage(rusqlite::Error),
+}
+
+impl From<Crash> for Stop {
+    fn from(crash: Crash) -> Self {
+        Stop::Crash(crash)
+    }
+}
+
+impl From<rusqlite::Error> for Stop {
+    fn from(error: rusqlite::Error) -> Self {
+        Stop::Storage(error)
+    }
+}
+
+/// Turns a handler body's result into a handler's result: a crash passes through (the engine
+/// closes the connection), a storage error rolls back any open transaction and is answered
+/// [`Reply::Unavailable`] (`storage error: ...`).
+pub fn settle<V>(
+    result: Result<Reply<V>, Stop>,
+    connection: &Connection,
+) -> Result<Reply<V>, Crash> {
+    match result {
+        Ok(reply) => Ok(reply),
+        Err(Stop::Crash(crash)) => Err(crash),
+        Err(Stop::Storage(error)) => {
+            if !connection.is_autocommit() {
+                // A failed rollback leaves the transaction to the next crash or reset.
+                let _ = connection.execute_batch("ROLLBACK");
+            }
+            Ok(Reply::Unavailable(format!("storage error: {error}").into()))
+        }
+    }
 }

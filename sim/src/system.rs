@@ -2,7 +2,7 @@
 
 use crate::choices::Decider;
 use crate::run::Ctx;
-use crate::Invariant;
+use crate::{Invariant, Violation};
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -100,6 +100,9 @@ pub trait Request: Clone + Eq + fmt::Debug {
     /// The scoped request id of this request.
     fn key(&self) -> Self::Key;
 
+    /// The request id as the client wrote it, before scoping (two scopes may share it).
+    fn request_id(&self) -> &str;
+
     /// A short description for timelines, e.g. `e1 +5`.
     fn describe(&self) -> String;
 }
@@ -113,8 +116,15 @@ pub enum Reply<V> {
     Replayed(V),
     /// The request id was already used with different arguments.
     KeyReuse,
-    /// A definite refusal (invalid, not permitted, version conflict...). Nothing was applied.
+    /// A definite refusal (invalid arguments, version conflict): the operation was not and
+    /// will not be applied under this request.
     Refused(Cow<'static, str>),
+    /// Refused for lack of current access (no scope, resource moved or deleted). It says
+    /// nothing about earlier attempts, which may have been applied.
+    Denied(Cow<'static, str>),
+    /// A transient failure (e.g. a storage error): this attempt applied nothing; retrying may
+    /// help.
+    Unavailable(Cow<'static, str>),
 }
 
 impl<V: fmt::Display> fmt::Display for Reply<V> {
@@ -124,6 +134,8 @@ impl<V: fmt::Display> fmt::Display for Reply<V> {
             Reply::Replayed(value) => write!(f, "replayed {value}"),
             Reply::KeyReuse => f.write_str("key-reuse conflict"),
             Reply::Refused(why) => write!(f, "refused: {why}"),
+            Reply::Denied(why) => write!(f, "denied: {why}"),
+            Reply::Unavailable(why) => write!(f, "unavailable: {why}"),
         }
     }
 }
@@ -135,11 +147,52 @@ pub struct Crash {
     pub point: &'static str,
 }
 
-/// The clients of a run and the intents each will carry out, in order.
+/// The clients of a run and the intents each will carry out, in order, plus the outside
+/// events (an administrator's changes) that the scheduler may interleave with them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Workload<R> {
-    /// For each client, its intents' requests in the order it will send them.
-    pub clients: Vec<Vec<R>>,
+pub struct Workload<R, E> {
+    /// For each client, its intents in the order it will carry them out.
+    pub clients: Vec<Vec<Intent<R>>>,
+    /// Events that happen once each, at a moment the schedule chooses.
+    pub events: Vec<E>,
+}
+
+/// One intended operation as a workload plans it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Intent<R> {
+    /// The request the client sends (every attempt sends the same one).
+    pub request: R,
+    /// Whether the intent builds on the client's previous intent (e.g. an edit based on the
+    /// version that intent produced): the client sends it only if that intent succeeded.
+    pub after_success: bool,
+}
+
+impl<R> Intent<R> {
+    /// An independent intent.
+    pub fn new(request: R) -> Self {
+        Intent {
+            request,
+            after_success: false,
+        }
+    }
+
+    /// An intent the client sends only if its previous intent succeeded.
+    pub fn after_success(request: R) -> Self {
+        Intent {
+            request,
+            after_success: true,
+        }
+    }
+}
+
+/// The event type of a system without outside events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoEvent {}
+
+impl fmt::Display for NoEvent {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {}
+    }
 }
 
 /// A system under test: a domain's workload and store plus one handler.
@@ -156,6 +209,11 @@ pub trait System {
     type Store;
     /// Volatile server memory: lost on a crash.
     type Memory: Default;
+    /// An outside change to the store (an administrator's action), or [`NoEvent`].
+    type Event: fmt::Display;
+    /// What the harness notes about the committed state just before an invocation, to judge
+    /// its reply against (`()` when the system has no per-reply invariants).
+    type Observation;
 
     /// Opens a fresh store whose ground-truth recorder reads `tag`.
     fn open(&self, tag: &IntentTag) -> Self::Store;
@@ -168,7 +226,31 @@ pub trait System {
     fn restart(&self, store: &mut Self::Store);
 
     /// Draws the run's workload.
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<Self::Request>;
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<Self::Request, Self::Event>;
+
+    /// Applies an outside event to the committed store (outside any intent).
+    fn apply_event(&self, store: &mut Self::Store, event: &Self::Event);
+
+    /// Notes what the committed store says about `request` before the handler runs.
+    fn observe(&self, store: &Self::Store, request: &Self::Request) -> Self::Observation;
+
+    /// Judges one reply against the observation taken before its invocation; `committed` says
+    /// whether the invocation committed an effect. Returns the broken invariants.
+    fn judge(
+        &self,
+        _observation: &Self::Observation,
+        _request: &Self::Request,
+        _reply: &Reply<Self::Value>,
+        _committed: bool,
+    ) -> Vec<Violation> {
+        Vec::new()
+    }
+
+    /// Whether the committed store holds the completion record (receipt) of `request`;
+    /// `None` for systems that keep no durable records.
+    fn has_record(&self, _store: &Self::Store, _request: &Self::Request) -> Option<bool> {
+        None
+    }
 
     /// Handles one delivered request. Call `ctx.point(name)?` at each crash point.
     fn handle(
@@ -187,6 +269,6 @@ pub trait System {
 
     /// The invariants that apply to this system.
     fn invariants(&self) -> &'static [Invariant] {
-        Invariant::ALL
+        Invariant::CORE
     }
 }

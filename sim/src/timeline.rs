@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 pub enum Lane {
     /// A client, by index (0 = `c1`).
     Client(u32),
+    /// An administrator: outside events such as revoking access.
+    Admin,
     /// The transport.
     Network,
     /// The server running the handler.
@@ -26,6 +28,7 @@ impl Lane {
     pub fn title(self) -> String {
         match self {
             Lane::Client(index) => format!("c{}", index + 1),
+            Lane::Admin => "admin".into(),
             Lane::Network => "network".into(),
             Lane::Server => "server".into(),
             Lane::Store => "store".into(),
@@ -76,6 +79,8 @@ pub struct IntentSummary {
 pub struct Timeline {
     /// How many clients the run had.
     pub clients: u32,
+    /// Whether the run had outside events (and so an admin lane).
+    pub admin: bool,
     /// The events, in order.
     pub rows: Vec<Row>,
     /// Every intent's end.
@@ -136,6 +141,9 @@ impl Timeline {
 
     fn lanes(&self) -> Vec<Lane> {
         let mut lanes: Vec<Lane> = (0..self.clients).map(Lane::Client).collect();
+        if self.admin {
+            lanes.push(Lane::Admin);
+        }
         lanes.extend([Lane::Network, Lane::Server, Lane::Store]);
         lanes
     }

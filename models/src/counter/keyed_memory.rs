@@ -1,5 +1,5 @@
-use super::{workload, Accepted, CounterRequest, MemoryTotal};
-use retrysim_sim::{Crash, Ctx, Decider, IntentId, IntentTag, Reply, System, Workload};
+use super::{Accepted, CounterRequest, MemoryHandler, MemoryTotal};
+use retrysim_sim::{Crash, Ctx, Reply};
 use std::collections::BTreeMap;
 
 /// The lesson's second model: what was saved under each key, kept in process memory.
@@ -11,30 +11,13 @@ pub type Records = BTreeMap<&'static str, (i64, Accepted)>;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct KeyedMemory;
 
-impl System for KeyedMemory {
-    type Request = CounterRequest;
-    type Value = Accepted;
-    type Store = MemoryTotal;
+impl MemoryHandler for KeyedMemory {
     type Memory = Records;
-
-    fn open(&self, tag: &IntentTag) -> MemoryTotal {
-        MemoryTotal::new(tag)
-    }
-
-    fn reset(&self, store: &mut MemoryTotal) {
-        store.reset();
-    }
-
-    fn restart(&self, _store: &mut MemoryTotal) {}
-
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<CounterRequest> {
-        workload(decider)
-    }
 
     fn handle(
         &self,
         ctx: &mut Ctx<'_>,
-        store: &mut MemoryTotal,
+        total: &mut MemoryTotal,
         records: &mut Records,
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash> {
@@ -45,7 +28,7 @@ impl System for KeyedMemory {
             return Ok(Reply::Replayed(*response));
         }
         ctx.point("after-lookup")?;
-        let total = store.add(request.amount);
+        let total = total.add(request.amount);
         ctx.point("after-effect")?;
         let response = Accepted {
             amount: request.amount,
@@ -54,13 +37,5 @@ impl System for KeyedMemory {
         records.insert(request.key, (request.amount, response));
         ctx.point("after-record")?;
         Ok(Reply::Applied(response))
-    }
-
-    fn effects(&self, store: &MemoryTotal) -> Vec<IntentId> {
-        store.ledger().effects().to_vec()
-    }
-
-    fn describe_store(&self, store: &MemoryTotal) -> String {
-        format!("total={}", store.total())
     }
 }

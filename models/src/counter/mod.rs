@@ -7,13 +7,17 @@
 
 mod keyed_memory;
 mod keyed_sqlite;
+mod memory;
 mod naive;
+mod sqlite;
 
-pub use keyed_memory::KeyedMemory;
+pub use keyed_memory::{KeyedMemory, Records};
 pub use keyed_sqlite::KeyedSqlite;
+pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;
+pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler};
 
-use retrysim_sim::{ChoiceKind, Decider, IntentTag, Ledger, Request, Workload};
+use retrysim_sim::{ChoiceKind, Decider, Intent, NoEvent, Request, Workload};
 use std::fmt;
 
 /// One event submission: the event's key (the request id) and the amount to add.
@@ -29,6 +33,10 @@ impl Request for CounterRequest {
     type Key = &'static str;
 
     fn key(&self) -> &'static str {
+        self.key
+    }
+
+    fn request_id(&self) -> &str {
         self.key
     }
 
@@ -76,11 +84,12 @@ pub const INTENTS_PER_CLIENT_MAX: u32 = 2;
 
 /// Draws a counter workload: 1–2 clients, each with 1–2 distinct events from [`EVENTS`]
 /// (no event twice in a run). The all-zero answer is one client sending e1 +5.
-pub fn workload(decider: &mut Decider<'_>) -> Workload<CounterRequest> {
+pub fn workload(decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> {
     let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX);
     let mut pool: Vec<CounterRequest> = EVENTS.to_vec();
     let mut workload = Workload {
         clients: Vec::with_capacity(clients as usize),
+        events: Vec::new(),
     };
     for _ in 0..clients {
         let intents = 1 + decider.choose(ChoiceKind::Workload, INTENTS_PER_CLIENT_MAX);
@@ -90,50 +99,9 @@ pub fn workload(decider: &mut Decider<'_>) -> Workload<CounterRequest> {
                 break;
             }
             let pick = decider.choose(ChoiceKind::Workload, pool.len() as u32);
-            requests.push(pool.remove(pick as usize));
+            requests.push(Intent::new(pool.remove(pick as usize)));
         }
         workload.clients.push(requests);
     }
     workload
-}
-
-/// A durable total kept in memory: it survives a server crash (the simulated notebook is
-/// durable), and every addition is recorded in the harness's ledger.
-#[derive(Debug)]
-pub struct MemoryTotal {
-    total: i64,
-    ledger: Ledger,
-}
-
-impl MemoryTotal {
-    /// A zero total recording into `tag`'s ledger.
-    pub fn new(tag: &IntentTag) -> Self {
-        MemoryTotal {
-            total: 0,
-            ledger: Ledger::new(tag),
-        }
-    }
-
-    /// Adds `amount` (one committed effect) and returns the new total.
-    pub fn add(&mut self, amount: i64) -> i64 {
-        self.total += amount;
-        self.ledger.record();
-        self.total
-    }
-
-    /// The current total.
-    pub fn total(&self) -> i64 {
-        self.total
-    }
-
-    /// The ground truth: the ledger.
-    pub fn ledger(&self) -> &Ledger {
-        &self.ledger
-    }
-
-    /// Back to zero with an empty ledger.
-    pub fn reset(&mut self) {
-        self.total = 0;
-        self.ledger.clear();
-    }
 }

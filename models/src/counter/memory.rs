@@ -1,0 +1,113 @@
+//! The in-memory family: a durable total in memory, with the harness's ledger as ground truth.
+
+use super::{workload, Accepted, CounterRequest};
+use retrysim_sim::{
+    Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, System, Workload,
+};
+
+/// A counter handler over an in-memory durable total.
+pub trait MemoryHandler {
+    /// Volatile server memory, lost on a crash.
+    type Memory: Default;
+
+    /// Handles one submission; call `ctx.point(name)?` at crash points.
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        total: &mut MemoryTotal,
+        memory: &mut Self::Memory,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash>;
+}
+
+/// A [`MemoryHandler`] as a system under test.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnMemory<H>(pub H);
+
+impl<H: MemoryHandler> System for OnMemory<H> {
+    type Request = CounterRequest;
+    type Value = Accepted;
+    type Store = MemoryTotal;
+    type Memory = H::Memory;
+    type Event = NoEvent;
+    type Observation = ();
+
+    fn open(&self, tag: &IntentTag) -> MemoryTotal {
+        MemoryTotal::new(tag)
+    }
+
+    fn reset(&self, store: &mut MemoryTotal) {
+        store.reset();
+    }
+
+    fn restart(&self, _store: &mut MemoryTotal) {}
+
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> {
+        workload(decider)
+    }
+
+    fn apply_event(&self, _store: &mut MemoryTotal, event: &NoEvent) {
+        match *event {}
+    }
+
+    fn observe(&self, _store: &MemoryTotal, _request: &CounterRequest) {}
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut MemoryTotal,
+        memory: &mut H::Memory,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        self.0.handle(ctx, store, memory, request)
+    }
+
+    fn effects(&self, store: &MemoryTotal) -> Vec<IntentId> {
+        store.ledger().effects().to_vec()
+    }
+
+    fn describe_store(&self, store: &MemoryTotal) -> String {
+        format!("total={}", store.total())
+    }
+}
+
+/// A durable total kept in memory: it survives a server crash (the simulated notebook is
+/// durable), and every addition is recorded in the harness's ledger.
+#[derive(Debug)]
+pub struct MemoryTotal {
+    total: i64,
+    ledger: Ledger,
+}
+
+impl MemoryTotal {
+    /// A zero total recording into `tag`'s ledger.
+    pub fn new(tag: &IntentTag) -> Self {
+        MemoryTotal {
+            total: 0,
+            ledger: Ledger::new(tag),
+        }
+    }
+
+    /// Adds `amount` (one committed effect) and returns the new total.
+    pub fn add(&mut self, amount: i64) -> i64 {
+        self.total += amount;
+        self.ledger.record();
+        self.total
+    }
+
+    /// The current total.
+    pub fn total(&self) -> i64 {
+        self.total
+    }
+
+    /// The ground truth: the ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Back to zero with an empty ledger.
+    pub fn reset(&mut self) {
+        self.total = 0;
+        self.ledger.clear();
+    }
+}

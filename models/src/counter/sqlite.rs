@@ -1,0 +1,117 @@
+//! The SQLite family: the total and the records in one real SQLite database, with ground truth
+//! written by triggers inside the handler's own transactions.
+
+use super::{workload, Accepted, CounterRequest};
+use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
+use retrysim_sim::{Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, System, Workload};
+use rusqlite::Connection;
+
+const SCHEMA: &str = "
+CREATE TABLE counter (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    total INTEGER NOT NULL
+);
+CREATE TABLE records (
+    key TEXT PRIMARY KEY NOT NULL,
+    amount INTEGER NOT NULL,
+    accepted_amount INTEGER NOT NULL,
+    total INTEGER NOT NULL
+);
+INSERT INTO counter VALUES (1, 0);
+";
+
+const RESET: &[&str] = &["DELETE FROM records", "UPDATE counter SET total = 0"];
+
+/// The counter's SQLite store: the harness database and the server's connection to it.
+pub struct SqliteCounter {
+    db: HarnessDb,
+    server: Connection,
+}
+
+impl SqliteCounter {
+    /// The harness database (its keeper connection reads committed state).
+    pub fn db(&self) -> &HarnessDb {
+        &self.db
+    }
+}
+
+/// A counter handler over the SQLite store. It gets the server's connection; a crash closes it.
+pub trait SqliteHandler {
+    /// Handles one submission; call `ctx.point(name)?` at crash points. A storage error is
+    /// rolled back and answered as a refusal by the family.
+    fn submit(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Stop>;
+}
+
+/// A [`SqliteHandler`] as a system under test.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnSqlite<H>(pub H);
+
+impl<H: SqliteHandler> System for OnSqlite<H> {
+    type Request = CounterRequest;
+    type Value = Accepted;
+    type Store = SqliteCounter;
+    type Memory = ();
+    type Event = NoEvent;
+    type Observation = ();
+
+    fn open(&self, tag: &IntentTag) -> SqliteCounter {
+        let db = HarnessDb::create(tag, SCHEMA, &["counter"]).expect("the counter schema loads");
+        let server = db.connect().expect("a server connection opens");
+        SqliteCounter { db, server }
+    }
+
+    fn reset(&self, store: &mut SqliteCounter) {
+        store.db.reset(RESET).expect("the counter store resets");
+    }
+
+    fn restart(&self, store: &mut SqliteCounter) {
+        // Dropping the old connection closes it: SQLite rolls back its open transaction.
+        store.server = store.db.connect().expect("a server connection reopens");
+    }
+
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> {
+        workload(decider)
+    }
+
+    fn apply_event(&self, _store: &mut SqliteCounter, event: &NoEvent) {
+        match *event {}
+    }
+
+    fn observe(&self, _store: &SqliteCounter, _request: &CounterRequest) {}
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut SqliteCounter,
+        _memory: &mut (),
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        let result = self.0.submit(ctx, &store.server, request);
+        settle(result, &store.server)
+    }
+
+    fn effects(&self, store: &SqliteCounter) -> Vec<IntentId> {
+        store.db.effects()
+    }
+
+    fn describe_store(&self, store: &SqliteCounter) -> String {
+        let keeper = store.db.keeper();
+        let total: i64 = keeper
+            .query_row("SELECT total FROM counter", [], |row| row.get(0))
+            .expect("the counter row exists");
+        let mut statement = keeper
+            .prepare("SELECT key || ':' || amount FROM records ORDER BY key")
+            .expect("records are readable");
+        let records: Vec<String> = statement
+            .query_map([], |row| row.get(0))
+            .expect("records are readable")
+            .map(|record| record.expect("a record is text"))
+            .collect();
+        format!("total={total} records=[{}]", records.join(" "))
+    }
+}

@@ -1,0 +1,405 @@
+//! The receipt contract as one flow with its rules spelled out, and the faulty handlers, each
+//! breaking exactly one rule.
+
+use super::store::{run, IntervalHandler};
+use super::types::{Arg, EditResult, Principal, ToolArgs, TOOL};
+use super::types::{NOT_PERMITTED, UNAVAILABLE, VERSION_CONFLICT};
+use retrysim_sim::sqlite::Stop;
+use retrysim_sim::{Ctx, Reply};
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// The rules of the receipt contract. [`Rules::RECEIPT`] keeps all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// Keep receipts at all.
+    pub receipts: bool,
+    /// Check current access before looking up a receipt.
+    pub access_before_receipt: bool,
+    /// Look up the receipt before the version condition.
+    pub receipt_before_version: bool,
+    /// Key receipts by (workspace, user, tool, request id), not the request id alone.
+    pub scoped_key: bool,
+    /// Replay only when the saved payload matches; otherwise refuse as key reuse.
+    pub payload_check: bool,
+    /// Condition the update on the expected version.
+    pub versioned_update: bool,
+    /// Commit the row change and its receipt in one transaction.
+    pub one_transaction: bool,
+}
+
+impl Rules {
+    /// Every rule kept: the correct `receipt` handler.
+    pub const RECEIPT: Rules = Rules {
+        receipts: true,
+        access_before_receipt: true,
+        receipt_before_version: true,
+        scoped_key: true,
+        payload_check: true,
+        versioned_update: true,
+        one_transaction: true,
+    };
+}
+
+/// Validated arguments of one call.
+struct Call<'a> {
+    principal: &'a Principal,
+    request_id: &'a str,
+    automation_id: i64,
+    expected_version: i64,
+    interval_minutes: i64,
+}
+
+impl Call<'_> {
+    /// The canonical payload the receipt binds the key to: the three integers, sorted keys.
+    fn payload(&self) -> String {
+        format!(
+            "{{\"id\":{},\"interval\":{},\"version\":{}}}",
+            self.automation_id, self.interval_minutes, self.expected_version
+        )
+    }
+}
+
+fn refused(why: &'static str) -> Reply<EditResult> {
+    Reply::Refused(why.into())
+}
+
+fn denied(why: &'static str) -> Reply<EditResult> {
+    Reply::Denied(why.into())
+}
+
+fn positive(arg: &Arg) -> Option<i64> {
+    match arg {
+        Arg::Int(value) if *value >= 1 => Some(*value),
+        _ => None,
+    }
+}
+
+fn valid_request_id(arg: &Arg) -> Option<&str> {
+    match arg {
+        Arg::Text(text)
+            if (1..=64).contains(&text.len())
+                && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+        {
+            Some(text)
+        }
+        _ => None,
+    }
+}
+
+/// Validation first: nothing is written when it fails.
+fn validate<'a>(
+    principal: &'a Principal,
+    args: &'a ToolArgs,
+) -> Result<Call<'a>, Reply<EditResult>> {
+    if !principal.can_write() {
+        return Err(denied(NOT_PERMITTED));
+    }
+    let request_id = valid_request_id(&args.request_id).ok_or_else(|| {
+        refused("invalid argument: request id must be 1-64 letters, digits, or -")
+    })?;
+    let (Some(automation_id), Some(expected_version)) = (
+        positive(&args.automation_id),
+        positive(&args.expected_version),
+    ) else {
+        return Err(refused(
+            "invalid argument: id and version must be positive integers",
+        ));
+    };
+    let interval_minutes = match args.interval_minutes {
+        Arg::Int(minutes) if (5..=1440).contains(&minutes) => minutes,
+        _ => {
+            return Err(refused(
+                "invalid argument: illustrative interval range is 5-1440 minutes",
+            ))
+        }
+    };
+    Ok(Call {
+        principal,
+        request_id,
+        automation_id,
+        expected_version,
+        interval_minutes,
+    })
+}
+
+fn accessible(db: &Connection, call: &Call<'_>) -> rusqlite::Result<bool> {
+    db.prepare_cached("SELECT 1 FROM automations WHERE id = ?1 AND workspace_id = ?2")?
+        .query_row(
+            params![call.automation_id, call.principal.identity.workspace_id],
+            |_| Ok(()),
+        )
+        .optional()
+        .map(|found| found.is_some())
+}
+
+/// The saved (payload, response) under the call's key.
+fn saved_receipt(
+    db: &Connection,
+    call: &Call<'_>,
+    scoped: bool,
+) -> rusqlite::Result<Option<(String, String)>> {
+    let identity = call.principal.identity;
+    let read = |row: &rusqlite::Row<'_>| Ok((row.get(0)?, row.get(1)?));
+    if scoped {
+        db.prepare_cached(
+            "SELECT payload, response FROM receipts \
+             WHERE workspace_id = ?1 AND user_id = ?2 AND tool = ?3 AND request_id = ?4",
+        )?
+        .query_row(
+            params![
+                identity.workspace_id,
+                identity.user_id,
+                TOOL,
+                call.request_id
+            ],
+            read,
+        )
+        .optional()
+    } else {
+        db.prepare_cached(
+            "SELECT payload, response FROM receipts WHERE request_id = ?1 ORDER BY rowid LIMIT 1",
+        )?
+        .query_row([call.request_id], read)
+        .optional()
+    }
+}
+
+/// The answer for a saved receipt: the historical result marked replayed, or key reuse.
+fn answer_saved(
+    call: &Call<'_>,
+    (payload, response): (String, String),
+    payload_check: bool,
+) -> Result<Reply<EditResult>, Stop> {
+    if payload_check && payload != call.payload() {
+        return Ok(Reply::KeyReuse);
+    }
+    let result: EditResult = serde_json::from_str(&response).map_err(|error| {
+        Stop::Storage(rusqlite::Error::FromSqlConversionFailure(
+            1,
+            rusqlite::types::Type::Text,
+            Box::new(error),
+        ))
+    })?;
+    Ok(Reply::Replayed(result))
+}
+
+fn update(
+    db: &Connection,
+    call: &Call<'_>,
+    versioned: bool,
+) -> rusqlite::Result<Option<EditResult>> {
+    let sql = if versioned {
+        "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
+         WHERE id = ?2 AND workspace_id = ?3 AND version = ?4 \
+         RETURNING id, interval_minutes, version"
+    } else {
+        "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
+         WHERE id = ?2 AND workspace_id = ?3 AND ?4 = ?4 \
+         RETURNING id, interval_minutes, version"
+    };
+    db.prepare_cached(sql)?
+        .query_row(
+            params![
+                call.interval_minutes,
+                call.automation_id,
+                call.principal.identity.workspace_id,
+                call.expected_version
+            ],
+            |row| {
+                Ok(EditResult {
+                    id: row.get(0)?,
+                    interval_minutes: row.get(1)?,
+                    version: row.get(2)?,
+                })
+            },
+        )
+        .optional()
+}
+
+fn insert_receipt(db: &Connection, call: &Call<'_>, result: &EditResult) -> rusqlite::Result<()> {
+    let identity = call.principal.identity;
+    db.prepare_cached("INSERT INTO receipts VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+        .execute(params![
+            identity.workspace_id,
+            identity.user_id,
+            TOOL,
+            call.request_id,
+            call.payload(),
+            result.to_string()
+        ])?;
+    Ok(())
+}
+
+/// Ends the transaction without its writes and answers `reply`.
+fn abandon(db: &Connection, reply: Reply<EditResult>) -> Result<Reply<EditResult>, Stop> {
+    run(db, "ROLLBACK")?;
+    Ok(reply)
+}
+
+impl IntervalHandler for Rules {
+    fn set_interval(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        principal: &Principal,
+        args: &ToolArgs,
+    ) -> Result<Reply<EditResult>, Stop> {
+        let call = match validate(principal, args) {
+            Ok(call) => call,
+            Err(refusal) => return Ok(refusal),
+        };
+        ctx.point("before-begin")?;
+        // SQLite serializes writers: BEGIN IMMEDIATE takes the write lock before the lookup.
+        run(db, "BEGIN IMMEDIATE")?;
+        // (1) An old receipt does not grant current access.
+        if self.access_before_receipt && !accessible(db, &call)? {
+            return abandon(db, denied(UNAVAILABLE));
+        }
+        ctx.point("after-access")?;
+        // (2) The receipt comes before the version: a committed original has already moved it.
+        if self.receipts && self.receipt_before_version {
+            if let Some(saved) = saved_receipt(db, &call, self.scoped_key)? {
+                run(db, "COMMIT")?;
+                return answer_saved(&call, saved, self.payload_check);
+            }
+        }
+        if !self.access_before_receipt && !accessible(db, &call)? {
+            return abandon(db, denied(UNAVAILABLE));
+        }
+        ctx.point("after-lookup")?;
+        // (3) The version-conditioned update.
+        let Some(result) = update(db, &call, self.versioned_update)? else {
+            return abandon(db, refused(VERSION_CONFLICT));
+        };
+        ctx.point("after-update")?;
+        if self.receipts && !self.receipt_before_version {
+            if let Some(saved) = saved_receipt(db, &call, self.scoped_key)? {
+                run(db, "ROLLBACK")?;
+                return answer_saved(&call, saved, self.payload_check);
+            }
+        }
+        // (4) The receipt, in the same transaction: row change and receipt appear together.
+        if self.receipts {
+            if !self.one_transaction {
+                run(db, "COMMIT")?;
+                ctx.point("between-commits")?;
+                run(db, "BEGIN IMMEDIATE")?;
+            }
+            insert_receipt(db, &call, &result)?;
+        }
+        ctx.point("before-commit")?;
+        run(db, "COMMIT")?;
+        ctx.point("after-commit")?;
+        Ok(Reply::Applied(result))
+    }
+
+    fn keeps_receipts(&self) -> bool {
+        self.receipts
+    }
+}
+
+macro_rules! handler {
+    ($(#[$doc:meta])* $name:ident, $rules:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
+
+        impl IntervalHandler for $name {
+            fn set_interval(
+                &self,
+                ctx: &mut Ctx<'_>,
+                db: &Connection,
+                principal: &Principal,
+                args: &ToolArgs,
+            ) -> Result<Reply<EditResult>, Stop> {
+                $rules.set_interval(ctx, db, principal, args)
+            }
+
+            fn keeps_receipts(&self) -> bool {
+                $rules.keeps_receipts()
+            }
+        }
+    };
+}
+
+handler!(
+    /// `receipt` (correct): access check, then receipt lookup, then the version condition, all
+    /// in one `BEGIN IMMEDIATE` transaction, and the receipt committed with the row change.
+    Receipt,
+    Rules::RECEIPT
+);
+
+handler!(
+    /// `version-only` (faulty): the version-conditioned update and no receipt. A retry whose
+    /// reply was lost is told "version conflict" for its own committed edit
+    /// (`outcome-agreement`).
+    VersionOnly,
+    Rules {
+        receipts: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `version-before-receipt` (faulty): breaks "the receipt comes before the version"; it
+    /// checks the version first, so it refuses its own retry (`outcome-agreement`).
+    VersionBeforeReceipt,
+    Rules {
+        receipt_before_version: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `replay-before-access` (faulty): breaks "current access comes before the receipt"; a
+    /// revoked principal or a moved or deleted resource still gets a replay
+    /// (`access-before-replay`).
+    ReplayBeforeAccess,
+    Rules {
+        access_before_receipt: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `split-commit` (faulty): breaks "row change and receipt commit together"; it commits
+    /// them in two transactions, and a crash between them loses the receipt
+    /// (`effect-record-atomicity`).
+    SplitCommit,
+    Rules {
+        one_transaction: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `unscoped-key` (faulty): breaks "the key is scoped to workspace, user and tool"; it
+    /// looks receipts up by request id alone, so one principal's id reaches another's result
+    /// (`scope-isolation`).
+    UnscopedKey,
+    Rules {
+        scoped_key: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `no-payload-check` (faulty): breaks "the key is bound to its payload"; it replays
+    /// whatever is saved under the key, whatever the arguments (`no-silent-key-reuse`).
+    NoPayloadCheck,
+    Rules {
+        payload_check: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `last-write-wins` (faulty): breaks "new edits keep the version condition"; its update
+    /// ignores the expected version, so a stale edit under a new key overwrites a newer one
+    /// (`no-lost-update`).
+    LastWriteWins,
+    Rules {
+        versioned_update: false,
+        ..Rules::RECEIPT
+    }
+);

@@ -1,0 +1,322 @@
+//! The interval store on real SQLite, and the family that makes any [`IntervalHandler`] a
+//! system under test.
+
+use super::types::{AdminEvent, EditResult, Identity, IntervalRequest, Principal, ToolArgs};
+use super::types::{Arg, TOOL, WRITE_SCOPE};
+use super::workload::workload;
+use retrysim_sim::sqlite::{execute_cached, settle, HarnessDb, Stop};
+use retrysim_sim::{
+    Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, System, Violation,
+    Workload,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::BTreeSet;
+
+/// The schema and fixture rows of the seed's example.
+pub const SCHEMA: &str = "
+CREATE TABLE automations (
+    id INTEGER PRIMARY KEY,
+    workspace_id TEXT NOT NULL,
+    interval_minutes INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE receipts (
+    workspace_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    response TEXT NOT NULL,
+    PRIMARY KEY (workspace_id, user_id, tool, request_id)
+);
+INSERT INTO automations VALUES (1, 'team-a', 15, 1), (2, 'team-a', 15, 1), (20, 'team-b', 15, 1);
+";
+
+const RESET: &[&str] = &[
+    "DELETE FROM receipts",
+    "DELETE FROM automations",
+    "INSERT INTO automations VALUES (1, 'team-a', 15, 1), (2, 'team-a', 15, 1), (20, 'team-b', 15, 1)",
+];
+
+/// The invariants that apply to the interval domain.
+pub const INVARIANTS: &[Invariant] = &[
+    Invariant::AtMostOnceEffect,
+    Invariant::OutcomeAgreement,
+    Invariant::NoSilentKeyReuse,
+    Invariant::ReplayFidelity,
+    Invariant::NoLostUpdate,
+    Invariant::AccessBeforeReplay,
+    Invariant::ScopeIsolation,
+    Invariant::EffectRecordAtomicity,
+];
+
+const WRITE: &[&str] = &[WRITE_SCOPE];
+const NO_SCOPES: &[&str] = &[];
+
+/// The durable side of the interval domain: the SQLite database, the server's connection, and
+/// the identity directory's revocations.
+pub struct IntervalStore {
+    db: HarnessDb,
+    server: Connection,
+    revoked: BTreeSet<&'static str>,
+}
+
+impl IntervalStore {
+    /// The harness database; its keeper connection reads committed state.
+    pub fn db(&self) -> &HarnessDb {
+        &self.db
+    }
+
+    /// Resolves `identity` to a principal with its current scopes.
+    pub fn principal(&self, identity: Identity) -> Principal {
+        let scopes = if self.revoked.contains(identity.user_id) {
+            NO_SCOPES
+        } else {
+            WRITE
+        };
+        Principal { identity, scopes }
+    }
+
+    /// One integer read from committed state, e.g. `SELECT count(*) FROM receipts`.
+    pub fn query_i64(&self, sql: &str) -> i64 {
+        self.db
+            .keeper()
+            .query_row(sql, [], |row| row.get(0))
+            .unwrap_or_else(|error| panic!("{sql}: {error}"))
+    }
+
+    fn version_in(&self, automation_id: i64, workspace_id: &str) -> Option<i64> {
+        self.db
+            .keeper()
+            .prepare_cached("SELECT version FROM automations WHERE id = ?1 AND workspace_id = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![automation_id, workspace_id], |row| row.get(0))
+                    .optional()
+            })
+            .expect("automations are readable")
+    }
+}
+
+/// A handler of `set_interval`: given the server's connection, the resolved principal and the
+/// raw arguments. Return [`Stop`] errors with `?`; the family settles them.
+pub trait IntervalHandler {
+    /// Handles one call; call `ctx.point(name)?` at crash points.
+    fn set_interval(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        principal: &Principal,
+        args: &ToolArgs,
+    ) -> Result<Reply<EditResult>, Stop>;
+
+    /// Whether the handler keeps receipts at all (so that a missing one is a lost record).
+    fn keeps_receipts(&self) -> bool {
+        true
+    }
+}
+
+/// An [`IntervalHandler`] as a system under test.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnInterval<H>(pub H);
+
+/// What the harness saw in the committed store just before an invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// Whether the caller had write scope and the automation was in its workspace.
+    pub access: bool,
+    /// The automation's version in the caller's workspace, if it was there.
+    pub version: Option<i64>,
+}
+
+fn int(arg: &Arg) -> Option<i64> {
+    match arg {
+        Arg::Int(value) => Some(*value),
+        _ => None,
+    }
+}
+
+impl<H: IntervalHandler> System for OnInterval<H> {
+    type Request = IntervalRequest;
+    type Value = EditResult;
+    type Store = IntervalStore;
+    type Memory = ();
+    type Event = AdminEvent;
+    type Observation = Observed;
+
+    fn open(&self, tag: &IntentTag) -> IntervalStore {
+        let db = HarnessDb::create(tag, SCHEMA, &["automations"]).expect("the schema loads");
+        let server = db.connect().expect("a server connection opens");
+        IntervalStore {
+            db,
+            server,
+            revoked: BTreeSet::new(),
+        }
+    }
+
+    fn reset(&self, store: &mut IntervalStore) {
+        store.db.reset(RESET).expect("the interval store resets");
+        store.revoked.clear();
+    }
+
+    fn restart(&self, store: &mut IntervalStore) {
+        // Dropping the old connection closes it: SQLite rolls back its open transaction.
+        store.server = store.db.connect().expect("a server connection reopens");
+    }
+
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<IntervalRequest, AdminEvent> {
+        workload(decider)
+    }
+
+    fn apply_event(&self, store: &mut IntervalStore, event: &AdminEvent) {
+        let keeper = store.db.keeper();
+        let changed = match *event {
+            AdminEvent::Revoke { user_id } => {
+                store.revoked.insert(user_id);
+                Ok(1)
+            }
+            AdminEvent::Move {
+                automation_id,
+                workspace_id,
+            } => keeper.execute(
+                "UPDATE automations SET workspace_id = ?2 WHERE id = ?1",
+                params![automation_id, workspace_id],
+            ),
+            AdminEvent::Delete { automation_id } => {
+                keeper.execute("DELETE FROM automations WHERE id = ?1", [automation_id])
+            }
+        };
+        changed.expect("an admin change applies");
+    }
+
+    fn observe(&self, store: &IntervalStore, request: &IntervalRequest) -> Observed {
+        let principal = store.principal(request.identity);
+        let version = int(&request.args.automation_id)
+            .and_then(|id| store.version_in(id, request.identity.workspace_id));
+        Observed {
+            access: principal.can_write() && version.is_some(),
+            version,
+        }
+    }
+
+    fn judge(
+        &self,
+        observed: &Observed,
+        request: &IntervalRequest,
+        reply: &Reply<EditResult>,
+        committed: bool,
+    ) -> Vec<Violation> {
+        let mut found = Vec::new();
+        if !observed.access && matches!(reply, Reply::Applied(_) | Reply::Replayed(_)) {
+            found.push(Violation {
+                invariant: Invariant::AccessBeforeReplay,
+                detail: format!(
+                    "answered {reply} although the caller lacked write access to #{} in {}",
+                    request.args.automation_id, request.identity.workspace_id
+                ),
+            });
+        }
+        let expected = int(&request.args.expected_version);
+        if committed && matches!(reply, Reply::Applied(_)) && observed.version != expected {
+            found.push(Violation {
+                invariant: Invariant::NoLostUpdate,
+                detail: format!(
+                    "applied an edit based on version {} over version {}",
+                    request.args.expected_version,
+                    observed.version.map_or("none".into(), |v| v.to_string())
+                ),
+            });
+        }
+        found
+    }
+
+    fn has_record(&self, store: &IntervalStore, request: &IntervalRequest) -> Option<bool> {
+        if !self.0.keeps_receipts() {
+            return None;
+        }
+        let found: Option<i64> = store
+            .db
+            .keeper()
+            .prepare_cached(
+                "SELECT 1 FROM receipts WHERE workspace_id = ?1 AND user_id = ?2 AND tool = ?3 AND request_id = ?4",
+            )
+            .and_then(|mut s| {
+                s.query_row(
+                    params![
+                        request.identity.workspace_id,
+                        request.identity.user_id,
+                        TOOL,
+                        request.request_id()
+                    ],
+                    |row| row.get(0),
+                )
+                .optional()
+            })
+            .expect("receipts are readable");
+        Some(found.is_some())
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut IntervalStore,
+        _memory: &mut (),
+        request: &IntervalRequest,
+    ) -> Result<Reply<EditResult>, Crash> {
+        let principal = store.principal(request.identity);
+        let result = self
+            .0
+            .set_interval(ctx, &store.server, &principal, &request.args);
+        settle(result, &store.server)
+    }
+
+    fn effects(&self, store: &IntervalStore) -> Vec<IntentId> {
+        store.db.effects()
+    }
+
+    fn describe_store(&self, store: &IntervalStore) -> String {
+        let keeper = store.db.keeper();
+        let mut rows = keeper
+            .prepare_cached(
+                "SELECT id, workspace_id, interval_minutes, version FROM automations ORDER BY id",
+            )
+            .expect("automations are readable");
+        let automations: Vec<String> = rows
+            .query_map([], |row| {
+                Ok(format!(
+                    "#{} {} {}min v{}",
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, i64>(3)?
+                ))
+            })
+            .expect("automations are readable")
+            .map(|row| row.expect("a row reads"))
+            .collect();
+        let mut receipts = keeper
+            .prepare_cached(
+                "SELECT user_id || '@' || workspace_id || ':' || request_id FROM receipts ORDER BY 1",
+            )
+            .expect("receipts are readable");
+        let receipts: Vec<String> = receipts
+            .query_map([], |row| row.get(0))
+            .expect("receipts are readable")
+            .map(|row| row.expect("a row reads"))
+            .collect();
+        format!(
+            "{}; receipts [{}]",
+            automations.join(", "),
+            receipts.join(" ")
+        )
+    }
+
+    fn invariants(&self) -> &'static [Invariant] {
+        INVARIANTS
+    }
+}
+
+/// Runs `statement` on the server's connection through its statement cache.
+pub(crate) fn run(db: &Connection, statement: &str) -> Result<(), Stop> {
+    execute_cached(db, statement)?;
+    Ok(())
+}

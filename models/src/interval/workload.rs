@@ -1,0 +1,90 @@
+//! Interval workloads: who edits what, with which request id, and which admin change happens.
+
+use super::types::{AdminEvent, Identity, IntervalRequest, ToolArgs};
+use retrysim_sim::{ChoiceKind, Decider, Intent, Workload};
+
+/// alice, in team-a.
+pub const ALICE: Identity = Identity {
+    user_id: "alice",
+    workspace_id: "team-a",
+};
+/// bob, also in team-a.
+pub const BOB: Identity = Identity {
+    user_id: "bob",
+    workspace_id: "team-a",
+};
+/// carol, in team-b.
+pub const CAROL: Identity = Identity {
+    user_id: "carol",
+    workspace_id: "team-b",
+};
+
+fn edit(identity: Identity, args: ToolArgs) -> IntervalRequest {
+    IntervalRequest { identity, args }
+}
+
+/// alice's possible second intents, after `edit-42 #1 v1 -> 30`.
+fn alice_follow_ups() -> [Intent<IntervalRequest>; 5] {
+    [
+        // A separate edit built on the new version: only sent once alice knows it.
+        Intent::after_success(edit(ALICE, ToolArgs::new("edit-43", 1, 2, 60))),
+        // A stale edit under a new key.
+        Intent::new(edit(ALICE, ToolArgs::new("edit-43", 1, 1, 60))),
+        // The same request id reused with a changed interval, target, or version.
+        Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 1, 60))),
+        Intent::new(edit(ALICE, ToolArgs::new("edit-42", 2, 1, 30))),
+        Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 2, 30))),
+    ]
+}
+
+/// The second client's possible intents: the same request id text from other scopes.
+fn other_callers() -> [IntervalRequest; 3] {
+    [
+        // bob picks the same text and arguments as alice.
+        edit(BOB, ToolArgs::new("edit-42", 1, 1, 30)),
+        // bob edits another automation of the workspace with the same text.
+        edit(BOB, ToolArgs::new("edit-42", 2, 1, 45)),
+        // carol, in another workspace, with the same text.
+        edit(CAROL, ToolArgs::new("edit-42", 20, 1, 30)),
+    ]
+}
+
+fn admin_events() -> [AdminEvent; 3] {
+    [
+        AdminEvent::Revoke { user_id: "alice" },
+        AdminEvent::Move {
+            automation_id: 1,
+            workspace_id: "team-b",
+        },
+        AdminEvent::Delete { automation_id: 1 },
+    ]
+}
+
+/// Draws an interval workload. alice always sends `edit-42 #1 v1 -> 30`, then maybe one of
+/// five follow-ups (a new edit, a stale edit, a reused key); a second client (bob or carol)
+/// may send an edit with the same request id text; an admin may revoke alice's write scope,
+/// move automation 1 or delete it. The all-zero answer is alice's one edit, nothing else.
+pub fn workload(decider: &mut Decider<'_>) -> Workload<IntervalRequest, AdminEvent> {
+    let mut alice = vec![Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 1, 30)))];
+    let follow_ups = alice_follow_ups();
+    let follow_up = decider.choose(ChoiceKind::Workload, follow_ups.len() as u32 + 1);
+    if let Some(request) = follow_up.checked_sub(1) {
+        alice.push(follow_ups[request as usize].clone());
+    }
+    let mut clients = vec![alice];
+    let others = other_callers();
+    let other = decider.choose(ChoiceKind::Workload, others.len() as u32 + 1);
+    if let Some(request) = other.checked_sub(1) {
+        clients.push(vec![Intent::new(others[request as usize].clone())]);
+    }
+    let events = admin_events();
+    let event = decider.choose(ChoiceKind::Workload, events.len() as u32 + 1);
+    Workload {
+        clients,
+        events: event
+            .checked_sub(1)
+            .map(|index| events[index as usize])
+            .into_iter()
+            .collect(),
+    }
+}
