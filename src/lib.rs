@@ -35,8 +35,8 @@ pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
     explore, replay, run_seed, shrink, Bounds, ChoiceKind, Choices, Crash, Ctx, Decider,
-    Exploration, Failure, FaultCounts, IntentId, IntentSummary, IntentTag, Invariant, Lane, Ledger,
-    Odds, Reply, Request, Row, RunEnd, RunOutcome, SeededChoices, Shrunk, Simulator, Subject,
-    SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Violation, Workload,
-    SHRINK_RUNS_MAX,
+    Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane,
+    Ledger, NoEvent, Odds, Reply, Request, Row, RunEnd, RunOutcome, Sandbox, SeededChoices, Shrunk,
+    Simulator, Subject, SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Violation,
+    Workload, SHRINK_RUNS_MAX,
 };

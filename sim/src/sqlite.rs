@@ -10,7 +10,9 @@
 use crate::system::{Crash, IntentId, IntentTag, Reply};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Once;
 
 /// Distinguishes the memdb names of the databases opened by this process. The name never
 /// reaches a run's behaviour or output.
@@ -35,6 +37,7 @@ impl HarnessDb {
     /// ground-truth triggers recording every insert, update and delete made on
     /// `effect_tables` while an intent is being served.
     pub fn create(tag: &IntentTag, schema: &str, effect_tables: &[&str]) -> rusqlite::Result<Self> {
+        configure_sqlite();
         let number = DATABASES_OPENED.fetch_add(1, Ordering::Relaxed);
         let uri = format!("file:/retrysim-{number}?vfs=memdb");
         let keeper = open_connection(&uri, tag)?;
@@ -92,6 +95,21 @@ impl HarnessDb {
 /// than `execute_batch`, which parses its text on every call).
 pub fn execute_cached(connection: &Connection, sql: &str) -> rusqlite::Result<usize> {
     connection.prepare_cached(sql)?.execute([])
+}
+
+/// Turns off SQLite's memory statistics, whose global mutex serialises every allocation of
+/// every thread: exploration threads would queue on it. It only works before SQLite is first
+/// used in the process; later it is refused, harmlessly.
+fn configure_sqlite() {
+    static CONFIGURED: Once = Once::new();
+    CONFIGURED.call_once(|| {
+        // SAFETY: sqlite3_config is called before any connection of this process is opened by
+        // the harness; if SQLite is already initialised it returns SQLITE_MISUSE and changes
+        // nothing.
+        unsafe {
+            rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int);
+        }
+    });
 }
 
 fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {

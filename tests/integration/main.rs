@@ -4,6 +4,7 @@
 mod cli;
 mod counter;
 mod determinism;
+mod interval;
 mod tape;
 mod timelines;
 

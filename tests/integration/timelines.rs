@@ -2,6 +2,7 @@
 //! handlers, and keyed-sqlite recovering a reply lost after commit.
 
 use crate::entry;
+use retrysim::models::{self, Declared};
 use retrysim::{explore, replay, report, shrink, Bounds, Invariant, RunOutcome, Tape};
 
 fn snapshot(name: &str, text: &str) {
@@ -14,12 +15,30 @@ fn snapshot(name: &str, text: &str) {
     });
 }
 
-fn shortest_failure(handler: &str, invariant: Invariant) -> RunOutcome {
-    let entry = entry("counter", handler);
+fn shortest_failure_in(domain: &str, handler: &str, invariant: Invariant) -> RunOutcome {
+    let entry = entry(domain, handler);
     let bounds = Bounds::default();
     let found = explore(&entry.build, 0..1_000, &bounds, 2);
     let failure = found.failure(invariant).expect("the handler is caught");
     shrink(&mut *(entry.build)(), &bounds, &failure.tape, invariant).outcome
+}
+
+fn shortest_failure(handler: &str, invariant: Invariant) -> RunOutcome {
+    shortest_failure_in("counter", handler, invariant)
+}
+
+#[test]
+fn interval_faulty_handlers_shortest_failing_timelines() {
+    let bounds = Bounds::default();
+    for handler in models::handlers().iter().filter(|h| h.domain == "interval") {
+        let Declared::Faulty { caught_by } = handler.declared else {
+            continue;
+        };
+        let outcome = shortest_failure_in("interval", handler.handler, caught_by);
+        assert!(outcome.violates(caught_by));
+        let text = report::run_report(handler, &bounds, &outcome);
+        snapshot(&format!("interval-{}-shortest", handler.handler), &text);
+    }
 }
 
 #[test]

@@ -142,7 +142,7 @@ impl Request for IntervalRequest {
     fn describe(&self) -> String {
         let args = &self.args;
         format!(
-            "{}@{} {}: #{} v{} -> {}min",
+            "{}@{} {} #{} v{}->{}m",
             self.identity.user_id,
             self.identity.workspace_id,
             self.request_id(),

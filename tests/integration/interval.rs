@@ -1,0 +1,302 @@
+//! The interval domain: the seed's sequential behaviours as literal tests against the `receipt`
+//! handler (called directly through a sandbox), and the faulty handlers caught by exploration.
+
+use crate::entry;
+use retrysim::models::interval::{
+    AdminEvent, Arg, EditResult, Identity, IntervalHandler, IntervalRequest, OnInterval, Receipt,
+    ToolArgs, VersionOnly, ALICE, BOB, NOT_PERMITTED, UNAVAILABLE, VERSION_CONFLICT,
+};
+use retrysim::models::{self, Declared};
+use retrysim::{explore, Bounds, IntentId, Reply, Sandbox};
+use std::borrow::Cow;
+
+const FIRST: IntentId = IntentId(0);
+const SECOND: IntentId = IntentId(1);
+const THIRD: IntentId = IntentId(2);
+
+fn sandbox<H: IntervalHandler>(handler: H) -> Sandbox<OnInterval<H>> {
+    Sandbox::new(OnInterval(handler))
+}
+
+/// The seed's `call`: edit-42 by alice on automation 1, version 1, 30 minutes, unless changed.
+fn call<H: IntervalHandler>(
+    sandbox: &mut Sandbox<OnInterval<H>>,
+    intent: IntentId,
+    identity: Identity,
+    args: ToolArgs,
+) -> Reply<EditResult> {
+    sandbox.call(intent, &IntervalRequest { identity, args })
+}
+
+fn edit_42() -> ToolArgs {
+    ToolArgs::new("edit-42", 1, 1, 30)
+}
+
+fn result(id: i64, interval_minutes: i64, version: i64) -> EditResult {
+    EditResult {
+        id,
+        interval_minutes,
+        version,
+    }
+}
+
+fn query<H: IntervalHandler>(sandbox: &Sandbox<OnInterval<H>>, sql: &str) -> i64 {
+    sandbox.store().query_i64(sql)
+}
+
+fn receipts<H: IntervalHandler>(sandbox: &Sandbox<OnInterval<H>>) -> i64 {
+    query(sandbox, "SELECT count(*) FROM receipts")
+}
+
+fn automation<H: IntervalHandler>(sandbox: &Sandbox<OnInterval<H>>, id: i64) -> (i64, i64) {
+    let sql = format!("SELECT interval_minutes * 10000 + version FROM automations WHERE id = {id}");
+    let packed = query(sandbox, &sql);
+    (packed / 10_000, packed % 10_000)
+}
+
+#[test]
+fn version_only_control_cannot_recover_its_own_result() {
+    let mut desk = sandbox(VersionOnly);
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Applied(result(1, 30, 2))
+    );
+    // The same retry now conflicts: there is no saved result to recover.
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Refused(VERSION_CONFLICT.into())
+    );
+    assert_eq!(receipts(&desk), 0);
+}
+
+#[test]
+fn commit_then_lost_response_replays_from_a_fresh_connection() {
+    let mut desk = sandbox(Receipt);
+    let _lost = call(&mut desk, FIRST, ALICE, edit_42());
+    desk.restart(); // the handler's connection is closed; the retry gets a fresh one
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Replayed(result(1, 30, 2))
+    );
+    assert_eq!(automation(&desk, 1), (30, 2));
+    assert_eq!(receipts(&desk), 1);
+    assert_eq!(desk.effects(), [FIRST]);
+}
+
+#[test]
+fn replay_returns_historical_result_without_undoing_newer_edit() {
+    let mut desk = sandbox(Receipt);
+    let original = call(&mut desk, FIRST, ALICE, edit_42());
+    let later = call(&mut desk, SECOND, ALICE, ToolArgs::new("edit-43", 1, 2, 60));
+    let retry = call(&mut desk, FIRST, ALICE, edit_42());
+    assert_eq!(original, Reply::Applied(result(1, 30, 2)));
+    assert_eq!(later, Reply::Applied(result(1, 60, 3)));
+    assert_eq!(retry, Reply::Replayed(result(1, 30, 2)));
+    assert_eq!(automation(&desk, 1), (60, 3));
+}
+
+#[test]
+fn same_key_cannot_change_target_version_or_value() {
+    let mut desk = sandbox(Receipt);
+    call(&mut desk, FIRST, ALICE, edit_42());
+    for changed in [
+        ToolArgs::new("edit-42", 1, 1, 60),
+        ToolArgs::new("edit-42", 1, 2, 30),
+        ToolArgs::new("edit-42", 2, 1, 30),
+    ] {
+        assert_eq!(
+            call(&mut desk, SECOND, ALICE, changed.clone()),
+            Reply::KeyReuse,
+            "{changed:?}"
+        );
+    }
+    assert_eq!(receipts(&desk), 1);
+    assert_eq!(automation(&desk, 2), (15, 1));
+}
+
+#[test]
+fn new_key_does_not_bypass_old_version() {
+    let mut desk = sandbox(Receipt);
+    call(&mut desk, FIRST, ALICE, edit_42());
+    assert_eq!(
+        call(
+            &mut desk,
+            SECOND,
+            ALICE,
+            ToolArgs::new("another-key", 1, 1, 60)
+        ),
+        Reply::Refused(VERSION_CONFLICT.into())
+    );
+    assert_eq!(receipts(&desk), 1);
+}
+
+#[test]
+fn same_text_key_is_scoped_to_principal_and_workspace() {
+    let mut desk = sandbox(Receipt);
+    call(&mut desk, FIRST, ALICE, edit_42());
+    let other_team = Identity {
+        workspace_id: "team-b",
+        ..ALICE
+    };
+    assert_eq!(
+        call(&mut desk, SECOND, BOB, ToolArgs::new("edit-42", 1, 2, 60)),
+        Reply::Applied(result(1, 60, 3))
+    );
+    assert_eq!(
+        call(
+            &mut desk,
+            THIRD,
+            other_team,
+            ToolArgs::new("edit-42", 20, 1, 30)
+        ),
+        Reply::Applied(result(20, 30, 2))
+    );
+    assert_eq!(receipts(&desk), 3);
+}
+
+#[test]
+fn current_scope_is_checked_even_for_a_saved_receipt() {
+    let mut desk = sandbox(Receipt);
+    call(&mut desk, FIRST, ALICE, edit_42());
+    desk.apply(&AdminEvent::Revoke { user_id: "alice" });
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Denied(NOT_PERMITTED.into())
+    );
+    assert_eq!(automation(&desk, 1), (30, 2));
+}
+
+#[test]
+fn moved_or_deleted_resource_does_not_replay_or_resurrect() {
+    let mut desk = sandbox(Receipt);
+    call(&mut desk, FIRST, ALICE, edit_42());
+    desk.apply(&AdminEvent::Move {
+        automation_id: 1,
+        workspace_id: "team-b",
+    });
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Denied(UNAVAILABLE.into())
+    );
+    desk.apply(&AdminEvent::Delete { automation_id: 1 });
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Denied(UNAVAILABLE.into())
+    );
+    assert_eq!(
+        query(&desk, "SELECT count(*) FROM automations WHERE id = 1"),
+        0
+    );
+    assert_eq!(receipts(&desk), 1);
+}
+
+#[test]
+fn receipt_failure_rolls_back_the_row_change() {
+    let mut desk = sandbox(Receipt);
+    let keeper = desk.store().db().keeper();
+    keeper
+        .execute_batch(
+            "CREATE TRIGGER fail_receipt BEFORE INSERT ON receipts \
+             BEGIN SELECT RAISE(ABORT, 'receipt store unavailable'); END",
+        )
+        .unwrap();
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Unavailable("storage error: receipt store unavailable".into())
+    );
+    assert_eq!(automation(&desk, 1), (15, 1));
+    assert_eq!(receipts(&desk), 0);
+    // The ground truth rolled back with the effect: nothing was committed.
+    assert_eq!(desk.effects(), []);
+    desk.store()
+        .db()
+        .keeper()
+        .execute_batch("DROP TRIGGER fail_receipt")
+        .unwrap();
+    assert_eq!(
+        call(&mut desk, FIRST, ALICE, edit_42()),
+        Reply::Applied(result(1, 30, 2))
+    );
+}
+
+fn invalid(reply: &Reply<EditResult>) -> bool {
+    matches!(reply, Reply::Refused(why) if why.starts_with("invalid argument"))
+}
+
+#[test]
+fn invalid_or_inaccessible_requests_do_not_write() {
+    let mut desk = sandbox(Receipt);
+    let text = |s: &'static str| Arg::Text(Cow::Borrowed(s));
+    let mut bad = Vec::new();
+    for (name, arg) in [
+        ("target", Arg::Bool(true)),
+        ("version", Arg::Int(0)),
+        ("minutes", Arg::Int(1)),
+        ("minutes", Arg::Bool(true)),
+        ("target", text("1 OR 1=1")),
+    ] {
+        let mut args = edit_42();
+        match name {
+            "target" => args.automation_id = arg,
+            "version" => args.expected_version = arg,
+            _ => args.interval_minutes = arg,
+        }
+        bad.push(args);
+    }
+    let long_key: &'static str = Box::leak("x".repeat(65).into_boxed_str());
+    for key in [text(""), text(long_key), Arg::Null, text("unsafe key")] {
+        bad.push(ToolArgs {
+            request_id: key,
+            ..edit_42()
+        });
+    }
+    for args in bad {
+        let reply = call(&mut desk, FIRST, ALICE, args.clone());
+        assert!(invalid(&reply), "{args:?} gave {reply:?}");
+    }
+    for target in [20, 999] {
+        assert_eq!(
+            call(
+                &mut desk,
+                FIRST,
+                ALICE,
+                ToolArgs::new("edit-42", target, 1, 30)
+            ),
+            Reply::Denied(UNAVAILABLE.into())
+        );
+    }
+    assert_eq!(receipts(&desk), 0);
+    assert_eq!(
+        query(&desk, "SELECT count(*) FROM automations WHERE version = 1"),
+        3
+    );
+    assert_eq!(desk.effects(), []);
+}
+
+#[test]
+fn every_interval_handler_matches_its_declaration_within_two_thousand_seeds() {
+    for handler in models::handlers().iter().filter(|h| h.domain == "interval") {
+        let found = explore(&handler.build, 0..2_000, &Bounds::default(), 2);
+        match handler.declared {
+            Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
+            Declared::Faulty { caught_by } => assert!(
+                found.failure(caught_by).is_some(),
+                "{handler:?} is not caught by {caught_by}: {:?}",
+                found.violations
+            ),
+        }
+    }
+}
+
+#[test]
+fn receipt_is_clean_over_twenty_thousand_seeds() {
+    let found = explore(
+        &entry("interval", "receipt").build,
+        0..20_000,
+        &Bounds::default(),
+        2,
+    );
+    assert_eq!(found.executions, 20_000);
+    assert_eq!(found.violations, vec![]);
+    assert!(found.faulty_runs > 10_000, "{}", found.faulty_runs);
+}
