@@ -3,7 +3,9 @@
 //! Exit status: 0 clean (or as declared), 1 a violation was found, 2 bad input.
 
 use crate::report::{self, MatrixRow, Schedule};
-use crate::{explore, replay, run_seed, shrink, Bounds, Exploration, Invariant, Tape};
+use crate::{
+    explore, replay, run_seed, shrink, Bounds, ClientPolicy, Exploration, Invariant, Tape,
+};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
 use serde_json::json;
@@ -102,6 +104,13 @@ struct BoundsArgs {
     /// Server crashes in one run.
     #[arg(long, default_value_t = Bounds::default().crashes_max)]
     crashes_max: u32,
+    /// Client sessions ended (reconnects) in one run.
+    #[arg(long, default_value_t = Bounds::default().reconnects_max)]
+    reconnects_max: u32,
+    /// How clients behave: faithful (correct), fresh-id, fresh-id-per-retry,
+    /// timeout-is-failure.
+    #[arg(long, default_value = "faithful", value_parser = parse_client)]
+    client: ClientPolicy,
 }
 
 impl BoundsArgs {
@@ -113,6 +122,8 @@ impl BoundsArgs {
             drops_max: self.drops_max,
             duplicates_max: self.duplicates_max,
             crashes_max: self.crashes_max,
+            reconnects_max: self.reconnects_max,
+            client: self.client,
             ..Bounds::default()
         };
         bounds.validate()?;
@@ -137,6 +148,10 @@ fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
         ));
     }
     Ok(start..end)
+}
+
+fn parse_client(text: &str) -> Result<ClientPolicy, String> {
+    text.parse()
 }
 
 fn parse_tape(text: &str) -> Result<Tape, String> {

@@ -45,12 +45,16 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
             defaults.duplicates_max,
         ),
         ("crashes-max", bounds.crashes_max, defaults.crashes_max),
+        ("reconnects-max", bounds.reconnects_max, defaults.reconnects_max),
     ];
     let mut flags = String::new();
     for (name, value, default) in pairs {
         if value != default {
             let _ = write!(flags, " --{name} {value}");
         }
+    }
+    if bounds.client != defaults.client {
+        let _ = write!(flags, " --client {}", bounds.client);
     }
     flags
 }
@@ -60,7 +64,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}/{}  tape {}  steps {}  faults {} (drops {}, duplicates {}, crashes {})  ended: {}",
+        "{}/{}  tape {}  steps {}  faults {} (drops {}, duplicates {}, crashes {}, reconnects {})  ended: {}",
         entry.domain,
         entry.handler,
         outcome.tape,
@@ -69,6 +73,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
         outcome.faults.drops,
         outcome.faults.duplicates,
         outcome.faults.crashes,
+        outcome.faults.reconnects,
         match outcome.end {
             crate::RunEnd::Completed => "completed",
             crate::RunEnd::StepLimit => "step limit",

@@ -1,9 +1,10 @@
 //! The limits of a run. Every run is bounded; every limit has its unit in its name.
 
+use crate::run::ClientPolicy;
 use serde::Serialize;
 use std::fmt;
 
-/// The limits of one run, reported with every result.
+/// The limits of one run, and how its clients behave; reported with every result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Bounds {
     /// Scheduler steps (deliveries, sends, clock advances) after which a run is stopped.
@@ -18,10 +19,14 @@ pub struct Bounds {
     pub duplicates_max: u32,
     /// Server crashes in one run (within `faults_max`).
     pub crashes_max: u32,
+    /// Client sessions ended (reconnects) in one run (within `faults_max`).
+    pub reconnects_max: u32,
     /// Simulated milliseconds a client waits for a reply before it retries.
     pub timeout_ms: u64,
     /// Simulated milliseconds of backoff before the first retry; doubled for each later one.
     pub backoff_ms_base: u64,
+    /// How the clients behave.
+    pub client: ClientPolicy,
 }
 
 impl Default for Bounds {
@@ -33,8 +38,10 @@ impl Default for Bounds {
             drops_max: 3,
             duplicates_max: 2,
             crashes_max: 2,
+            reconnects_max: 1,
             timeout_ms: 1_000,
             backoff_ms_base: 100,
+            client: ClientPolicy::Faithful,
         }
     }
 }
@@ -59,15 +66,17 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={}) timeout_ms={} backoff_ms_base={}",
+            "steps_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
             self.steps_max,
             self.attempts_max,
             self.faults_max,
             self.drops_max,
             self.duplicates_max,
             self.crashes_max,
+            self.reconnects_max,
             self.timeout_ms,
-            self.backoff_ms_base
+            self.backoff_ms_base,
+            self.client
         )
     }
 }

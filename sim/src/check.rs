@@ -1,6 +1,6 @@
 //! Checking a finished run against the invariants, using the harness's ground truth.
 
-use crate::run::IntentState;
+use crate::run::world::IntentState;
 use crate::system::{IntentId, Reply, Request};
 use crate::{Invariant, Violation};
 use std::collections::BTreeMap;
@@ -19,6 +19,8 @@ pub(crate) enum Verdict<V> {
     Denied(String),
     /// Never sent: it built on a previous intent that did not succeed.
     Skipped,
+    /// The server holds the operation as pending: wait and reconcile.
+    Pending,
 }
 
 impl<V: fmt::Display> fmt::Display for Verdict<V> {
@@ -29,6 +31,7 @@ impl<V: fmt::Display> fmt::Display for Verdict<V> {
             Verdict::GaveUp => f.write_str("unknown (gave up)"),
             Verdict::Denied(why) => write!(f, "unknown (denied: {why})"),
             Verdict::Skipped => f.write_str("not sent (its previous intent did not succeed)"),
+            Verdict::Pending => f.write_str("unknown (pending: reconcile)"),
         }
     }
 }
@@ -126,7 +129,11 @@ fn outcome_agreement<R: Request, V: Eq + fmt::Display>(
             )),
             _ => None,
         },
-        Verdict::Failed(_) | Verdict::GaveUp | Verdict::Denied(_) | Verdict::Skipped => None,
+        Verdict::Failed(_)
+        | Verdict::GaveUp
+        | Verdict::Denied(_)
+        | Verdict::Skipped
+        | Verdict::Pending => None,
     }
 }
 
@@ -147,9 +154,9 @@ fn silent_key_reuse<R: Request, V: fmt::Display>(
         .replies
         .iter()
         .find_map(|server| match &server.reply {
-            reply @ (Reply::Applied(_) | Reply::Replayed(_)) => Some(format!(
-            "{who} reused the key of {holder} with different arguments and was answered {reply}"
-        )),
+            Reply::Applied(_) | Reply::Replayed(_) => Some(format!(
+                "{who} reused the key of {holder} with different arguments and was answered {server}"
+            )),
             _ => None,
         })
 }
@@ -160,12 +167,12 @@ fn replay_fidelity<R: Request, V: Eq + fmt::Display>(
 ) -> Option<String> {
     let who = label(id, intent);
     intent.replies.iter().find_map(|server| match &server.reply {
-        Reply::Replayed(value) if intent.effects == 0 => Some(format!(
-            "{who} was answered replayed {value}, but nothing was ever committed for it"
+        Reply::Replayed(_) if intent.effects == 0 => Some(format!(
+            "{who} was answered {server}, but nothing was ever committed for it"
         )),
         Reply::Replayed(value) => match &intent.original {
             Some(original) if original != value => Some(format!(
-                "{who} was answered replayed {value}, but its original result was {original}"
+                "{who} was answered {server}, but its original result was {original}"
             )),
             _ => None,
         },
@@ -202,13 +209,12 @@ fn scope_isolation<R: Request, V: fmt::Display>(
             && other.request.key() != key
             && other.request.request_id() == intent.request.request_id()
     })?;
-    let reply = intent
+    let answer = intent
         .replies
         .iter()
-        .map(|server| &server.reply)
-        .find(|reply| !explained(reply))?;
+        .find(|server| !explained(&server.reply))?;
     Some(format!(
-        "{} was answered {reply}, which only the record of {} (another scope, same request id) explains",
+        "{} was answered {answer}, which only the record of {} (another scope, same request id) explains",
         label(id, intent),
         label(IntentId(source.0 as u32), source.1)
     ))

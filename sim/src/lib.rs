@@ -29,11 +29,11 @@ pub use choices::{
 };
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
-pub use run::{Ctx, FaultCounts, RunEnd, RunOutcome, Simulator};
+pub use run::{ClientPolicy, Ctx, FaultCounts, RunEnd, RunOutcome, Session, Simulator};
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, Shrunk, SHRINK_RUNS_MAX};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
-    Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, System, Workload,
+    Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, Status, System, Workload,
 };
 pub use timeline::{IntentSummary, Lane, Row, Timeline};

@@ -103,6 +103,10 @@ pub trait Request: Clone + Eq + fmt::Debug {
     /// The request id as the client wrote it, before scoping (two scopes may share it).
     fn request_id(&self) -> &str;
 
+    /// The same request under a new request id, as a faulty client makes one (`generation`
+    /// distinguishes successive new ids).
+    fn with_fresh_id(&self, generation: u32) -> Self;
+
     /// A short description for timelines, e.g. `e1 +5`.
     fn describe(&self) -> String;
 }
@@ -125,6 +129,29 @@ pub enum Reply<V> {
     /// A transient failure (e.g. a storage error): this attempt applied nothing; retrying may
     /// help.
     Unavailable(Cow<'static, str>),
+    /// The operation is recorded as in progress: wait and reconcile, never resubmit blindly.
+    Pending,
+}
+
+/// The answer to a status lookup of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status<V> {
+    /// The operation completed; here is its saved result.
+    Completed(V),
+    /// The operation is recorded as in progress.
+    Pending,
+    /// No record of the request in the caller's scope.
+    NotFound,
+}
+
+impl<V: fmt::Display> fmt::Display for Status<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Status::Completed(value) => write!(f, "completed {value}"),
+            Status::Pending => f.write_str("pending"),
+            Status::NotFound => f.write_str("not_found"),
+        }
+    }
 }
 
 impl<V: fmt::Display> fmt::Display for Reply<V> {
@@ -136,6 +163,7 @@ impl<V: fmt::Display> fmt::Display for Reply<V> {
             Reply::Refused(why) => write!(f, "refused: {why}"),
             Reply::Denied(why) => write!(f, "denied: {why}"),
             Reply::Unavailable(why) => write!(f, "unavailable: {why}"),
+            Reply::Pending => f.write_str("pending"),
         }
     }
 }
@@ -155,6 +183,8 @@ pub struct Workload<R, E> {
     pub clients: Vec<Vec<Intent<R>>>,
     /// Events that happen once each, at a moment the schedule chooses.
     pub events: Vec<E>,
+    /// Events applied before the run starts: fixtures (e.g. a pending record).
+    pub setup: Vec<E>,
 }
 
 /// One intended operation as a workload plans it.
@@ -260,6 +290,23 @@ pub trait System {
         memory: &mut Self::Memory,
         request: &Self::Request,
     ) -> Result<Reply<Self::Value>, Crash>;
+
+    /// Whether the system answers status lookups ([`System::lookup`]).
+    fn supports_lookup(&self) -> bool {
+        false
+    }
+
+    /// Answers a status lookup of `request` in the caller's scope. Only called when
+    /// [`System::supports_lookup`] says so.
+    fn lookup(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        _store: &mut Self::Store,
+        _memory: &mut Self::Memory,
+        _request: &Self::Request,
+    ) -> Result<Status<Self::Value>, Crash> {
+        Ok(Status::NotFound)
+    }
 
     /// The ground truth: the intent of every committed effect, in commit order.
     fn effects(&self, store: &Self::Store) -> Vec<IntentId>;

@@ -1,9 +1,10 @@
 use super::{Accepted, CounterRequest, MemoryHandler, MemoryTotal};
 use retrysim_sim::{Crash, Ctx, Reply};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The lesson's second model: what was saved under each key, kept in process memory.
-pub type Records = BTreeMap<&'static str, (i64, Accepted)>;
+pub type Records = BTreeMap<Cow<'static, str>, (i64, Accepted)>;
 
 /// `keyed-memory` (faulty): records each key's amount and response in process memory. A crash
 /// between the effect and the record, or any crash before a retry, loses the record while the
@@ -21,7 +22,7 @@ impl MemoryHandler for KeyedMemory {
         records: &mut Records,
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash> {
-        if let Some((amount, response)) = records.get(request.key) {
+        if let Some((amount, response)) = records.get(&request.key) {
             if *amount != request.amount {
                 return Ok(Reply::KeyReuse);
             }
@@ -34,7 +35,7 @@ impl MemoryHandler for KeyedMemory {
             amount: request.amount,
             total,
         };
-        records.insert(request.key, (request.amount, response));
+        records.insert(request.key.clone(), (request.amount, response));
         ctx.point("after-record")?;
         Ok(Reply::Applied(response))
     }

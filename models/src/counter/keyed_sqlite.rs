@@ -20,7 +20,7 @@ impl SqliteHandler for KeyedSqlite {
         execute_cached(db, "BEGIN IMMEDIATE")?;
         let saved = db
             .prepare_cached("SELECT amount, accepted_amount, total FROM records WHERE key = ?1")?
-            .query_row([request.key], |row| {
+            .query_row([&request.key], |row| {
                 Ok((row.get::<_, i64>(0)?, row.get(1)?, row.get(2)?))
             })
             .optional()?;

@@ -18,26 +18,34 @@ pub use naive::Naive;
 pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler};
 
 use retrysim_sim::{ChoiceKind, Decider, Intent, NoEvent, Request, Workload};
+use std::borrow::Cow;
 use std::fmt;
 
 /// One event submission: the event's key (the request id) and the amount to add.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CounterRequest {
     /// The request id, chosen before the first send and reused by retries.
-    pub key: &'static str,
+    pub key: Cow<'static, str>,
     /// The amount to add to the total.
     pub amount: i64,
 }
 
 impl Request for CounterRequest {
-    type Key = &'static str;
+    type Key = Cow<'static, str>;
 
-    fn key(&self) -> &'static str {
-        self.key
+    fn key(&self) -> Cow<'static, str> {
+        self.key.clone()
     }
 
     fn request_id(&self) -> &str {
-        self.key
+        &self.key
+    }
+
+    fn with_fresh_id(&self, generation: u32) -> Self {
+        CounterRequest {
+            key: Cow::Owned(format!("{}-r{generation}", self.key)),
+            amount: self.amount,
+        }
     }
 
     fn describe(&self) -> String {
@@ -64,15 +72,15 @@ impl fmt::Display for Accepted {
 /// e1 +9 (e1 reused with a different amount).
 pub const EVENTS: [CounterRequest; 3] = [
     CounterRequest {
-        key: "e1",
+        key: Cow::Borrowed("e1"),
         amount: 5,
     },
     CounterRequest {
-        key: "e2",
+        key: Cow::Borrowed("e2"),
         amount: 5,
     },
     CounterRequest {
-        key: "e1",
+        key: Cow::Borrowed("e1"),
         amount: 9,
     },
 ];
@@ -90,6 +98,7 @@ pub fn workload(decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> 
     let mut workload = Workload {
         clients: Vec::with_capacity(clients as usize),
         events: Vec::new(),
+        setup: Vec::new(),
     };
     for _ in 0..clients {
         let intents = 1 + decider.choose(ChoiceKind::Workload, INTENTS_PER_CLIENT_MAX);

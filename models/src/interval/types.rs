@@ -139,6 +139,17 @@ impl Request for IntervalRequest {
         }
     }
 
+    fn with_fresh_id(&self, generation: u32) -> Self {
+        let fresh = format!("{}-r{generation}", self.request_id());
+        IntervalRequest {
+            identity: self.identity,
+            args: ToolArgs {
+                request_id: Arg::Text(Cow::Owned(fresh)),
+                ..self.args.clone()
+            },
+        }
+    }
+
     fn describe(&self) -> String {
         let args = &self.args;
         format!(

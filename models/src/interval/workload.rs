@@ -81,6 +81,7 @@ pub fn workload(decider: &mut Decider<'_>) -> Workload<IntervalRequest, AdminEve
     let event = decider.choose(ChoiceKind::Workload, events.len() as u32 + 1);
     Workload {
         clients,
+        setup: Vec::new(),
         events: event
             .checked_sub(1)
             .map(|index| events[index as usize])

@@ -1,0 +1,281 @@
+//! The client side of a run: sends, timeouts, backoff, reconnects, and what a client concludes
+//! from each answer, under its [`ClientPolicy`].
+
+use super::execution::Execution;
+use super::world::{Body, Message, NextSend, Phase};
+use super::Session;
+use crate::check::Verdict;
+use crate::choices::ChoiceKind;
+use crate::system::{IntentId, Reply, Request, Status, System};
+use crate::timeline::Lane;
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// How clients behave: the correct client, or one of the classic client mistakes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientPolicy {
+    /// Persists the request id before the first send and reuses it for every retry; after a
+    /// reconnect, looks the status up (when the system offers a lookup) and acts on it:
+    /// completed → done, pending → wait and reconcile, not found → resubmit under the original
+    /// id. Gives up as *unknown*, never as failed.
+    #[default]
+    Faithful,
+    /// Makes a new request id after a reconnect and submits again.
+    FreshId,
+    /// Makes a new request id for every retry.
+    FreshIdPerRetry,
+    /// Concludes *failed* when it gives up after timeouts: a timeout taken for a verdict.
+    TimeoutIsFailure,
+}
+
+impl ClientPolicy {
+    /// Every policy, the correct one first.
+    pub const ALL: &'static [ClientPolicy] = &[
+        ClientPolicy::Faithful,
+        ClientPolicy::FreshId,
+        ClientPolicy::FreshIdPerRetry,
+        ClientPolicy::TimeoutIsFailure,
+    ];
+
+    /// The policy's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientPolicy::Faithful => "faithful",
+            ClientPolicy::FreshId => "fresh-id",
+            ClientPolicy::FreshIdPerRetry => "fresh-id-per-retry",
+            ClientPolicy::TimeoutIsFailure => "timeout-is-failure",
+        }
+    }
+}
+
+impl fmt::Display for ClientPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ClientPolicy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        ClientPolicy::ALL
+            .iter()
+            .copied()
+            .find(|policy| policy.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = ClientPolicy::ALL.iter().map(|p| p.name()).collect();
+                format!(
+                    "unknown client policy {text:?}; known: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl<S: System> Execution<'_, '_, S> {
+    pub(super) fn send(&mut self, client: usize) {
+        let bounds = self.points.bounds;
+        let world = &mut self.world;
+        let intent = world.clients[client]
+            .current()
+            .expect("a ready client has an intent");
+        let session = Session {
+            client: client as u32,
+            generation: world.clients[client].generation,
+        };
+        let next = world.clients[client].next;
+        let state = world.intent_mut(intent);
+        state.attempts += 1;
+        let attempt = state.attempts;
+        let request = state.sending.clone();
+        let body = match next {
+            NextSend::Submit => Body::Request(request, session),
+            NextSend::Lookup => Body::Lookup(request, session),
+        };
+        world.network.push(Message {
+            intent,
+            attempt,
+            body,
+        });
+        world.clients[client].phase = Phase::Waiting {
+            deadline_ms: world.now_ms + bounds.timeout_ms,
+        };
+        let attempts_max = bounds.attempts_max;
+        world.note(Lane::Client(client as u32), |w| {
+            let request = w.intent(intent).sending.describe();
+            match next {
+                NextSend::Submit => {
+                    format!("send {intent}#{attempt}: {request} (attempt {attempt}/{attempts_max})")
+                }
+                NextSend::Lookup => format!(
+                    "look up {intent}#{attempt}: status of {request} (attempt {attempt}/{attempts_max})"
+                ),
+            }
+        });
+    }
+
+    pub(super) fn advance(&mut self) {
+        let now_ms = self
+            .world
+            .clients
+            .iter()
+            .filter_map(|c| c.timer_ms())
+            .min()
+            .expect("advance is enabled only with a timer");
+        self.world.now_ms = now_ms;
+        for client in 0..self.world.clients.len() {
+            if self.world.clients[client].timer_ms() == Some(now_ms) {
+                self.fire_timer(client);
+            }
+        }
+    }
+
+    fn fire_timer(&mut self, client: usize) {
+        let lane = Lane::Client(client as u32);
+        let intent = self.world.clients[client]
+            .current()
+            .expect("a client with a timer has an intent");
+        match self.world.clients[client].phase {
+            Phase::Backoff { .. } => {
+                self.world.clients[client].phase = Phase::Ready;
+                self.world
+                    .note(lane, |_| format!("backoff over; ready to resend {intent}"));
+            }
+            Phase::Waiting { .. } => {
+                let attempts = self.world.intent(intent).attempts;
+                self.maybe_reconnect(client);
+                self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"));
+            }
+            Phase::Ready | Phase::Done => unreachable!("only waiting clients have timers"),
+        }
+    }
+
+    /// Between attempts the client's session may end (a fault): it reconnects with a new
+    /// session and, by its policy, looks the status up or makes a new request id.
+    fn maybe_reconnect(&mut self, client: usize) {
+        let points = &mut self.points;
+        if !points.fault_allowed() || points.faults.reconnects >= points.bounds.reconnects_max {
+            return;
+        }
+        if points.decider.choose(ChoiceKind::Fault, 2) == 0 {
+            return;
+        }
+        points.faults.reconnects += 1;
+        let policy = points.bounds.client;
+        let lookup = self.system.supports_lookup();
+        let world = &mut self.world;
+        let state = &mut world.clients[client];
+        state.generation += 1;
+        let generation = state.generation;
+        let intent = state.current().expect("reconnecting with an open intent");
+        let next = match policy {
+            ClientPolicy::FreshId => {
+                let intent = world.intent_mut(intent);
+                intent.sending = intent.request.with_fresh_id(generation);
+                NextSend::Submit
+            }
+            _ if lookup => NextSend::Lookup,
+            _ => NextSend::Submit,
+        };
+        world.clients[client].next = next;
+        world.note(Lane::Client(client as u32), |w| {
+            let plan = match w.clients[client].next {
+                NextSend::Lookup => "will look up the status of".to_string(),
+                NextSend::Submit => format!("will resubmit as {}", w.intent(intent).sending.describe()),
+            };
+            format!("session ends; reconnects as session {generation}, {plan} {intent}")
+        });
+    }
+
+    /// An attempt ended without an answer (`what`: a timeout, a transient failure): back off
+    /// and retry, or give up.
+    pub(super) fn retry_or_give_up(&mut self, client: usize, what: &str) {
+        let bounds = self.points.bounds;
+        let world = &mut self.world;
+        let intent = world.clients[client].current().expect("an open intent");
+        let lane = Lane::Client(client as u32);
+        let state = world.intent_mut(intent);
+        let attempts = state.attempts;
+        if attempts < bounds.attempts_max {
+            if bounds.client == ClientPolicy::FreshIdPerRetry {
+                state.sending = state.request.with_fresh_id(attempts);
+            }
+            let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
+            world.clients[client].phase = Phase::Backoff {
+                until_ms: world.now_ms + backoff_ms,
+            };
+            world.note(lane, |_| format!("{what}; retry in {backoff_ms} ms"));
+        } else if bounds.client == ClientPolicy::TimeoutIsFailure {
+            world.conclude(client, Verdict::Failed("no reply: taken as failure".into()));
+            world.note(lane, |_| format!("{what}; gives up and concludes failure"));
+        } else {
+            world.conclude(client, Verdict::GaveUp);
+            world.note(lane, |_| format!("{what}; gives up: outcome unknown"));
+        }
+    }
+
+    /// Whether the answer for `intent` is still awaited by its client; notes it if not.
+    fn awaited(&mut self, intent: IntentId, label: &str) -> Option<usize> {
+        let client = self.world.intent(intent).client as usize;
+        if self.world.clients[client].current() == Some(intent) {
+            return Some(client);
+        }
+        self.world.note(Lane::Client(client as u32), |_| {
+            format!("ignore {label}: {intent} already concluded")
+        });
+        None
+    }
+
+    pub(super) fn receive(&mut self, intent: IntentId, attempt: u32, reply: Reply<S::Value>) {
+        let Some(client) = self.awaited(intent, &format!("reply {intent}#{attempt}")) else {
+            return;
+        };
+        let verdict = match reply {
+            Reply::Applied(value) | Reply::Replayed(value) => Verdict::Succeeded(value),
+            Reply::KeyReuse => Verdict::Failed("key-reuse conflict".into()),
+            Reply::Refused(why) => Verdict::Failed(why.into_owned()),
+            Reply::Denied(why) => Verdict::Denied(why.into_owned()),
+            Reply::Pending => Verdict::Pending,
+            Reply::Unavailable(why) => {
+                let what = format!("{intent}#{attempt} unavailable ({why})");
+                self.retry_or_give_up(client, &what);
+                return;
+            }
+        };
+        self.world.conclude(client, verdict);
+        self.world.note(Lane::Client(client as u32), |_| {
+            format!("receive reply {intent}#{attempt}; concludes {intent}")
+        });
+    }
+
+    pub(super) fn receive_status(
+        &mut self,
+        intent: IntentId,
+        attempt: u32,
+        status: Status<S::Value>,
+    ) {
+        let Some(client) = self.awaited(intent, &format!("status {intent}#{attempt}")) else {
+            return;
+        };
+        let lane = Lane::Client(client as u32);
+        let verdict = match status {
+            Status::Completed(value) => Verdict::Succeeded(value),
+            Status::Pending => Verdict::Pending,
+            Status::NotFound => {
+                let world = &mut self.world;
+                world.clients[client].next = NextSend::Submit;
+                world.clients[client].phase = Phase::Ready;
+                world.note(lane, |_| {
+                    format!("status {intent}#{attempt}: not found; will resubmit {intent} under its id")
+                });
+                return;
+            }
+        };
+        self.world.conclude(client, verdict);
+        self.world.note(lane, |_| {
+            format!("receive status {intent}#{attempt}; concludes {intent}")
+        });
+    }
+}

@@ -1,0 +1,331 @@
+//! The server and transport side of a run: the scheduler loop, deliveries and faults,
+//! handler invocations, ground truth and the end-of-run verdict.
+
+use super::world::{Action, Body, Message, ServerReply, World};
+use super::{Ctx, Points, RunEnd, RunOutcome, Session};
+use crate::check::check;
+use crate::choices::ChoiceKind;
+use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
+use crate::timeline::Lane;
+use crate::{Invariant, Violation};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    Deliver,
+    Drop,
+    Duplicate,
+}
+
+pub(crate) struct Execution<'a, 's, S: System> {
+    pub(super) system: &'a S,
+    pub(super) store: &'a mut S::Store,
+    pub(super) tag: &'a IntentTag,
+    pub(super) memory: S::Memory,
+    pub(super) points: Points<'s>,
+    pub(super) world: World<S::Request, S::Value, S::Event>,
+}
+
+impl<S: System> Execution<'_, '_, S> {
+    pub(super) fn run_to_end(&mut self) -> RunEnd {
+        let mut actions = Vec::new();
+        loop {
+            if self.world.finished() {
+                return RunEnd::Completed;
+            }
+            if self.world.steps >= self.points.bounds.steps_max {
+                return RunEnd::StepLimit;
+            }
+            self.world.enabled(&mut actions);
+            assert!(
+                !actions.is_empty(),
+                "a sequential run always has a timer or a message"
+            );
+            let answer = self
+                .points
+                .decider
+                .choose(ChoiceKind::Schedule, actions.len() as u32);
+            self.world.steps += 1;
+            match actions[answer as usize] {
+                Action::Deliver(index) => self.deliver(index),
+                Action::Send(client) => self.send(client),
+                Action::Event(index) => self.apply_event(index),
+                Action::Advance => self.advance(),
+            }
+        }
+    }
+
+    pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
+        let effects = self.system.effects(self.store);
+        let applicable = self.system.invariants();
+        let mut violations = check(&self.world.intents, &effects, applicable);
+        violations.append(&mut self.world.audit);
+        violations.retain(|v| applicable.contains(&v.invariant));
+        let order = |v: &Violation| Invariant::ALL.iter().position(|&i| i == v.invariant);
+        violations.sort_by_key(order);
+        violations.dedup();
+        let steps = self.world.steps;
+        let store = if self.world.rows.is_some() {
+            self.system.describe_store(self.store)
+        } else {
+            String::new()
+        };
+        let mut timeline = self.world.into_timeline(store);
+        if let Some(timeline) = timeline.as_mut() {
+            timeline.violations = violations.clone();
+        }
+        let (tape, _options) = self.points.decider.into_tape();
+        RunOutcome {
+            tape,
+            violations,
+            steps,
+            faults: self.points.faults,
+            end,
+            timeline,
+        }
+    }
+
+    fn delivery_kind(&mut self, is_request: bool) -> Delivery {
+        let mut kinds = [Delivery::Deliver; 3];
+        let mut options = 1;
+        if self.points.fault_allowed() {
+            let faults = self.points.faults;
+            let bounds = self.points.bounds;
+            if faults.drops < bounds.drops_max {
+                kinds[options] = Delivery::Drop;
+                options += 1;
+            }
+            if is_request && faults.duplicates < bounds.duplicates_max {
+                kinds[options] = Delivery::Duplicate;
+                options += 1;
+            }
+        }
+        let answer = self
+            .points
+            .decider
+            .choose(ChoiceKind::Fault, options as u32);
+        kinds[answer as usize]
+    }
+
+    fn deliver(&mut self, index: usize) {
+        let to_server = matches!(
+            self.world.network[index].body,
+            Body::Request(..) | Body::Lookup(..)
+        );
+        let kind = self.delivery_kind(to_server);
+        let message = match kind {
+            Delivery::Duplicate => {
+                self.points.faults.duplicates += 1;
+                let copy = copy_of(&self.world.network[index]);
+                self.world.note(Lane::Network, |_| {
+                    format!("duplicate {}: one copy stays in flight", copy.label())
+                });
+                copy
+            }
+            Delivery::Drop | Delivery::Deliver => self.world.network.remove(index),
+        };
+        if kind == Delivery::Drop {
+            self.points.faults.drops += 1;
+            self.world
+                .note(Lane::Network, |_| format!("drop {}", message.label()));
+            return;
+        }
+        self.world
+            .note(Lane::Network, |_| format!("deliver {}", message.label()));
+        let (intent, attempt) = (message.intent, message.attempt);
+        match message.body {
+            Body::Request(request, session) => self.invoke(intent, attempt, &request, session),
+            Body::Lookup(request, session) => self.look_up(intent, attempt, &request, session),
+            Body::Response(reply) => self.receive(intent, attempt, reply),
+            Body::Status(status) => self.receive_status(intent, attempt, status),
+        }
+    }
+
+    fn invoke(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
+        let store_before = self.trace_store();
+        let observation = self.system.observe(self.store, request);
+        self.tag.set(Some(intent));
+        let result = {
+            let mut ctx = Ctx {
+                points: Some(&mut self.points),
+                session,
+            };
+            self.system
+                .handle(&mut ctx, self.store, &mut self.memory, request)
+        };
+        self.tag.set(None);
+        if result.is_err() {
+            // The crashed server's connections close before anything reads the store.
+            self.memory = S::Memory::default();
+            self.system.restart(self.store);
+        }
+        let committed = self.settle_effects(intent);
+        match result {
+            Ok(reply) => {
+                let state = self.world.intent_mut(intent);
+                if let (true, None, Reply::Applied(value) | Reply::Replayed(value)) =
+                    (committed, &state.original, &reply)
+                {
+                    state.original = Some(value.clone());
+                }
+                state.replies.push(ServerReply {
+                    reply: reply.clone(),
+                    committed,
+                    lookup: false,
+                });
+                let judged = self.system.judge(&observation, request, &reply, committed);
+                for violation in judged {
+                    let detail = format!(
+                        "{intent} (c{} {}) {}",
+                        self.world.intent(intent).client + 1,
+                        request.describe(),
+                        violation.detail
+                    );
+                    self.world.audit.push(Violation {
+                        detail,
+                        ..violation
+                    });
+                }
+                self.world.note(Lane::Server, |_| {
+                    format!("handle {intent}#{attempt} -> {reply}")
+                });
+                self.world.network.push(Message {
+                    intent,
+                    attempt,
+                    body: Body::Response(reply),
+                });
+            }
+            Err(crash) => self.note_crash(&format!("handle {intent}#{attempt}"), crash),
+        }
+        self.note_store_change(store_before);
+    }
+
+    fn note_crash(&mut self, what: &str, crash: Crash) {
+        self.world.note(Lane::Server, |_| {
+            format!("{what} -> CRASH at {}; restart, memory lost", crash.point)
+        });
+        self.check_records_after(crash);
+    }
+
+    /// Serves a status lookup; a `completed` answer is recorded as a replay of the saved
+    /// result, so the invariants judge it like one.
+    fn look_up(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
+        let result = {
+            let mut ctx = Ctx {
+                points: Some(&mut self.points),
+                session,
+            };
+            self.system
+                .lookup(&mut ctx, self.store, &mut self.memory, request)
+        };
+        let status = match result {
+            Ok(status) => status,
+            Err(crash) => {
+                self.memory = S::Memory::default();
+                self.system.restart(self.store);
+                self.note_crash(&format!("look up {intent}#{attempt}"), crash);
+                return;
+            }
+        };
+        let recorded = match &status {
+            Status::Completed(value) => Some(Reply::Replayed(value.clone())),
+            Status::Pending => Some(Reply::Pending),
+            Status::NotFound => None,
+        };
+        if let Some(reply) = recorded {
+            self.world.intent_mut(intent).replies.push(ServerReply {
+                reply,
+                committed: false,
+                lookup: true,
+            });
+        }
+        self.world.note(Lane::Server, |_| {
+            format!("look up {intent}#{attempt} -> {status}")
+        });
+        self.world.network.push(Message {
+            intent,
+            attempt,
+            body: Body::Status(status),
+        });
+    }
+
+    fn apply_event(&mut self, index: usize) {
+        let event = self.world.events[index]
+            .take()
+            .expect("only pending events are enabled");
+        let store_before = self.trace_store();
+        self.system.apply_event(self.store, &event);
+        self.world.note(Lane::Admin, |_| event.to_string());
+        self.note_store_change(store_before);
+    }
+
+    /// `effect-record-atomicity`: after a crash, every intent with a committed effect still
+    /// has its completion record.
+    fn check_records_after(&mut self, crash: Crash) {
+        if !self
+            .system
+            .invariants()
+            .contains(&Invariant::EffectRecordAtomicity)
+        {
+            return;
+        }
+        for (index, state) in self.world.intents.iter().enumerate() {
+            if state.effects == 0
+                || self.system.has_record(self.store, &state.request) != Some(false)
+            {
+                continue;
+            }
+            let intent = IntentId(index as u32);
+            self.world.audit.push(Violation {
+                invariant: Invariant::EffectRecordAtomicity,
+                detail: format!(
+                    "after the crash at {}, {intent} (c{} {}) has a committed effect but no completion record",
+                    crash.point,
+                    state.client + 1,
+                    state.request.describe()
+                ),
+            });
+        }
+    }
+
+    /// Reads the ground truth after an invocation; returns whether `intent` gained an effect.
+    fn settle_effects(&mut self, intent: IntentId) -> bool {
+        let effects = self.system.effects(self.store);
+        let mut committed = false;
+        for effect in &effects[self.world.effects_seen..] {
+            self.world.intents[effect.0 as usize].effects += 1;
+            committed |= *effect == intent;
+        }
+        self.world.effects_seen = effects.len();
+        committed
+    }
+
+    fn trace_store(&self) -> Option<String> {
+        self.world
+            .rows
+            .as_ref()
+            .map(|_| self.system.describe_store(self.store))
+    }
+
+    fn note_store_change(&mut self, before: Option<String>) {
+        let Some(before) = before else {
+            return;
+        };
+        let after = self.system.describe_store(self.store);
+        if after != before {
+            self.world.note(Lane::Store, |_| after);
+        }
+    }
+}
+
+fn copy_of<R: Clone, V>(message: &Message<R, V>) -> Message<R, V> {
+    let body = match &message.body {
+        Body::Request(request, session) => Body::Request(request.clone(), *session),
+        Body::Lookup(request, session) => Body::Lookup(request.clone(), *session),
+        Body::Response(_) | Body::Status(_) => unreachable!("only requests are duplicated"),
+    };
+    Message {
+        intent: message.intent,
+        attempt: message.attempt,
+        body,
+    }
+}

@@ -1,0 +1,195 @@
+//! One run: clients, a lossy transport, a crashing server and a simulated clock, driven by
+//! the run's choices.
+
+mod client;
+mod execution;
+pub(crate) mod world;
+
+pub use client::ClientPolicy;
+
+use crate::bounds::Bounds;
+use crate::choices::{ChoiceKind, Choices, Decider, Tape};
+use crate::system::{Crash, IntentTag, System};
+use crate::timeline::Timeline;
+use crate::{Invariant, Violation};
+use execution::Execution;
+use serde::Serialize;
+use world::World;
+
+/// A client's session with the server: which client, and how many times it has reconnected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Session {
+    /// The client, by index (0 = `c1`).
+    pub client: u32,
+    /// 0 for the first session, then one more for each reconnect.
+    pub generation: u32,
+}
+
+/// The handler's view of the engine: crash points, and the session a request came in on.
+pub struct Ctx<'r> {
+    points: Option<&'r mut dyn CrashPoints>,
+    session: Session,
+}
+
+trait CrashPoints {
+    fn at(&mut self, point: &'static str) -> Result<(), Crash>;
+}
+
+impl Ctx<'_> {
+    /// A context that never crashes, for calling a handler directly (outside a run).
+    pub fn never_crash() -> Ctx<'static> {
+        Self::never_crash_in(Session::default())
+    }
+
+    /// A context that never crashes, for a request that came in on `session`.
+    pub fn never_crash_in(session: Session) -> Ctx<'static> {
+        Ctx {
+            points: None,
+            session,
+        }
+    }
+
+    /// The session the request came in on. Server memory kept per session (instead of in the
+    /// store) is lost when the client reconnects.
+    pub fn session(&self) -> Session {
+        self.session
+    }
+
+    /// Marks a crash point named `point`. Returns `Err(Crash)` when the run crashes the server
+    /// here: return it at once (`ctx.point("after-effect")?`), leaving uncommitted work to be
+    /// rolled back when the engine closes the connection.
+    pub fn point(&mut self, point: &'static str) -> Result<(), Crash> {
+        match self.points.as_mut() {
+            Some(points) => points.at(point),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How many faults of each kind a run injected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct FaultCounts {
+    /// Messages dropped.
+    pub drops: u32,
+    /// Requests duplicated.
+    pub duplicates: u32,
+    /// Server crashes.
+    pub crashes: u32,
+    /// Client sessions ended (the client reconnected).
+    pub reconnects: u32,
+}
+
+impl FaultCounts {
+    /// All faults together.
+    pub fn total(&self) -> u32 {
+        self.drops + self.duplicates + self.crashes + self.reconnects
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunEnd {
+    /// Every client concluded every intent and the network is empty.
+    Completed,
+    /// The run reached `steps_max`.
+    StepLimit,
+}
+
+/// Everything a run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOutcome {
+    /// The answers of the run's choices (trailing zeros trimmed).
+    pub tape: Tape,
+    /// The broken invariants, in the order of [`Invariant::ALL`].
+    pub violations: Vec<Violation>,
+    /// Scheduler steps taken.
+    pub steps: u32,
+    /// Faults injected.
+    pub faults: FaultCounts,
+    /// Why the run ended.
+    pub end: RunEnd,
+    /// The timeline, when the run was traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+impl RunOutcome {
+    /// Whether the run broke `invariant`.
+    pub fn violates(&self, invariant: Invariant) -> bool {
+        self.violations.iter().any(|v| v.invariant == invariant)
+    }
+}
+
+/// A system under test ready to run, with its store opened once and reset between runs.
+pub struct Simulator<S: System> {
+    system: S,
+    store: S::Store,
+    tag: IntentTag,
+}
+
+impl<S: System> Simulator<S> {
+    /// Opens the system's store.
+    pub fn new(system: S) -> Self {
+        let tag = IntentTag::default();
+        let store = system.open(&tag);
+        Simulator { system, store, tag }
+    }
+
+    /// The system under test.
+    pub fn system(&self) -> &S {
+        &self.system
+    }
+
+    /// Runs once, asking every choice of `source`. With `trace`, the outcome has a timeline.
+    pub fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome {
+        self.system.reset(&mut self.store);
+        let mut points = Points {
+            decider: Decider::new(source),
+            bounds: *bounds,
+            faults: FaultCounts::default(),
+        };
+        let workload = self.system.workload(&mut points.decider);
+        for event in &workload.setup {
+            self.system.apply_event(&mut self.store, event);
+        }
+        let mut execution = Execution::<S> {
+            system: &self.system,
+            store: &mut self.store,
+            tag: &self.tag,
+            memory: S::Memory::default(),
+            points,
+            world: World::new(workload, trace),
+        };
+        let end = execution.run_to_end();
+        execution.finish(end)
+    }
+}
+
+/// The crash-point side of a run: its decider and fault budget, lent to handlers through
+/// [`Ctx`].
+struct Points<'s> {
+    decider: Decider<'s>,
+    bounds: Bounds,
+    faults: FaultCounts,
+}
+
+impl Points<'_> {
+    fn fault_allowed(&self) -> bool {
+        self.faults.total() < self.bounds.faults_max
+    }
+}
+
+impl CrashPoints for Points<'_> {
+    fn at(&mut self, point: &'static str) -> Result<(), Crash> {
+        if !self.fault_allowed() || self.faults.crashes >= self.bounds.crashes_max {
+            return Ok(());
+        }
+        if self.decider.choose(ChoiceKind::Crash, 2) == 0 {
+            return Ok(());
+        }
+        self.faults.crashes += 1;
+        Err(Crash { point })
+    }
+}
+

@@ -1,0 +1,313 @@
+//! The engine-side state of a run: intents, clients, outside events, messages in flight, the
+//! clock, and the timeline being recorded.
+
+use super::Session;
+use crate::check::Verdict;
+use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
+use crate::timeline::{IntentSummary, Lane, Row, Timeline};
+use crate::Violation;
+use std::fmt;
+
+/// One intended operation and everything that happened to it.
+pub(crate) struct IntentState<R, V> {
+    pub(crate) client: u32,
+    /// The request as planned (its key is the intent's key).
+    pub(crate) request: R,
+    /// The request the client sends now: the planned one, or one with a fresh id.
+    pub(crate) sending: R,
+    /// Sent only if the client's previous intent succeeded.
+    pub(crate) after_success: bool,
+    /// Sends so far (submissions and status lookups).
+    pub(crate) attempts: u32,
+    pub(crate) verdict: Option<Verdict<V>>,
+    /// Every answer the server produced for this intent (delivered or not).
+    pub(crate) replies: Vec<ServerReply<V>>,
+    /// Committed effects, by the ground truth.
+    pub(crate) effects: u32,
+    /// The reply of the invocation that committed the intent's first effect.
+    pub(crate) original: Option<V>,
+}
+
+/// One answer of the server: a reply to a submission, or a status lookup's `completed` answer
+/// (recorded as a replay of the saved result) or `pending`.
+pub(crate) struct ServerReply<V> {
+    pub(crate) reply: Reply<V>,
+    /// Whether the invocation committed an effect for the intent.
+    pub(crate) committed: bool,
+    /// Whether this was a status lookup's answer.
+    pub(crate) lookup: bool,
+}
+
+impl<V: fmt::Display> fmt::Display for ServerReply<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.reply, self.lookup) {
+            (Reply::Replayed(value), true) => write!(f, "status completed {value}"),
+            (reply, true) => write!(f, "status {reply}"),
+            (reply, false) => write!(f, "{reply}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Ready,
+    Waiting { deadline_ms: u64 },
+    Backoff { until_ms: u64 },
+    Done,
+}
+
+/// What a ready client sends next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NextSend {
+    Submit,
+    Lookup,
+}
+
+pub(crate) struct ClientState {
+    pub(crate) intents: Vec<IntentId>,
+    pub(crate) position: usize,
+    pub(crate) phase: Phase,
+    pub(crate) next: NextSend,
+    pub(crate) generation: u32,
+}
+
+impl ClientState {
+    pub(crate) fn current(&self) -> Option<IntentId> {
+        self.intents.get(self.position).copied()
+    }
+
+    pub(crate) fn timer_ms(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Waiting { deadline_ms } => Some(deadline_ms),
+            Phase::Backoff { until_ms } => Some(until_ms),
+            Phase::Ready | Phase::Done => None,
+        }
+    }
+}
+
+pub(crate) enum Body<R, V> {
+    Request(R, Session),
+    Response(Reply<V>),
+    Lookup(R, Session),
+    Status(Status<V>),
+}
+
+pub(crate) struct Message<R, V> {
+    pub(crate) intent: IntentId,
+    pub(crate) attempt: u32,
+    pub(crate) body: Body<R, V>,
+}
+
+impl<R, V> Message<R, V> {
+    pub(crate) fn label(&self) -> String {
+        let what = match self.body {
+            Body::Request(..) => "request",
+            Body::Response(_) => "reply",
+            Body::Lookup(..) => "lookup",
+            Body::Status(_) => "status",
+        };
+        format!("{what} {}#{}", self.intent, self.attempt)
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Action {
+    Deliver(usize),
+    Send(usize),
+    Event(usize),
+    Advance,
+}
+
+/// The engine-side state of a run: clients, intents, outside events, the network and the
+/// clock.
+pub(crate) struct World<R, V, E> {
+    pub(crate) intents: Vec<IntentState<R, V>>,
+    pub(crate) clients: Vec<ClientState>,
+    /// Outside events not yet applied (`None` once applied).
+    pub(crate) events: Vec<Option<E>>,
+    pub(crate) network: Vec<Message<R, V>>,
+    /// Violations found while the run goes (per-reply judgements, checks after crashes).
+    pub(crate) audit: Vec<Violation>,
+    pub(crate) effects_seen: usize,
+    pub(crate) now_ms: u64,
+    pub(crate) steps: u32,
+    pub(crate) rows: Option<Vec<Row>>,
+}
+
+impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
+    pub(crate) fn new(workload: Workload<R, E>, trace: bool) -> Self {
+        let mut intents = Vec::new();
+        let mut clients = Vec::with_capacity(workload.clients.len());
+        for (client, planned) in workload.clients.into_iter().enumerate() {
+            let mut ids = Vec::with_capacity(planned.len());
+            for Intent {
+                request,
+                after_success,
+            } in planned
+            {
+                ids.push(IntentId(intents.len() as u32));
+                intents.push(IntentState {
+                    client: client as u32,
+                    sending: request.clone(),
+                    request,
+                    after_success,
+                    attempts: 0,
+                    verdict: None,
+                    replies: Vec::new(),
+                    effects: 0,
+                    original: None,
+                });
+            }
+            let phase = if ids.is_empty() {
+                Phase::Done
+            } else {
+                Phase::Ready
+            };
+            clients.push(ClientState {
+                intents: ids,
+                position: 0,
+                phase,
+                next: NextSend::Submit,
+                generation: 0,
+            });
+        }
+        World {
+            intents,
+            clients,
+            events: workload.events.into_iter().map(Some).collect(),
+            network: Vec::new(),
+            audit: Vec::new(),
+            effects_seen: 0,
+            now_ms: 0,
+            steps: 0,
+            rows: trace.then(Vec::new),
+        }
+    }
+
+    pub(crate) fn finished(&self) -> bool {
+        self.network.is_empty()
+            && self.clients.iter().all(|c| c.phase == Phase::Done)
+            && self.events.iter().all(Option::is_none)
+    }
+
+    /// The enabled steps, the uneventful first: deliveries (oldest first), sends, outside
+    /// events, then the passing of time.
+    pub(crate) fn enabled(&self, actions: &mut Vec<Action>) {
+        actions.clear();
+        actions.extend((0..self.network.len()).map(Action::Deliver));
+        for (index, client) in self.clients.iter().enumerate() {
+            if client.phase == Phase::Ready {
+                actions.push(Action::Send(index));
+            }
+        }
+        for (index, event) in self.events.iter().enumerate() {
+            if event.is_some() {
+                actions.push(Action::Event(index));
+            }
+        }
+        if self.clients.iter().any(|c| c.timer_ms().is_some()) {
+            actions.push(Action::Advance);
+        }
+    }
+
+    pub(crate) fn intent(&self, intent: IntentId) -> &IntentState<R, V> {
+        &self.intents[intent.0 as usize]
+    }
+
+    pub(crate) fn intent_mut(&mut self, intent: IntentId) -> &mut IntentState<R, V> {
+        &mut self.intents[intent.0 as usize]
+    }
+
+    /// Records the client's verdict on its current intent and moves it to its next intent,
+    /// skipping those that build on an intent that did not succeed.
+    pub(crate) fn conclude(&mut self, client: usize, verdict: Verdict<V>) {
+        let mut succeeded = matches!(verdict, Verdict::Succeeded(_));
+        let state = &mut self.clients[client];
+        let intent = state.current().expect("a concluding client has an intent");
+        self.intents[intent.0 as usize].verdict = Some(verdict);
+        state.position += 1;
+        state.next = NextSend::Submit;
+        while let Some(next) = state.current() {
+            let next_state = &mut self.intents[next.0 as usize];
+            if succeeded || !next_state.after_success {
+                break;
+            }
+            next_state.verdict = Some(Verdict::Skipped);
+            state.position += 1;
+            succeeded = false;
+        }
+        state.phase = if state.current().is_some() {
+            Phase::Ready
+        } else {
+            Phase::Done
+        };
+    }
+
+    /// Adds a timeline row, when tracing. `text` is only built when it is needed.
+    pub(crate) fn note(&mut self, lane: Lane, text: impl FnOnce(&Self) -> String) {
+        if self.rows.is_none() {
+            return;
+        }
+        let row = Row {
+            step: self.steps,
+            time_ms: self.now_ms,
+            lane,
+            text: text(self),
+            knows: self.knows(),
+        };
+        self.rows.as_mut().expect("tracing").push(row);
+    }
+
+    /// What each client knows about its current (or last) intent.
+    fn knows(&self) -> String {
+        let mut parts = Vec::with_capacity(self.clients.len());
+        for (index, client) in self.clients.iter().enumerate() {
+            // The intent the client is dealing with: the current one once it has been sent,
+            // else the one it concluded last.
+            let concluded = client.position.checked_sub(1).map(|i| client.intents[i]);
+            let shown = match client.current() {
+                Some(intent) if self.intent(intent).attempts > 0 => Some(intent),
+                current => concluded.or(current),
+            };
+            let Some(intent) = shown else {
+                continue;
+            };
+            let state = self.intent(intent);
+            let knowledge = match (&state.verdict, state.attempts) {
+                (Some(verdict), _) => verdict.to_string(),
+                (None, 0) => "nothing".to_string(),
+                (None, _) => "unknown".to_string(),
+            };
+            parts.push(format!("c{} {intent}: {knowledge}", index + 1));
+        }
+        parts.join("; ")
+    }
+
+    pub(crate) fn into_timeline(self, store: String) -> Option<Timeline> {
+        let rows = self.rows?;
+        let intents = self
+            .intents
+            .iter()
+            .enumerate()
+            .map(|(index, state)| IntentSummary {
+                intent: IntentId(index as u32),
+                client: state.client + 1,
+                request: state.request.describe(),
+                attempts: state.attempts,
+                verdict: state
+                    .verdict
+                    .as_ref()
+                    .map_or_else(|| "unknown (run ended)".to_string(), |v| v.to_string()),
+                effects: state.effects,
+            })
+            .collect();
+        Some(Timeline {
+            clients: self.clients.len() as u32,
+            admin: !self.events.is_empty(),
+            rows,
+            intents,
+            store,
+            violations: Vec::new(),
+        })
+    }
+}
