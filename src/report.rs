@@ -45,7 +45,11 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
             defaults.duplicates_max,
         ),
         ("crashes-max", bounds.crashes_max, defaults.crashes_max),
-        ("reconnects-max", bounds.reconnects_max, defaults.reconnects_max),
+        (
+            "reconnects-max",
+            bounds.reconnects_max,
+            defaults.reconnects_max,
+        ),
     ];
     let mut flags = String::new();
     for (name, value, default) in pairs {

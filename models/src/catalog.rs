@@ -1,6 +1,6 @@
 //! The built-in domains and handlers, each with the verdict it declares.
 
-use crate::interval;
+use crate::{interval, reservation};
 use retrysim_sim::{Invariant, Simulator, Subject};
 use std::fmt;
 
@@ -67,6 +67,10 @@ const DOMAINS: &[DomainEntry] = &[
     DomainEntry {
         name: "interval",
         summary: "an automation's interval under an optimistic version, with request receipts",
+    },
+    DomainEntry {
+        name: "reservation",
+        summary: "a reservation whose acknowledgement is lost; the session reconnects and asks",
     },
 ];
 
@@ -152,6 +156,34 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "updates without the version condition",
         declared: faulty(Invariant::NoLostUpdate),
         build: subject::<interval::OnInterval<interval::LastWriteWins>>,
+    },
+    HandlerEntry {
+        domain: "reservation",
+        handler: "action-record",
+        summary: "reservation and completed record in one transaction; tenant-scoped lookup",
+        declared: Declared::Correct,
+        build: subject::<reservation::OnReservation<reservation::ActionRecord>>,
+    },
+    HandlerEntry {
+        domain: "reservation",
+        handler: "session-memory",
+        summary: "remembers success only in the session's memory",
+        declared: faulty(Invariant::AtMostOnceEffect),
+        build: subject::<reservation::OnReservation<reservation::SessionMemory>>,
+    },
+    HandlerEntry {
+        domain: "reservation",
+        handler: "split-commit",
+        summary: "commits the reservation before its record",
+        declared: faulty(Invariant::EffectRecordAtomicity),
+        build: subject::<reservation::OnReservation<reservation::SplitCommit>>,
+    },
+    HandlerEntry {
+        domain: "reservation",
+        handler: "unscoped-lookup",
+        summary: "looks records up by request id alone",
+        declared: faulty(Invariant::ScopeIsolation),
+        build: subject::<reservation::OnReservation<reservation::UnscopedLookup>>,
     },
 ];
 

@@ -4,5 +4,6 @@
 pub mod catalog;
 pub mod counter;
 pub mod interval;
+pub mod reservation;
 
 pub use catalog::{domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError};

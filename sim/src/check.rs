@@ -193,9 +193,11 @@ fn scope_isolation<R: Request, V: fmt::Display>(
     let intent = &intents[id.0 as usize];
     let key = intent.request.key();
     let explained = |reply: &Reply<V>| match reply {
-        Reply::KeyReuse => intents.iter().any(|other| {
-            other.effects > 0 && other.request.key() == key && other.request != intent.request
-        }),
+        // Another intent of the same scope claimed the key (committed, or held by a record the
+        // run started with, such as a pending one).
+        Reply::KeyReuse => intents
+            .iter()
+            .any(|other| other.request.key() == key && other.request != intent.request),
         Reply::Replayed(_) => {
             intent.effects > 0
                 || intents

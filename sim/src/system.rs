@@ -142,6 +142,8 @@ pub enum Status<V> {
     Pending,
     /// No record of the request in the caller's scope.
     NotFound,
+    /// The request id is recorded with different arguments: a key-reuse conflict.
+    Conflict,
 }
 
 impl<V: fmt::Display> fmt::Display for Status<V> {
@@ -150,6 +152,7 @@ impl<V: fmt::Display> fmt::Display for Status<V> {
             Status::Completed(value) => write!(f, "completed {value}"),
             Status::Pending => f.write_str("pending"),
             Status::NotFound => f.write_str("not_found"),
+            Status::Conflict => f.write_str("conflict"),
         }
     }
 }

@@ -183,7 +183,9 @@ impl<S: System> Execution<'_, '_, S> {
         world.note(Lane::Client(client as u32), |w| {
             let plan = match w.clients[client].next {
                 NextSend::Lookup => "will look up the status of".to_string(),
-                NextSend::Submit => format!("will resubmit as {}", w.intent(intent).sending.describe()),
+                NextSend::Submit => {
+                    format!("will resubmit as {}", w.intent(intent).sending.describe())
+                }
             };
             format!("session ends; reconnects as session {generation}, {plan} {intent}")
         });
@@ -263,12 +265,15 @@ impl<S: System> Execution<'_, '_, S> {
         let verdict = match status {
             Status::Completed(value) => Verdict::Succeeded(value),
             Status::Pending => Verdict::Pending,
+            Status::Conflict => Verdict::Failed("key-reuse conflict".into()),
             Status::NotFound => {
                 let world = &mut self.world;
                 world.clients[client].next = NextSend::Submit;
                 world.clients[client].phase = Phase::Ready;
                 world.note(lane, |_| {
-                    format!("status {intent}#{attempt}: not found; will resubmit {intent} under its id")
+                    format!(
+                        "status {intent}#{attempt}: not found; will resubmit {intent} under its id"
+                    )
                 });
                 return;
             }

@@ -229,6 +229,7 @@ impl<S: System> Execution<'_, '_, S> {
         let recorded = match &status {
             Status::Completed(value) => Some(Reply::Replayed(value.clone())),
             Status::Pending => Some(Reply::Pending),
+            Status::Conflict => Some(Reply::KeyReuse),
             Status::NotFound => None,
         };
         if let Some(reply) = recorded {

@@ -192,4 +192,3 @@ impl CrashPoints for Points<'_> {
         Err(Crash { point })
     }
 }
-

@@ -1,0 +1,246 @@
+//! The reservation store on real SQLite, and the family that makes any
+//! [`ReservationHandler`] a system under test.
+
+use super::types::{Fixture, Reference, ReservationRequest};
+use super::workload::workload;
+use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
+use retrysim_sim::{
+    Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, System, Violation,
+    Workload,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::BTreeMap;
+
+/// The schema of the seed's fixture: no capacity rule, so a duplicate stays visible.
+pub const SCHEMA: &str = "
+CREATE TABLE reservations (
+    reference TEXT PRIMARY KEY NOT NULL,
+    tenant TEXT NOT NULL,
+    slot TEXT NOT NULL
+);
+CREATE TABLE action_records (
+    tenant TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    slot TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'completed')),
+    reservation_ref TEXT,
+    PRIMARY KEY (tenant, request_id)
+);
+";
+
+const RESET: &[&str] = &["DELETE FROM action_records", "DELETE FROM reservations"];
+
+/// The invariants that apply to the reservation domain.
+pub const INVARIANTS: &[Invariant] = &[
+    Invariant::AtMostOnceEffect,
+    Invariant::OutcomeAgreement,
+    Invariant::NoSilentKeyReuse,
+    Invariant::ReplayFidelity,
+    Invariant::ScopeIsolation,
+    Invariant::EffectRecordAtomicity,
+];
+
+/// Server memory that a handler keeps per client session: (session, tenant, request id) to
+/// the reference it answered. A reconnect starts a new session; a crash loses it all.
+pub type SessionRecords = BTreeMap<(Session, &'static str, String), Reference>;
+
+/// The durable side of the domain: the SQLite database and the server's connection.
+pub struct ReservationStore {
+    db: HarnessDb,
+    server: Connection,
+}
+
+impl ReservationStore {
+    /// The harness database; its keeper connection reads committed state.
+    pub fn db(&self) -> &HarnessDb {
+        &self.db
+    }
+
+    /// How many reservations are committed.
+    pub fn reservations(&self) -> i64 {
+        self.db
+            .keeper()
+            .query_row("SELECT count(*) FROM reservations", [], |row| row.get(0))
+            .expect("reservations are readable")
+    }
+
+    /// The state of the action record under (tenant, request id), if any.
+    pub fn record_state(&self, tenant: &str, request_id: &str) -> Option<String> {
+        self.db
+            .keeper()
+            .prepare_cached(
+                "SELECT state FROM action_records WHERE tenant = ?1 AND request_id = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![tenant, request_id], |row| row.get(0))
+                    .optional()
+            })
+            .expect("action records are readable")
+    }
+}
+
+/// A reservation handler: submission and status lookup on the server's connection.
+pub trait ReservationHandler {
+    /// Submits a reservation; call `ctx.point(name)?` at crash points.
+    fn submit(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        memory: &mut SessionRecords,
+        request: &ReservationRequest,
+    ) -> Result<Reply<Reference>, Stop>;
+
+    /// Looks the status of `request` up in the caller's scope.
+    fn lookup(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        memory: &mut SessionRecords,
+        request: &ReservationRequest,
+    ) -> Result<Status<Reference>, Stop>;
+
+    /// Whether the handler keeps durable action records at all.
+    fn keeps_records(&self) -> bool {
+        true
+    }
+}
+
+/// A [`ReservationHandler`] as a system under test.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnReservation<H>(pub H);
+
+impl<H: ReservationHandler> System for OnReservation<H> {
+    type Request = ReservationRequest;
+    type Value = Reference;
+    type Store = ReservationStore;
+    type Memory = SessionRecords;
+    type Event = Fixture;
+    /// The state of the record under the intent's first request id, before the invocation.
+    type Observation = Option<String>;
+
+    fn open(&self, tag: &IntentTag) -> ReservationStore {
+        let db = HarnessDb::create(tag, SCHEMA, &["reservations"]).expect("the schema loads");
+        let server = db.connect().expect("a server connection opens");
+        ReservationStore { db, server }
+    }
+
+    fn reset(&self, store: &mut ReservationStore) {
+        store.db.reset(RESET).expect("the reservation store resets");
+    }
+
+    fn restart(&self, store: &mut ReservationStore) {
+        // Dropping the old connection closes it: SQLite rolls back its open transaction.
+        store.server = store.db.connect().expect("a server connection reopens");
+    }
+
+    fn workload(&self, decider: &mut Decider<'_>) -> Workload<ReservationRequest, Fixture> {
+        workload(decider)
+    }
+
+    fn apply_event(&self, store: &mut ReservationStore, fixture: &Fixture) {
+        let Fixture::Pending {
+            tenant,
+            request_id,
+            slot,
+        } = *fixture;
+        store
+            .db
+            .keeper()
+            .execute(
+                "INSERT INTO action_records VALUES (?1, ?2, ?3, 'pending', NULL)",
+                params![tenant, request_id, slot],
+            )
+            .expect("the pending fixture inserts");
+    }
+
+    fn observe(&self, store: &ReservationStore, request: &ReservationRequest) -> Option<String> {
+        store.record_state(request.tenant, &request.first_id)
+    }
+
+    fn judge(
+        &self,
+        observed: &Option<String>,
+        request: &ReservationRequest,
+        _reply: &Reply<Reference>,
+        committed: bool,
+    ) -> Vec<Violation> {
+        if committed && observed.as_deref() == Some("pending") {
+            return vec![Violation {
+                invariant: Invariant::AtMostOnceEffect,
+                detail: format!(
+                    "reserved although {} {} was pending: a pending action turned into a second reservation",
+                    request.tenant, request.first_id
+                ),
+            }];
+        }
+        Vec::new()
+    }
+
+    fn has_record(&self, store: &ReservationStore, request: &ReservationRequest) -> Option<bool> {
+        self.0.keeps_records().then(|| {
+            store
+                .record_state(request.tenant, &request.request_id)
+                .is_some()
+        })
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut ReservationStore,
+        memory: &mut SessionRecords,
+        request: &ReservationRequest,
+    ) -> Result<Reply<Reference>, Crash> {
+        let result = self.0.submit(ctx, &store.server, memory, request);
+        settle(result, &store.server)
+    }
+
+    fn supports_lookup(&self) -> bool {
+        true
+    }
+
+    fn lookup(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut ReservationStore,
+        memory: &mut SessionRecords,
+        request: &ReservationRequest,
+    ) -> Result<Status<Reference>, Crash> {
+        match self.0.lookup(ctx, &store.server, memory, request) {
+            Ok(status) => Ok(status),
+            Err(Stop::Crash(crash)) => Err(crash),
+            Err(Stop::Storage(error)) => panic!("a status lookup failed: {error}"),
+        }
+    }
+
+    fn effects(&self, store: &ReservationStore) -> Vec<IntentId> {
+        store.db.effects()
+    }
+
+    fn describe_store(&self, store: &ReservationStore) -> String {
+        let keeper = store.db.keeper();
+        let read = |sql: &str| -> Vec<String> {
+            let mut statement = keeper.prepare_cached(sql).expect("the store is readable");
+            let rows = statement
+                .query_map([], |row| row.get(0))
+                .expect("the store is readable");
+            rows.map(|row| row.expect("a row reads")).collect()
+        };
+        let reservations = read(
+            "SELECT reference || ' ' || tenant || ' ' || slot FROM reservations ORDER BY rowid",
+        );
+        let records = read(
+            "SELECT tenant || '/' || request_id || ' ' || state || coalesce(' ' || reservation_ref, '') \
+             FROM action_records ORDER BY tenant, request_id",
+        );
+        format!(
+            "reservations [{}]; records [{}]",
+            reservations.join(", "),
+            records.join(", ")
+        )
+    }
+
+    fn invariants(&self) -> &'static [Invariant] {
+        INVARIANTS
+    }
+}

@@ -1,0 +1,50 @@
+//! Reservation workloads: tenant-a's reservation, maybe a follow-up, maybe another tenant, and
+//! maybe a pending record seeded before the run.
+
+use super::types::{Fixture, ReservationRequest};
+use retrysim_sim::{ChoiceKind, Decider, Intent, Workload};
+
+/// The first tenant.
+pub const TENANT_A: &str = "tenant-a";
+/// The second tenant.
+pub const TENANT_B: &str = "tenant-b";
+/// The request id of the seed's first instruction.
+pub const REQUEST_ID: &str = "req-247";
+
+/// Draws a reservation workload. tenant-a always submits `req-247 slot-A`; it may follow with
+/// `req-247 slot-B` (changed input under the same id) or `req-248 slot-A` (a new
+/// instruction); tenant-b may submit `req-247 slot-A` in its own scope; a pending record for
+/// tenant-a's `req-247` may be seeded first. The all-zero answer is the single submission.
+pub fn workload(decider: &mut Decider<'_>) -> Workload<ReservationRequest, Fixture> {
+    let mut first = vec![Intent::new(ReservationRequest::new(
+        TENANT_A, REQUEST_ID, "slot-A",
+    ))];
+    match decider.choose(ChoiceKind::Workload, 3) {
+        1 => first.push(Intent::new(ReservationRequest::new(
+            TENANT_A, REQUEST_ID, "slot-B",
+        ))),
+        2 => first.push(Intent::new(ReservationRequest::new(
+            TENANT_A, "req-248", "slot-A",
+        ))),
+        _ => {}
+    }
+    let mut clients = vec![first];
+    if decider.choose(ChoiceKind::Workload, 2) == 1 {
+        clients.push(vec![Intent::new(ReservationRequest::new(
+            TENANT_B, REQUEST_ID, "slot-A",
+        ))]);
+    }
+    let setup = match decider.choose(ChoiceKind::Workload, 2) {
+        1 => vec![Fixture::Pending {
+            tenant: TENANT_A,
+            request_id: REQUEST_ID,
+            slot: "slot-A",
+        }],
+        _ => Vec::new(),
+    };
+    Workload {
+        clients,
+        events: Vec::new(),
+        setup,
+    }
+}
