@@ -34,8 +34,8 @@ pub mod report;
 pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
-    explore, replay, run_seed, shrink, Bounds, ChoiceKind, Choices, ClientPolicy, Crash, Ctx,
-    Decider, Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag,
+    explore, replay, run_seed, shrink, shrink_by, Bounds, ChoiceKind, Choices, ClientPolicy, Crash,
+    Ctx, Decider, Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag,
     Invariant, Lane, Ledger, NoEvent, Odds, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
     SeededChoices, Session, Shrunk, Simulator, Status, Subject, SubjectFactory, System, Tape,
     TapeChoices, TapeError, Timeline, Violation, Workload, SHRINK_RUNS_MAX,

@@ -4,8 +4,8 @@
 //! the store, the restart after a crash and the ground truth are the real ones, but nothing is
 //! chosen: no fault is injected and every call runs to its end.
 
-use crate::run::Ctx;
-use crate::system::{IntentId, IntentTag, Reply, System};
+use crate::run::{Ctx, Session};
+use crate::system::{IntentId, IntentTag, Reply, Status, System};
 
 /// A system's store and handler, driven by hand.
 pub struct Sandbox<S: System> {
@@ -38,6 +38,14 @@ impl<S: System> Sandbox<S> {
             .handle(&mut ctx, &mut self.store, &mut self.memory, request);
         self.tag.set(None);
         result.expect("a sandbox call never crashes")
+    }
+
+    /// Answers a status lookup of `request` made on `session`.
+    pub fn lookup(&mut self, session: Session, request: &S::Request) -> Status<S::Value> {
+        let mut ctx = Ctx::never_crash_in(session);
+        self.system
+            .lookup(&mut ctx, &mut self.store, &mut self.memory, request)
+            .expect("a sandbox lookup never crashes")
     }
 
     /// Restarts the server as after a crash: volatile memory lost, connections reopened.

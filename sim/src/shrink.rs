@@ -38,7 +38,8 @@ fn size(outcome: &RunOutcome) -> Size {
 struct Shrinker<'a> {
     subject: &'a mut dyn Subject,
     bounds: Bounds,
-    invariant: Invariant,
+    keep: &'a dyn Fn(&RunOutcome) -> bool,
+    trace: bool,
     best: RunOutcome,
     runs: u32,
 }
@@ -50,10 +51,10 @@ impl Shrinker<'_> {
             return false;
         }
         self.runs += 1;
-        let outcome = self
-            .subject
-            .run(&mut TapeChoices::lenient(answers), &self.bounds, false);
-        if outcome.violates(self.invariant) && size(&outcome) < size(&self.best) {
+        let outcome =
+            self.subject
+                .run(&mut TapeChoices::lenient(answers), &self.bounds, self.trace);
+        if (self.keep)(&outcome) && size(&outcome) < size(&self.best) {
             self.best = outcome;
             return true;
         }
@@ -74,6 +75,29 @@ impl Shrinker<'_> {
                     start += 1;
                 }
             }
+        }
+        improved
+    }
+
+    /// Lowers one answer and deletes the few after it: a smaller workload or an earlier
+    /// choice often asks fewer questions, so the answers that followed must go too.
+    fn lower_and_delete(&mut self) -> bool {
+        let mut improved = false;
+        let mut index = 0;
+        while index < self.best.tape.len() {
+            let answers = self.best.tape.answers().to_vec();
+            if answers[index] > 0 {
+                for span in 1..=4 {
+                    let end = (index + 1 + span).min(answers.len());
+                    let mut candidate = [&answers[..index + 1], &answers[end..]].concat();
+                    candidate[index] -= 1;
+                    if self.attempt(&candidate) {
+                        improved = true;
+                        break;
+                    }
+                }
+            }
+            index += 1;
         }
         improved
     }
@@ -107,26 +131,42 @@ pub fn shrink(
     tape: &Tape,
     invariant: Invariant,
 ) -> Shrunk {
-    let first = subject.run(&mut TapeChoices::lenient(tape.answers()), bounds, false);
-    assert!(
-        first.violates(invariant),
-        "shrink was given a tape that does not break {invariant}"
-    );
+    let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
+    shrink_by(subject, bounds, tape, &breaks, false)
+        .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"))
+}
+
+/// Shrinks `tape` to the smallest tape whose run still satisfies `keep` (e.g. "the reply is
+/// dropped and the retry is replayed"), within [`SHRINK_RUNS_MAX`] runs. With `trace`, every
+/// candidate run is traced, so `keep` can read the timeline. `None` if `tape`'s own run does
+/// not satisfy `keep`.
+pub fn shrink_by(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    tape: &Tape,
+    keep: &dyn Fn(&RunOutcome) -> bool,
+    trace: bool,
+) -> Option<Shrunk> {
+    let first = subject.run(&mut TapeChoices::lenient(tape.answers()), bounds, trace);
+    if !keep(&first) {
+        return None;
+    }
     let mut shrinker = Shrinker {
         subject,
         bounds: *bounds,
-        invariant,
+        keep,
+        trace,
         best: first,
         runs: 1,
     };
-    while shrinker.delete_spans() | shrinker.lower_answers() {}
+    while shrinker.delete_spans() | shrinker.lower_answers() | shrinker.lower_and_delete() {}
     let tape = shrinker.best.tape.clone();
     let outcome = shrinker
         .subject
         .run(&mut TapeChoices::lenient(tape.answers()), bounds, true);
-    Shrunk {
+    Some(Shrunk {
         tape,
         outcome,
         runs: shrinker.runs + 1,
-    }
+    })
 }

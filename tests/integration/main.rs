@@ -5,6 +5,7 @@ mod cli;
 mod counter;
 mod determinism;
 mod interval;
+mod reservation;
 mod tape;
 mod timelines;
 

@@ -145,8 +145,10 @@ impl<S: System> Execution<'_, '_, S> {
             }
             Phase::Waiting { .. } => {
                 let attempts = self.world.intent(intent).attempts;
-                self.maybe_reconnect(client);
                 self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"));
+                if self.world.clients[client].current() == Some(intent) {
+                    self.maybe_reconnect(client);
+                }
             }
             Phase::Ready | Phase::Done => unreachable!("only waiting clients have timers"),
         }
