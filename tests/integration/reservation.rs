@@ -296,16 +296,12 @@ fn a_fresh_id_client_turns_a_pending_action_into_a_reservation_and_is_caught() {
         ..Bounds::default()
     };
     let mut subject = (entry("reservation", "action-record").build)();
-    let caught = (0..5_000).find_map(|seed| {
+    let caught = (0..5_000).find(|&seed| {
         let outcome = retrysim::run_seed(&mut *subject, seed, &bounds, false);
-        outcome
-            .violations
-            .iter()
-            .any(|v| {
-                v.detail
-                    .contains("a pending action turned into a second reservation")
-            })
-            .then_some(seed)
+        outcome.violations.iter().any(|v| {
+            v.detail
+                .contains("a pending action turned into a second reservation")
+        })
     });
     assert!(
         caught.is_some(),
