@@ -81,6 +81,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
         match outcome.end {
             crate::RunEnd::Completed => "completed",
             crate::RunEnd::StepLimit => "step limit",
+            crate::RunEnd::Pruned => "pruned (state already explored)",
         }
     );
     let _ = writeln!(out, "bounds: {bounds}");

@@ -9,11 +9,14 @@ use std::fmt;
 pub struct Bounds {
     /// Scheduler steps (deliveries, sends, clock advances) after which a run is stopped.
     pub steps_max: u32,
+    /// Clients at most in a workload (a domain may draw fewer).
+    pub clients_max: u32,
     /// Sends of one intent a client makes before it gives up (1 = no retry).
     pub attempts_max: u32,
     /// Injected faults of every kind (drops + duplicates + crashes) in one run.
     pub faults_max: u32,
-    /// Dropped messages in one run (within `faults_max`).
+    /// Dropped messages in one run (within `faults_max`); [`Bounds::UNBOUNDED`] for no limit,
+    /// in which case drops do not count toward `faults_max` (retries still bound them).
     pub drops_max: u32,
     /// Duplicated requests in one run (within `faults_max`).
     pub duplicates_max: u32,
@@ -33,6 +36,7 @@ impl Default for Bounds {
     fn default() -> Self {
         Bounds {
             steps_max: 200,
+            clients_max: 2,
             attempts_max: 3,
             faults_max: 3,
             drops_max: 3,
@@ -47,8 +51,14 @@ impl Default for Bounds {
 }
 
 impl Bounds {
+    /// A per-kind fault limit meaning "no limit".
+    pub const UNBOUNDED: u32 = u32::MAX;
+
     /// Checks that the limits describe a possible run.
     pub fn validate(&self) -> Result<(), String> {
+        if self.clients_max == 0 {
+            return Err("clients_max must be at least 1".into());
+        }
         if self.steps_max == 0 {
             return Err("steps_max must be at least 1".into());
         }
@@ -66,11 +76,12 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
+            "steps_max={} clients_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
             self.steps_max,
+            self.clients_max,
             self.attempts_max,
             self.faults_max,
-            self.drops_max,
+            Limit(self.drops_max),
             self.duplicates_max,
             self.crashes_max,
             self.reconnects_max,
@@ -78,5 +89,18 @@ impl fmt::Display for Bounds {
             self.backoff_ms_base,
             self.client
         )
+    }
+}
+
+/// A per-kind limit as printed: a number or `unbounded`.
+struct Limit(u32);
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == Bounds::UNBOUNDED {
+            f.write_str("unbounded")
+        } else {
+            write!(f, "{}", self.0)
+        }
     }
 }

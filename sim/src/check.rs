@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// What a client concluded about one intent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Verdict<V> {
     /// The server answered with a result (applied or replayed).
     Succeeded(V),

@@ -104,7 +104,7 @@ impl fmt::Display for Invariant {
 }
 
 /// One broken invariant in one run, with what broke it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Violation {
     /// Which invariant.
     pub invariant: Invariant,

@@ -10,6 +10,7 @@
 use crate::system::{Crash, IntentId, IntentTag, Reply};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags};
+use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
@@ -78,6 +79,24 @@ impl HarnessDb {
             .collect()
     }
 
+    /// A fingerprint of every row of `tables` and of the ground truth, for state hashing.
+    pub fn fingerprint(&self, tables: &[&str]) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for table in tables.iter().chain(&["retrysim_effects"]) {
+            table.hash(&mut hasher);
+            let sql = format!("SELECT * FROM {table} ORDER BY rowid");
+            let mut statement = self.keeper.prepare_cached(&sql).expect("the table exists");
+            let columns = statement.column_count();
+            let mut rows = statement.query([]).expect("the table is readable");
+            while let Some(row) = rows.next().expect("a row reads") {
+                for column in 0..columns {
+                    hash_value(row.get_ref(column).expect("a column reads"), &mut hasher);
+                }
+            }
+        }
+        hasher.finish()
+    }
+
     /// Returns the database to its initial contents: runs each statement of `reset` (together
     /// they must undo every change a run can make) and clears the ground truth, in one
     /// transaction. Statements are prepared once per connection and cached.
@@ -88,6 +107,17 @@ impl HarnessDb {
         }
         execute_cached(&self.keeper, "DELETE FROM retrysim_effects")?;
         execute_cached(&self.keeper, "COMMIT").map(drop)
+    }
+}
+
+fn hash_value(value: rusqlite::types::ValueRef<'_>, hasher: &mut impl Hasher) {
+    use rusqlite::types::ValueRef;
+    match value {
+        ValueRef::Null => 0u8.hash(hasher),
+        ValueRef::Integer(integer) => (1u8, integer).hash(hasher),
+        ValueRef::Real(real) => (2u8, real.to_bits()).hash(hasher),
+        ValueRef::Text(text) => (3u8, text).hash(hasher),
+        ValueRef::Blob(blob) => (4u8, blob).hash(hasher),
     }
 }
 

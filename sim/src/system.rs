@@ -2,9 +2,10 @@
 
 use crate::choices::Decider;
 use crate::run::Ctx;
-use crate::{Invariant, Violation};
+use crate::{Bounds, Invariant, Violation};
 use std::borrow::Cow;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -93,7 +94,7 @@ impl Ledger {
 }
 
 /// A request as a client builds it for one intent: arguments plus the request id.
-pub trait Request: Clone + Eq + fmt::Debug {
+pub trait Request: Clone + Eq + Hash + fmt::Debug {
     /// The scoped request id: two requests with equal keys claim the same saved result.
     type Key: Ord + Clone + fmt::Display;
 
@@ -112,7 +113,7 @@ pub trait Request: Clone + Eq + fmt::Debug {
 }
 
 /// What the server answers to one request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Reply<V> {
     /// The operation was applied now; here is its result.
     Applied(V),
@@ -134,7 +135,7 @@ pub enum Reply<V> {
 }
 
 /// The answer to a status lookup of a request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Status<V> {
     /// The operation completed; here is its saved result.
     Completed(V),
@@ -172,7 +173,7 @@ impl<V: fmt::Display> fmt::Display for Reply<V> {
 }
 
 /// The handler stopped because the server crashed at a crash point. Return it with `?`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Crash {
     /// The crash point's name.
     pub point: &'static str,
@@ -180,7 +181,7 @@ pub struct Crash {
 
 /// The clients of a run and the intents each will carry out, in order, plus the outside
 /// events (an administrator's changes) that the scheduler may interleave with them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Workload<R, E> {
     /// For each client, its intents in the order it will carry them out.
     pub clients: Vec<Vec<Intent<R>>>,
@@ -191,7 +192,7 @@ pub struct Workload<R, E> {
 }
 
 /// One intended operation as a workload plans it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Intent<R> {
     /// The request the client sends (every attempt sends the same one).
     pub request: R,
@@ -219,7 +220,7 @@ impl<R> Intent<R> {
 }
 
 /// The event type of a system without outside events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NoEvent {}
 
 impl fmt::Display for NoEvent {
@@ -237,13 +238,13 @@ pub trait System {
     /// The request a client sends.
     type Request: Request;
     /// The result of an applied operation.
-    type Value: Clone + Eq + fmt::Debug + fmt::Display;
+    type Value: Clone + Eq + Hash + fmt::Debug + fmt::Display;
     /// Durable state: survives a server crash (committed data only).
     type Store;
     /// Volatile server memory: lost on a crash.
-    type Memory: Default;
+    type Memory: Default + Hash;
     /// An outside change to the store (an administrator's action), or [`NoEvent`].
-    type Event: fmt::Display;
+    type Event: Hash + fmt::Display;
     /// What the harness notes about the committed state just before an invocation, to judge
     /// its reply against (`()` when the system has no per-reply invariants).
     type Observation;
@@ -258,8 +259,12 @@ pub trait System {
     /// reopen on the durable store.
     fn restart(&self, store: &mut Self::Store);
 
-    /// Draws the run's workload.
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<Self::Request, Self::Event>;
+    /// Draws the run's workload, with at most `bounds.clients_max` clients.
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<Self::Request, Self::Event>;
 
     /// Applies an outside event to the committed store (outside any intent).
     fn apply_event(&self, store: &mut Self::Store, event: &Self::Event);
@@ -316,6 +321,15 @@ pub trait System {
 
     /// A one-line summary of the committed store for timelines, e.g. `total=5 records=[e1]`.
     fn describe_store(&self, store: &Self::Store) -> String;
+
+    /// A fingerprint of the whole committed store, for state hashing in exhaustive checks:
+    /// two stores with equal fingerprints must behave alike from here on. The default hashes
+    /// [`System::describe_store`]; override it when the description leaves state out.
+    fn fingerprint(&self, store: &Self::Store) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.describe_store(store).hash(&mut hasher);
+        hasher.finish()
+    }
 
     /// The invariants that apply to this system.
     fn invariants(&self) -> &'static [Invariant] {

@@ -2,13 +2,13 @@
 
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::{
-    Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, System, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, System, Workload,
 };
 
 /// A counter handler over an in-memory durable total.
 pub trait MemoryHandler {
     /// Volatile server memory, lost on a crash.
-    type Memory: Default;
+    type Memory: Default + std::hash::Hash;
 
     /// Handles one submission; call `ctx.point(name)?` at crash points.
     fn handle(
@@ -42,8 +42,12 @@ impl<H: MemoryHandler> System for OnMemory<H> {
 
     fn restart(&self, _store: &mut MemoryTotal) {}
 
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> {
-        workload(decider)
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<CounterRequest, NoEvent> {
+        workload(decider, bounds.clients_max)
     }
 
     fn apply_event(&self, _store: &mut MemoryTotal, event: &NoEvent) {

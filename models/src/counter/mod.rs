@@ -22,7 +22,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// One event submission: the event's key (the request id) and the amount to add.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CounterRequest {
     /// The request id, chosen before the first send and reused by retries.
     pub key: Cow<'static, str>,
@@ -54,7 +54,7 @@ impl Request for CounterRequest {
 }
 
 /// The answer to an accepted event: the amount accepted and the total right after it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Accepted {
     /// The amount that was added.
     pub amount: i64,
@@ -90,10 +90,11 @@ pub const CLIENTS_MAX: u32 = 2;
 /// Intents at most per client in one counter run.
 pub const INTENTS_PER_CLIENT_MAX: u32 = 2;
 
-/// Draws a counter workload: 1–2 clients, each with 1–2 distinct events from [`EVENTS`]
-/// (no event twice in a run). The all-zero answer is one client sending e1 +5.
-pub fn workload(decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> {
-    let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX);
+/// Draws a counter workload: 1–2 clients (at most `clients_max`), each with 1–2 distinct
+/// events from [`EVENTS`] (no event twice in a run). The all-zero answer is one client
+/// sending e1 +5.
+pub fn workload(decider: &mut Decider<'_>, clients_max: u32) -> Workload<CounterRequest, NoEvent> {
+    let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX.min(clients_max));
     let mut pool: Vec<CounterRequest> = EVENTS.to_vec();
     let mut workload = Workload {
         clients: Vec::with_capacity(clients as usize),

@@ -3,7 +3,9 @@
 
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
-use retrysim_sim::{Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, System, Workload};
+use retrysim_sim::{
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, System, Workload,
+};
 use rusqlite::Connection;
 
 const SCHEMA: &str = "
@@ -74,8 +76,12 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         store.server = store.db.connect().expect("a server connection reopens");
     }
 
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<CounterRequest, NoEvent> {
-        workload(decider)
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<CounterRequest, NoEvent> {
+        workload(decider, bounds.clients_max)
     }
 
     fn apply_event(&self, _store: &mut SqliteCounter, event: &NoEvent) {
@@ -97,6 +103,10 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
 
     fn effects(&self, store: &SqliteCounter) -> Vec<IntentId> {
         store.db.effects()
+    }
+
+    fn fingerprint(&self, store: &SqliteCounter) -> u64 {
+        store.db.fingerprint(&["counter", "records"])
     }
 
     fn describe_store(&self, store: &SqliteCounter) -> String {

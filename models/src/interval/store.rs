@@ -6,11 +6,12 @@ use super::types::{Arg, TOOL, WRITE_SCOPE};
 use super::workload::workload;
 use retrysim_sim::sqlite::{execute_cached, settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, System, Violation,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, System, Violation,
     Workload,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
 
 /// The schema and fixture rows of the seed's example.
 pub const SCHEMA: &str = "
@@ -163,8 +164,12 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         store.server = store.db.connect().expect("a server connection reopens");
     }
 
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<IntervalRequest, AdminEvent> {
-        workload(decider)
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<IntervalRequest, AdminEvent> {
+        workload(decider, bounds.clients_max)
     }
 
     fn apply_event(&self, store: &mut IntervalStore, event: &AdminEvent) {
@@ -271,6 +276,16 @@ impl<H: IntervalHandler> System for OnInterval<H> {
 
     fn effects(&self, store: &IntervalStore) -> Vec<IntentId> {
         store.db.effects()
+    }
+
+    fn fingerprint(&self, store: &IntervalStore) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        store
+            .db
+            .fingerprint(&["automations", "receipts"])
+            .hash(&mut hasher);
+        store.revoked.hash(&mut hasher);
+        hasher.finish()
     }
 
     fn describe_store(&self, store: &IntervalStore) -> String {

@@ -17,7 +17,7 @@ pub const UNAVAILABLE: &str = "resource unavailable";
 pub const VERSION_CONFLICT: &str = "version conflict; reload before a new intent";
 
 /// Who is calling, as trusted authentication says: never taken from the tool arguments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Identity {
     /// The user.
     pub user_id: &'static str,
@@ -26,7 +26,7 @@ pub struct Identity {
 }
 
 /// An identity with its current scopes, resolved when the request is handled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Principal {
     /// Who.
     pub identity: Identity,
@@ -43,7 +43,7 @@ impl Principal {
 
 /// One tool argument as it arrives (JSON-like): only integers and text are valid where an
 /// integer or text is expected, so `true` is not the integer 1.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Arg {
     /// An integer.
     Int(i64),
@@ -67,7 +67,7 @@ impl fmt::Display for Arg {
 }
 
 /// The arguments of `set_interval`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ToolArgs {
     /// The client's request id, chosen before the first send.
     pub request_id: Arg,
@@ -92,7 +92,7 @@ impl ToolArgs {
 }
 
 /// A `set_interval` call: the caller's identity and the tool arguments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct IntervalRequest {
     /// The trusted caller.
     pub identity: Identity,
@@ -101,7 +101,7 @@ pub struct IntervalRequest {
 }
 
 /// The scoped key of a receipt: (workspace, user, tool, request id).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ScopedKey {
     /// The caller's workspace.
     pub workspace_id: &'static str,
@@ -165,7 +165,7 @@ impl Request for IntervalRequest {
 }
 
 /// The result of an applied edit: the automation right after it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EditResult {
     /// The automation.
     pub id: i64,
@@ -186,7 +186,7 @@ impl fmt::Display for EditResult {
 }
 
 /// An administrator's change, which the schedule may interleave with the clients' attempts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AdminEvent {
     /// Remove a user's write scope.
     Revoke {

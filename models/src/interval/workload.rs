@@ -64,7 +64,11 @@ fn admin_events() -> [AdminEvent; 3] {
 /// five follow-ups (a new edit, a stale edit, a reused key); a second client (bob or carol)
 /// may send an edit with the same request id text; an admin may revoke alice's write scope,
 /// move automation 1 or delete it. The all-zero answer is alice's one edit, nothing else.
-pub fn workload(decider: &mut Decider<'_>) -> Workload<IntervalRequest, AdminEvent> {
+/// The second client is drawn only when `clients_max` allows two.
+pub fn workload(
+    decider: &mut Decider<'_>,
+    clients_max: u32,
+) -> Workload<IntervalRequest, AdminEvent> {
     let mut alice = vec![Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 1, 30)))];
     let follow_ups = alice_follow_ups();
     let follow_up = decider.choose(ChoiceKind::Workload, follow_ups.len() as u32 + 1);
@@ -73,7 +77,12 @@ pub fn workload(decider: &mut Decider<'_>) -> Workload<IntervalRequest, AdminEve
     }
     let mut clients = vec![alice];
     let others = other_callers();
-    let other = decider.choose(ChoiceKind::Workload, others.len() as u32 + 1);
+    let second_client = if clients_max >= 2 {
+        others.len() as u32
+    } else {
+        0
+    };
+    let other = decider.choose(ChoiceKind::Workload, second_client + 1);
     if let Some(request) = other.checked_sub(1) {
         clients.push(vec![Intent::new(others[request as usize].clone())]);
     }

@@ -5,8 +5,8 @@ use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::workload;
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, System, Violation,
-    Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, System,
+    Violation, Workload,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;
@@ -133,8 +133,12 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         store.server = store.db.connect().expect("a server connection reopens");
     }
 
-    fn workload(&self, decider: &mut Decider<'_>) -> Workload<ReservationRequest, Fixture> {
-        workload(decider)
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<ReservationRequest, Fixture> {
+        workload(decider, bounds.clients_max)
     }
 
     fn apply_event(&self, store: &mut ReservationStore, fixture: &Fixture) {
@@ -215,6 +219,10 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn effects(&self, store: &ReservationStore) -> Vec<IntentId> {
         store.db.effects()
+    }
+
+    fn fingerprint(&self, store: &ReservationStore) -> u64 {
+        store.db.fingerprint(&["reservations", "action_records"])
     }
 
     fn describe_store(&self, store: &ReservationStore) -> String {

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// A reservation request: the tenant (trusted scope), the request id and the slot.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReservationRequest {
     /// The tenant, from access control; never from the arguments.
     pub tenant: &'static str,
@@ -55,7 +55,7 @@ impl Request for ReservationRequest {
 }
 
 /// A reservation's reference, e.g. `rsv-1`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Reference(pub String);
 
 impl fmt::Display for Reference {
@@ -65,7 +65,7 @@ impl fmt::Display for Reference {
 }
 
 /// A fixture state applied before a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fixture {
     /// A pending action record: the action is in progress elsewhere.
     Pending {

@@ -15,7 +15,11 @@ pub const REQUEST_ID: &str = "req-247";
 /// `req-247 slot-B` (changed input under the same id) or `req-248 slot-A` (a new
 /// instruction); tenant-b may submit `req-247 slot-A` in its own scope; a pending record for
 /// tenant-a's `req-247` may be seeded first. The all-zero answer is the single submission.
-pub fn workload(decider: &mut Decider<'_>) -> Workload<ReservationRequest, Fixture> {
+/// tenant-b's client is drawn only when `clients_max` allows two.
+pub fn workload(
+    decider: &mut Decider<'_>,
+    clients_max: u32,
+) -> Workload<ReservationRequest, Fixture> {
     let mut first = vec![Intent::new(ReservationRequest::new(
         TENANT_A, REQUEST_ID, "slot-A",
     ))];
@@ -29,7 +33,7 @@ pub fn workload(decider: &mut Decider<'_>) -> Workload<ReservationRequest, Fixtu
         _ => {}
     }
     let mut clients = vec![first];
-    if decider.choose(ChoiceKind::Workload, 2) == 1 {
+    if decider.choose(ChoiceKind::Workload, clients_max.min(2)) == 1 {
         clients.push(vec![Intent::new(ReservationRequest::new(
             TENANT_B, REQUEST_ID, "slot-A",
         ))]);

@@ -8,6 +8,9 @@ use crate::choices::ChoiceKind;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Delivery {
@@ -23,6 +26,8 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) memory: S::Memory,
     pub(super) points: Points<'s>,
     pub(super) world: World<S::Request, S::Value, S::Event>,
+    /// States already explored, when an exhaustive check hashes states.
+    pub(super) visited: Option<&'a mut BTreeSet<u64>>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -34,6 +39,9 @@ impl<S: System> Execution<'_, '_, S> {
             }
             if self.world.steps >= self.points.bounds.steps_max {
                 return RunEnd::StepLimit;
+            }
+            if self.seen_before() {
+                return RunEnd::Pruned;
             }
             self.world.enabled(&mut actions);
             assert!(
@@ -54,10 +62,30 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
+    /// Whether the current state was explored before (and records it if not).
+    fn seen_before(&mut self) -> bool {
+        let Some(visited) = self.visited.as_deref_mut() else {
+            return false;
+        };
+        let mut hasher = DefaultHasher::new();
+        self.world.fingerprint(&mut hasher);
+        self.points.faults.hash(&mut hasher);
+        self.memory.hash(&mut hasher);
+        self.system.fingerprint(self.store).hash(&mut hasher);
+        !visited.insert(hasher.finish())
+    }
+
     pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
         let effects = self.system.effects(self.store);
         let applicable = self.system.invariants();
-        let mut violations = check(&self.world.intents, &effects, applicable);
+        let mut violations = if end == RunEnd::Pruned {
+            Vec::new()
+        } else {
+            check(&self.world.intents, &effects, applicable)
+        };
+        if end == RunEnd::Pruned {
+            self.world.audit.clear();
+        }
         violations.append(&mut self.world.audit);
         violations.retain(|v| applicable.contains(&v.invariant));
         let order = |v: &Violation| Invariant::ALL.iter().position(|&i| i == v.invariant);
@@ -80,6 +108,8 @@ impl<S: System> Execution<'_, '_, S> {
             steps,
             faults: self.points.faults,
             end,
+            points: self.points.seen,
+            crashed_at: self.points.crashed_at,
             timeline,
         }
     }

@@ -14,10 +14,11 @@ use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
 use execution::Execution;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use world::World;
 
 /// A client's session with the server: which client, and how many times it has reconnected.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Session {
     /// The client, by index (0 = `c1`).
     pub client: u32,
@@ -67,7 +68,7 @@ impl Ctx<'_> {
 }
 
 /// How many faults of each kind a run injected.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct FaultCounts {
     /// Messages dropped.
     pub drops: u32,
@@ -84,6 +85,16 @@ impl FaultCounts {
     pub fn total(&self) -> u32 {
         self.drops + self.duplicates + self.crashes + self.reconnects
     }
+
+    /// The faults that count toward `faults_max` (all but drops when drops are unbounded).
+    pub fn counted(&self, bounds: &Bounds) -> u32 {
+        let drops = if bounds.drops_max == Bounds::UNBOUNDED {
+            0
+        } else {
+            self.drops
+        };
+        drops + self.duplicates + self.crashes + self.reconnects
+    }
 }
 
 /// Why a run ended.
@@ -94,6 +105,8 @@ pub enum RunEnd {
     Completed,
     /// The run reached `steps_max`.
     StepLimit,
+    /// An exhaustive check stopped the run: it reached a state already explored.
+    Pruned,
 }
 
 /// Everything a run produced.
@@ -109,6 +122,10 @@ pub struct RunOutcome {
     pub faults: FaultCounts,
     /// Why the run ended.
     pub end: RunEnd,
+    /// The crash points the handler passed, in first-seen order.
+    pub points: Vec<&'static str>,
+    /// The crash points where the server crashed, in order.
+    pub crashed_at: Vec<&'static str>,
     /// The timeline, when the run was traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
@@ -143,13 +160,28 @@ impl<S: System> Simulator<S> {
 
     /// Runs once, asking every choice of `source`. With `trace`, the outcome has a timeline.
     pub fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome {
+        self.run_with(source, bounds, trace, None)
+    }
+
+    /// Runs once; with `visited`, the run stops (ends [`RunEnd::Pruned`], unchecked) at the
+    /// first step whose whole state — clients, messages, server memory, store — is in
+    /// `visited`, and adds every new state to it.
+    pub fn run_with(
+        &mut self,
+        source: &mut dyn Choices,
+        bounds: &Bounds,
+        trace: bool,
+        visited: Option<&mut BTreeSet<u64>>,
+    ) -> RunOutcome {
         self.system.reset(&mut self.store);
         let mut points = Points {
             decider: Decider::new(source),
             bounds: *bounds,
             faults: FaultCounts::default(),
+            seen: Vec::new(),
+            crashed_at: Vec::new(),
         };
-        let workload = self.system.workload(&mut points.decider);
+        let workload = self.system.workload(&mut points.decider, bounds);
         for event in &workload.setup {
             self.system.apply_event(&mut self.store, event);
         }
@@ -160,6 +192,7 @@ impl<S: System> Simulator<S> {
             memory: S::Memory::default(),
             points,
             world: World::new(workload, trace),
+            visited,
         };
         let end = execution.run_to_end();
         execution.finish(end)
@@ -172,16 +205,23 @@ struct Points<'s> {
     decider: Decider<'s>,
     bounds: Bounds,
     faults: FaultCounts,
+    /// Crash points passed, in first-seen order (coverage).
+    seen: Vec<&'static str>,
+    /// Crash points where the server crashed (coverage).
+    crashed_at: Vec<&'static str>,
 }
 
 impl Points<'_> {
     fn fault_allowed(&self) -> bool {
-        self.faults.total() < self.bounds.faults_max
+        self.faults.counted(&self.bounds) < self.bounds.faults_max
     }
 }
 
 impl CrashPoints for Points<'_> {
     fn at(&mut self, point: &'static str) -> Result<(), Crash> {
+        if !self.seen.contains(&point) {
+            self.seen.push(point);
+        }
         if !self.fault_allowed() || self.faults.crashes >= self.bounds.crashes_max {
             return Ok(());
         }
@@ -189,6 +229,7 @@ impl CrashPoints for Points<'_> {
             return Ok(());
         }
         self.faults.crashes += 1;
+        self.crashed_at.push(point);
         Err(Crash { point })
     }
 }

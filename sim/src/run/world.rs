@@ -7,8 +7,10 @@ use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
 use crate::timeline::{IntentSummary, Lane, Row, Timeline};
 use crate::Violation;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 /// One intended operation and everything that happened to it.
+#[derive(Hash)]
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
     /// The request as planned (its key is the intent's key).
@@ -30,6 +32,7 @@ pub(crate) struct IntentState<R, V> {
 
 /// One answer of the server: a reply to a submission, or a status lookup's `completed` answer
 /// (recorded as a replay of the saved result) or `pending`.
+#[derive(Hash)]
 pub(crate) struct ServerReply<V> {
     pub(crate) reply: Reply<V>,
     /// Whether the invocation committed an effect for the intent.
@@ -48,7 +51,7 @@ impl<V: fmt::Display> fmt::Display for ServerReply<V> {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Phase {
     Ready,
     Waiting { deadline_ms: u64 },
@@ -57,12 +60,13 @@ pub(crate) enum Phase {
 }
 
 /// What a ready client sends next.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum NextSend {
     Submit,
     Lookup,
 }
 
+#[derive(Hash)]
 pub(crate) struct ClientState {
     pub(crate) intents: Vec<IntentId>,
     pub(crate) position: usize,
@@ -85,6 +89,7 @@ impl ClientState {
     }
 }
 
+#[derive(Hash)]
 pub(crate) enum Body<R, V> {
     Request(R, Session),
     Response(Reply<V>),
@@ -92,6 +97,7 @@ pub(crate) enum Body<R, V> {
     Status(Status<V>),
 }
 
+#[derive(Hash)]
 pub(crate) struct Message<R, V> {
     pub(crate) intent: IntentId,
     pub(crate) attempt: u32,
@@ -182,6 +188,23 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             steps: 0,
             rows: trace.then(Vec::new),
         }
+    }
+
+    /// Hashes everything that decides the rest of the run and its verdict (not the timeline).
+    pub(crate) fn fingerprint(&self, hasher: &mut impl Hasher)
+    where
+        R: Hash,
+        V: Hash,
+        E: Hash,
+    {
+        self.intents.hash(hasher);
+        self.clients.hash(hasher);
+        self.events.hash(hasher);
+        self.network.hash(hasher);
+        self.audit.hash(hasher);
+        self.effects_seen.hash(hasher);
+        self.now_ms.hash(hasher);
+        self.steps.hash(hasher);
     }
 
     pub(crate) fn finished(&self) -> bool {
