@@ -4,10 +4,12 @@
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    explore, replay, run_seed, shrink, Bounds, ClientPolicy, Exploration, Invariant, Tape,
+    check, explore, replay, run_seed, shrink, Bounds, CheckOptions, ClientPolicy, Exploration,
+    Invariant, Reduction, Tape,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
+use retrysim_sim as retrysim_sim_defaults;
 use serde_json::json;
 use std::ffi::OsString;
 use std::ops::Range;
@@ -56,6 +58,24 @@ enum Command {
         #[command(flatten)]
         bounds: BoundsArgs,
     },
+    /// Explore every run within the bounds (by increasing fault budget) and report whether
+    /// any breaks an invariant; exit 3 when the bound was not exhausted or left a fault kind
+    /// or crash point unexercised.
+    Check {
+        #[command(flatten)]
+        target: Target,
+        /// Skip states already explored (states), or enumerate every tape (none).
+        #[arg(long, value_enum, default_value_t = ReductionArg::States)]
+        reduction: ReductionArg,
+        /// Runs after which the check stops without exhausting the bound.
+        #[arg(long, default_value_t = retrysim_sim_defaults::CHECK_RUNS_MAX)]
+        runs_max: u64,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        bounds: BoundsArgs,
+    },
     /// Print the timeline of one run, given by seed or by tape, and the invariants it breaks.
     Replay {
         #[command(flatten)]
@@ -89,14 +109,18 @@ struct BoundsArgs {
     /// Scheduler steps after which a run stops.
     #[arg(long, default_value_t = Bounds::default().steps_max)]
     steps_max: u32,
+    /// Clients at most in a workload.
+    #[arg(long = "clients", default_value_t = Bounds::default().clients_max)]
+    clients_max: u32,
     /// Sends of one intent before a client gives up.
     #[arg(long, default_value_t = Bounds::default().attempts_max)]
     attempts_max: u32,
     /// Faults of all kinds in one run.
     #[arg(long, default_value_t = Bounds::default().faults_max)]
     faults_max: u32,
-    /// Dropped messages in one run.
-    #[arg(long, default_value_t = Bounds::default().drops_max)]
+    /// Dropped messages in one run, or `unbounded` (then drops do not count toward
+    /// --faults-max).
+    #[arg(long, default_value_t = Bounds::default().drops_max, value_parser = parse_limit)]
     drops_max: u32,
     /// Duplicated requests in one run.
     #[arg(long, default_value_t = Bounds::default().duplicates_max)]
@@ -117,6 +141,7 @@ impl BoundsArgs {
     fn bounds(&self) -> Result<Bounds, String> {
         let bounds = Bounds {
             steps_max: self.steps_max,
+            clients_max: self.clients_max,
             attempts_max: self.attempts_max,
             faults_max: self.faults_max,
             drops_max: self.drops_max,
@@ -129,6 +154,12 @@ impl BoundsArgs {
         bounds.validate()?;
         Ok(bounds)
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReductionArg {
+    States,
+    None,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -148,6 +179,14 @@ fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
         ));
     }
     Ok(start..end)
+}
+
+fn parse_limit(text: &str) -> Result<u32, String> {
+    if text == "unbounded" {
+        return Ok(Bounds::UNBOUNDED);
+    }
+    text.parse()
+        .map_err(|_| format!("{text:?} is not a count or `unbounded`"))
 }
 
 fn parse_client(text: &str) -> Result<ClientPolicy, String> {
@@ -194,6 +233,13 @@ where
             threads,
             bounds,
         }) => run_explore(&target, seeds, json, threads, &bounds),
+        Some(Command::Check {
+            target,
+            reduction,
+            runs_max,
+            json,
+            bounds,
+        }) => run_check(&target, reduction, runs_max, json, &bounds),
         Some(Command::Replay {
             target,
             seed,
@@ -295,6 +341,76 @@ fn shrink_first(
         &failure.tape,
         failure.invariant,
     ))
+}
+
+fn run_check(
+    target: &Target,
+    reduction: ReductionArg,
+    runs_max: u64,
+    json: bool,
+    bounds: &BoundsArgs,
+) -> Result<ExitCode, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let options = CheckOptions {
+        bounds: bounds.bounds()?,
+        reduction: match reduction {
+            ReductionArg::States => Reduction::States,
+            ReductionArg::None => Reduction::None,
+        },
+        runs_max,
+    };
+    let mut subject = (entry.build)();
+    // Wall-clock time is measured for the report only; it never reaches a run.
+    let started = Instant::now();
+    let report = check(&mut *subject, &options);
+    let elapsed_seconds = started.elapsed().as_secs_f64();
+    // A counterexample replays under the bounds of the level that found it.
+    let found_bounds = Bounds {
+        faults_max: report.levels.last().map_or(0, |level| level.faults_max),
+        ..options.bounds
+    };
+    let minimal = report
+        .violations
+        .first()
+        .map(|found| shrink(&mut *subject, &found_bounds, &found.tape, found.invariant));
+    let gaps = report.coverage.gaps(&options.bounds);
+    if json {
+        let value = json!({
+            "model": entry.domain,
+            "handler": entry.handler,
+            "options": options,
+            "report": report,
+            "runs": report.runs(),
+            "unique_states": report.unique_states(),
+            "elapsed_seconds": elapsed_seconds,
+            "coverage_gaps": gaps,
+            "violations": report.violations,
+            "minimal": minimal.as_ref().map(|m| json!({
+                "tape": m.tape,
+                "replay": report::replay_command(entry, &found_bounds, &Schedule::Tape(m.tape.clone())),
+                "timeline": m.outcome.timeline,
+            })),
+        });
+        println!("{value}");
+    } else {
+        print!(
+            "{}",
+            report::check_report(
+                entry,
+                &options,
+                &report,
+                elapsed_seconds,
+                minimal.as_ref().map(|m| (m, &found_bounds))
+            )
+        );
+    }
+    Ok(if !report.violations.is_empty() {
+        ExitCode::from(1)
+    } else if report.clean() && gaps.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
 }
 
 fn run_explore(

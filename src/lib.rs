@@ -34,9 +34,10 @@ pub mod report;
 pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
-    explore, replay, run_seed, shrink, shrink_by, Bounds, ChoiceKind, Choices, ClientPolicy, Crash,
-    Ctx, Decider, Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag,
-    Invariant, Lane, Ledger, NoEvent, Odds, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
-    SeededChoices, Session, Shrunk, Simulator, Status, Subject, SubjectFactory, System, Tape,
-    TapeChoices, TapeError, Timeline, Violation, Workload, SHRINK_RUNS_MAX,
+    check, explore, replay, run_seed, shrink, shrink_by, Bounds, CheckOptions, CheckReport,
+    ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider, Exploration,
+    Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane, Ledger,
+    Level, NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
+    SeededChoices, Session, Shrunk, Simulator, Status, Stopped, Subject, SubjectFactory, System,
+    Tape, TapeChoices, TapeError, Timeline, Violation, Workload, CHECK_RUNS_MAX, SHRINK_RUNS_MAX,
 };

@@ -1,6 +1,8 @@
 //! Human-readable reports: exploration summaries, the handler matrix, replay commands.
 
-use crate::{Bounds, Exploration, Invariant, RunOutcome, Shrunk, Tape};
+use crate::{
+    Bounds, CheckOptions, CheckReport, Exploration, Invariant, RunOutcome, Shrunk, Stopped, Tape,
+};
 use retrysim_models::{Declared, HandlerEntry};
 use std::fmt::Write as _;
 
@@ -38,12 +40,12 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
         ("steps-max", bounds.steps_max, defaults.steps_max),
         ("attempts-max", bounds.attempts_max, defaults.attempts_max),
         ("faults-max", bounds.faults_max, defaults.faults_max),
-        ("drops-max", bounds.drops_max, defaults.drops_max),
         (
             "duplicates-max",
             bounds.duplicates_max,
             defaults.duplicates_max,
         ),
+        ("clients", bounds.clients_max, defaults.clients_max),
         ("crashes-max", bounds.crashes_max, defaults.crashes_max),
         (
             "reconnects-max",
@@ -56,6 +58,14 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
         if value != default {
             let _ = write!(flags, " --{name} {value}");
         }
+    }
+    if bounds.drops_max != defaults.drops_max {
+        let drops = if bounds.drops_max == Bounds::UNBOUNDED {
+            "unbounded".to_string()
+        } else {
+            bounds.drops_max.to_string()
+        };
+        let _ = write!(flags, " --drops-max {drops}");
     }
     if bounds.client != defaults.client {
         let _ = write!(flags, " --client {}", bounds.client);
@@ -218,6 +228,94 @@ pub fn matrix(rows: &[MatrixRow<'_>]) -> String {
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
+    }
+    out
+}
+
+/// Summary of an exhaustive check: levels, states, whether the bound was exhausted, coverage,
+/// each invariant's verdict, and the minimal counterexample with its reproduction.
+pub fn check_report(
+    entry: &HandlerEntry,
+    options: &CheckOptions,
+    report: &CheckReport,
+    elapsed_seconds: f64,
+    minimal: Option<(&Shrunk, &Bounds)>,
+) -> String {
+    let mut out = String::new();
+    let bounds = &options.bounds;
+    let _ = writeln!(out, "{}/{}: exhaustive check", entry.domain, entry.handler);
+    let _ = writeln!(out, "bounds: {bounds}");
+    let _ = writeln!(
+        out,
+        "reduction: {:?}; runs_max: {}\n",
+        options.reduction, options.runs_max
+    );
+    out.push_str("faults_max      runs    pruned  unique states  final states\n");
+    for level in &report.levels {
+        let _ = writeln!(
+            out,
+            "{:>10} {:>9} {:>9} {:>14} {:>13}",
+            level.faults_max, level.runs, level.pruned, level.unique_states, level.final_states
+        );
+    }
+    let runs = report.runs();
+    let _ = writeln!(
+        out,
+        "\nruns explored: {runs}; unique states: {}; runs stopped by steps_max: {}",
+        report.unique_states(),
+        report.step_limited
+    );
+    let _ = writeln!(
+        out,
+        "elapsed: {elapsed_seconds:.2} s ({:.0} runs/s)",
+        runs as f64 / elapsed_seconds.max(1e-9)
+    );
+    let bound = match report.stopped {
+        Stopped::Exhausted => "exhausted".to_string(),
+        Stopped::Violation => format!(
+            "stopped after faults_max={}, the first level with a violation",
+            report.levels.last().map_or(0, |l| l.faults_max)
+        ),
+        Stopped::RunsMax => "NOT exhausted: runs_max reached".to_string(),
+    };
+    let _ = writeln!(out, "bound: {bound}");
+    let coverage = &report.coverage;
+    let _ = writeln!(
+        out,
+        "coverage (runs): drops {}, duplicates {}, crashes {}, reconnects {}",
+        coverage.drops, coverage.duplicates, coverage.crashes, coverage.reconnects
+    );
+    let points: Vec<String> = coverage
+        .crash_points
+        .iter()
+        .map(|(point, runs)| format!("{point} {runs}"))
+        .collect();
+    let _ = writeln!(out, "crashes by point (runs): {}", points.join(", "));
+    let gaps = coverage.gaps(bounds);
+    if !gaps.is_empty() {
+        let _ = writeln!(
+            out,
+            "coverage gaps (a clean verdict here is not clean): {}",
+            gaps.join(", ")
+        );
+    }
+    out.push_str("invariants:\n");
+    for invariant in Invariant::ALL {
+        let verdict = match report.violation(*invariant) {
+            Some(found) => format!("VIOLATED ({} fault(s))", found.faults),
+            None if report.stopped == Stopped::Exhausted => "clean".to_string(),
+            None => "not violated in what was explored".to_string(),
+        };
+        let _ = writeln!(out, "  {:<24} {verdict}", invariant.name());
+    }
+    if let Some((minimal, found_bounds)) = minimal {
+        let _ = writeln!(out, "\nminimal counterexample:\n");
+        out.push_str(&run_report(entry, found_bounds, &minimal.outcome));
+        let _ = writeln!(
+            out,
+            "\nreproduce: {}",
+            replay_command(entry, found_bounds, &Schedule::Tape(minimal.tape.clone()))
+        );
     }
     out
 }

@@ -12,6 +12,7 @@
 
 mod bounds;
 mod check;
+mod checker;
 pub mod choices;
 mod explore;
 mod invariant;
@@ -24,12 +25,19 @@ mod system;
 mod timeline;
 
 pub use bounds::Bounds;
+pub use checker::{
+    check, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction, Stopped,
+    CHECK_RUNS_MAX,
+};
 pub use choices::{
-    ChoiceKind, Choices, Decider, Odds, SeededChoices, Tape, TapeChoices, TapeError,
+    ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
+    TapeChoices, TapeError,
 };
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
-pub use run::{ClientPolicy, Ctx, FaultCounts, RunEnd, RunOutcome, Session, Simulator};
+pub use run::{
+    ClientPolicy, Ctx, FaultCounts, Pruning, RunEnd, RunOutcome, Session, Simulator,
+};
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX};
 pub use subject::{replay, run_seed, Subject};

@@ -3,7 +3,7 @@
 
 use crate::bounds::Bounds;
 use crate::choices::{Choices, SeededChoices, Tape, TapeChoices, TapeError};
-use crate::run::{RunOutcome, Simulator};
+use crate::run::{Pruning, RunOutcome, Simulator};
 use crate::system::System;
 use crate::Invariant;
 
@@ -12,6 +12,16 @@ pub trait Subject {
     /// Runs once, asking every choice of `source`; with `trace` the outcome has a timeline.
     fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome;
 
+    /// Runs once like [`Subject::run`]; with `pruning`, stops at the first new state already
+    /// explored (see [`Simulator::run_with`]).
+    fn run_with(
+        &mut self,
+        source: &mut dyn Choices,
+        bounds: &Bounds,
+        trace: bool,
+        pruning: Option<Pruning<'_>>,
+    ) -> RunOutcome;
+
     /// The invariants that apply to the system.
     fn invariants(&self) -> &'static [Invariant];
 }
@@ -19,6 +29,16 @@ pub trait Subject {
 impl<S: System> Subject for Simulator<S> {
     fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome {
         Simulator::run(self, source, bounds, trace)
+    }
+
+    fn run_with(
+        &mut self,
+        source: &mut dyn Choices,
+        bounds: &Bounds,
+        trace: bool,
+        pruning: Option<Pruning<'_>>,
+    ) -> RunOutcome {
+        Simulator::run_with(self, source, bounds, trace, pruning)
     }
 
     fn invariants(&self) -> &'static [Invariant] {

@@ -5,9 +5,11 @@
 //! crash, draw the smallest workload. A tape of zeros is a fault-free run, and shrinking a tape
 //! toward zeros removes faults.
 
+mod exhaustive;
 mod seeded;
 mod tape;
 
+pub use exhaustive::{EnumeratedRun, Enumerator};
 pub use seeded::{Odds, SeededChoices};
 pub use tape::{Tape, TapeChoices, TapeError};
 

@@ -2,14 +2,13 @@
 //! handler invocations, ground truth and the end-of-run verdict.
 
 use super::world::{Action, Body, Message, ServerReply, World};
-use super::{Ctx, Points, RunEnd, RunOutcome, Session};
+use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
 use crate::check::check;
 use crate::choices::ChoiceKind;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
 use std::collections::hash_map::DefaultHasher;
-use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -27,7 +26,7 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) points: Points<'s>,
     pub(super) world: World<S::Request, S::Value, S::Event>,
     /// States already explored, when an exhaustive check hashes states.
-    pub(super) visited: Option<&'a mut BTreeSet<u64>>,
+    pub(super) pruning: Option<Pruning<'a>>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -64,18 +63,40 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// Whether the current state was explored before (and records it if not).
     fn seen_before(&mut self) -> bool {
-        let Some(visited) = self.visited.as_deref_mut() else {
-            return false;
-        };
+        let answered = self.points.decider.answers().len();
+        match &self.pruning {
+            Some(pruning) if answered >= pruning.replayed_answers => {}
+            _ => return false,
+        }
+        let state = self.state_fingerprint();
+        let steps = self.world.steps;
+        let pruning = self.pruning.as_mut().expect("hashing states");
+        match pruning.visited.get_mut(&state) {
+            Some(fewest) if *fewest <= steps => true,
+            Some(fewest) => {
+                *fewest = steps;
+                false
+            }
+            None => {
+                pruning.visited.insert(state, steps);
+                false
+            }
+        }
+    }
+
+    /// Hashes the whole state: everything that decides the rest of the run and its verdict.
+    fn state_fingerprint(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
         self.world.fingerprint(&mut hasher);
         self.points.faults.hash(&mut hasher);
         self.memory.hash(&mut hasher);
         self.system.fingerprint(self.store).hash(&mut hasher);
-        !visited.insert(hasher.finish())
+        hasher.finish()
     }
 
     pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
+        let final_state =
+            (self.pruning.is_some() && end != RunEnd::Pruned).then(|| self.state_fingerprint());
         let effects = self.system.effects(self.store);
         let applicable = self.system.invariants();
         let mut violations = if end == RunEnd::Pruned {
@@ -110,6 +131,7 @@ impl<S: System> Execution<'_, '_, S> {
             end,
             points: self.points.seen,
             crashed_at: self.points.crashed_at,
+            final_state,
             timeline,
         }
     }

@@ -14,8 +14,18 @@ use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
 use execution::Execution;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use world::World;
+
+/// State hashing for one run of an exhaustive check.
+pub struct Pruning<'v> {
+    /// The fingerprint of every state explored so far, with the fewest steps it was reached
+    /// in: a state met again in no fewer steps has nothing new ahead of it.
+    pub visited: &'v mut BTreeMap<u64, u32>,
+    /// How many answers the run's path fixes; the states it meets before it has given them
+    /// all were explored by earlier runs, so pruning starts after that.
+    pub replayed_answers: usize,
+}
 
 /// A client's session with the server: which client, and how many times it has reconnected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -126,6 +136,9 @@ pub struct RunOutcome {
     pub points: Vec<&'static str>,
     /// The crash points where the server crashed, in order.
     pub crashed_at: Vec<&'static str>,
+    /// A fingerprint of the final state, when the run hashed states and was not pruned.
+    #[serde(skip)]
+    pub final_state: Option<u64>,
     /// The timeline, when the run was traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
@@ -163,15 +176,15 @@ impl<S: System> Simulator<S> {
         self.run_with(source, bounds, trace, None)
     }
 
-    /// Runs once; with `visited`, the run stops (ends [`RunEnd::Pruned`], unchecked) at the
-    /// first step whose whole state — clients, messages, server memory, store — is in
-    /// `visited`, and adds every new state to it.
+    /// Runs once; with `pruning`, the run stops (ends [`RunEnd::Pruned`], unchecked) at the
+    /// first step past its replayed prefix whose whole state — clients, messages, server
+    /// memory, store, history — was explored before, and records every new state.
     pub fn run_with(
         &mut self,
         source: &mut dyn Choices,
         bounds: &Bounds,
         trace: bool,
-        visited: Option<&mut BTreeSet<u64>>,
+        pruning: Option<Pruning<'_>>,
     ) -> RunOutcome {
         self.system.reset(&mut self.store);
         let mut points = Points {
@@ -192,7 +205,7 @@ impl<S: System> Simulator<S> {
             memory: S::Memory::default(),
             points,
             world: World::new(workload, trace),
-            visited,
+            pruning,
         };
         let end = execution.run_to_end();
         execution.finish(end)

@@ -140,6 +140,20 @@ pub(crate) struct World<R, V, E> {
     pub(crate) rows: Option<Vec<Row>>,
 }
 
+/// The hashes of `items`, sorted: equal for any order of the same items.
+fn multiset<T: Hash>(items: &[T]) -> Vec<u64> {
+    let mut hashes: Vec<u64> = items
+        .iter()
+        .map(|item| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            item.hash(&mut hasher);
+            hasher.finish()
+        })
+        .collect();
+    hashes.sort_unstable();
+    hashes
+}
+
 impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     pub(crate) fn new(workload: Workload<R, E>, trace: bool) -> Self {
         let mut intents = Vec::new();
@@ -197,14 +211,47 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         V: Hash,
         E: Hash,
     {
-        self.intents.hash(hasher);
-        self.clients.hash(hasher);
+        // Orders that cannot change the future are hashed as multisets: any message in flight
+        // may be delivered next, and the checks ask whether some reply breaks a rule, not
+        // which came first. Timers are hashed relative to the clock: only distances matter.
+        for intent in &self.intents {
+            intent.client.hash(hasher);
+            intent.request.hash(hasher);
+            intent.sending.hash(hasher);
+            intent.after_success.hash(hasher);
+            intent.attempts.hash(hasher);
+            intent.verdict.hash(hasher);
+            intent.effects.hash(hasher);
+            intent.original.hash(hasher);
+            multiset(&intent.replies).hash(hasher);
+        }
+        for client in &self.clients {
+            client.intents.hash(hasher);
+            client.position.hash(hasher);
+            client.next.hash(hasher);
+            client.generation.hash(hasher);
+            match client.phase {
+                Phase::Waiting { deadline_ms } => (1u8, deadline_ms - self.now_ms).hash(hasher),
+                Phase::Backoff { until_ms } => (2u8, until_ms - self.now_ms).hash(hasher),
+                Phase::Ready => 3u8.hash(hasher),
+                Phase::Done => 4u8.hash(hasher),
+            }
+        }
         self.events.hash(hasher);
-        self.network.hash(hasher);
-        self.audit.hash(hasher);
-        self.effects_seen.hash(hasher);
-        self.now_ms.hash(hasher);
-        self.steps.hash(hasher);
+        // A reply to an intent its client has concluded can only be ignored (or dropped, to
+        // the same effect): it does not change what can happen next.
+        // The attempt number is a label for timelines: neither side acts on it.
+        let live: Vec<(IntentId, &Body<R, V>)> = self
+            .network
+            .iter()
+            .filter(|message| {
+                let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
+                !to_client || self.intent(message.intent).verdict.is_none()
+            })
+            .map(|message| (message.intent, &message.body))
+            .collect();
+        multiset(&live).hash(hasher);
+        multiset(&self.audit).hash(hasher);
     }
 
     pub(crate) fn finished(&self) -> bool {

@@ -1,0 +1,265 @@
+//! Exhaustive bounded checking: every run within the bounds, by increasing fault budget, with
+//! state hashing to skip states already explored.
+
+use crate::bounds::Bounds;
+use crate::choices::{Enumerator, Tape};
+use crate::run::{Pruning, RunEnd};
+use crate::subject::Subject;
+use crate::Invariant;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Runs an exhaustive check may spend before it stops, unless told otherwise.
+pub const CHECK_RUNS_MAX: u64 = 2_000_000;
+
+/// How an exhaustive check avoids redundant work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reduction {
+    /// Plain enumeration of every tape.
+    None,
+    /// Stop a run at the first state (clients, messages, server memory, store, history)
+    /// already explored: orderings that lead to the same state are explored once.
+    States,
+}
+
+/// What an exhaustive check explores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckOptions {
+    /// The bounds; `faults_max` is reached by levels 0, 1, ... `faults_max`.
+    pub bounds: Bounds,
+    /// The reduction.
+    pub reduction: Reduction,
+    /// Runs after which the check stops, reporting that the bound was not exhausted.
+    pub runs_max: u64,
+}
+
+impl CheckOptions {
+    /// Checks `bounds` with state hashing, within [`CHECK_RUNS_MAX`] runs.
+    pub fn new(bounds: Bounds) -> Self {
+        CheckOptions {
+            bounds,
+            reduction: Reduction::States,
+            runs_max: CHECK_RUNS_MAX,
+        }
+    }
+}
+
+/// One level of the check: every run with at most `faults_max` faults.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Level {
+    /// The fault budget of this level.
+    pub faults_max: u32,
+    /// Runs explored.
+    pub runs: u64,
+    /// Runs stopped at a state already explored.
+    pub pruned: u64,
+    /// Distinct states met.
+    pub unique_states: u64,
+    /// Distinct states at the end of completed runs.
+    pub final_states: u64,
+}
+
+/// For each fault kind and crash point, how many explored runs exercised it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Coverage {
+    /// Runs that dropped a message.
+    pub drops: u64,
+    /// Runs that duplicated a request.
+    pub duplicates: u64,
+    /// Runs that crashed the server.
+    pub crashes: u64,
+    /// Runs in which a client reconnected.
+    pub reconnects: u64,
+    /// For each crash point the handler passed, the runs that crashed there.
+    pub crash_points: BTreeMap<&'static str, u64>,
+}
+
+impl Coverage {
+    /// The fault kinds and crash points that no explored run exercised.
+    pub fn gaps(&self, bounds: &Bounds) -> Vec<String> {
+        let mut gaps = Vec::new();
+        let kinds = [
+            ("drops", self.drops, bounds.drops_max),
+            ("duplicates", self.duplicates, bounds.duplicates_max),
+            ("crashes", self.crashes, bounds.crashes_max),
+            ("reconnects", self.reconnects, bounds.reconnects_max),
+        ];
+        for (kind, runs, limit) in kinds {
+            if runs == 0 && limit > 0 && bounds.faults_max > 0 {
+                gaps.push(kind.to_string());
+            }
+        }
+        for (point, runs) in &self.crash_points {
+            if *runs == 0 && bounds.crashes_max > 0 && bounds.faults_max > 0 {
+                gaps.push(format!("crash at {point}"));
+            }
+        }
+        gaps
+    }
+}
+
+/// The first counterexample found for an invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Counterexample {
+    /// The invariant broken.
+    pub invariant: Invariant,
+    /// The tape, the first in depth-first order at the lowest fault level.
+    pub tape: Tape,
+    /// Its faults.
+    pub faults: u32,
+}
+
+/// Why the check stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stopped {
+    /// Every run within the bounds was explored.
+    Exhausted,
+    /// A level with a violation was completed; higher levels were not explored.
+    Violation,
+    /// `runs_max` was reached first.
+    RunsMax,
+}
+
+/// The result of an exhaustive check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// Each level explored.
+    pub levels: Vec<Level>,
+    /// Why the check stopped.
+    pub stopped: Stopped,
+    /// Runs stopped by `steps_max`.
+    pub step_limited: u64,
+    /// Coverage of faults and crash points.
+    pub coverage: Coverage,
+    /// The first counterexample of each invariant broken, at the lowest fault level.
+    pub violations: Vec<Counterexample>,
+}
+
+impl CheckReport {
+    /// Runs explored over all levels.
+    pub fn runs(&self) -> u64 {
+        self.levels.iter().map(|l| l.runs).sum()
+    }
+
+    /// Distinct states met over all levels.
+    pub fn unique_states(&self) -> u64 {
+        self.levels.iter().map(|l| l.unique_states).sum()
+    }
+
+    /// The counterexample for `invariant`, if any.
+    pub fn violation(&self, invariant: Invariant) -> Option<&Counterexample> {
+        self.violations.iter().find(|v| v.invariant == invariant)
+    }
+
+    /// Whether the bound was exhausted without a violation.
+    pub fn clean(&self) -> bool {
+        self.stopped == Stopped::Exhausted && self.violations.is_empty()
+    }
+}
+
+/// Explores every run of `subject` within `options.bounds`: first with no fault, then with at
+/// most one, and so on up to `faults_max`, stopping after the first level with a violation,
+/// so every counterexample has the fewest faults any counterexample has.
+pub fn check(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
+    let mut report = CheckReport {
+        levels: Vec::new(),
+        stopped: Stopped::Exhausted,
+        step_limited: 0,
+        coverage: Coverage::default(),
+        violations: Vec::new(),
+    };
+    let mut runs_left = options.runs_max;
+    for faults_max in 0..=options.bounds.faults_max {
+        let bounds = Bounds {
+            faults_max,
+            ..options.bounds
+        };
+        let level = check_level(
+            subject,
+            &bounds,
+            options.reduction,
+            &mut runs_left,
+            &mut report,
+        );
+        report.levels.push(level);
+        if !report.violations.is_empty() {
+            report.stopped = Stopped::Violation;
+            break;
+        }
+        if runs_left == 0 {
+            report.stopped = Stopped::RunsMax;
+            break;
+        }
+    }
+    report
+}
+
+fn check_level(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    reduction: Reduction,
+    runs_left: &mut u64,
+    report: &mut CheckReport,
+) -> Level {
+    let mut level = Level {
+        faults_max: bounds.faults_max,
+        runs: 0,
+        pruned: 0,
+        unique_states: 0,
+        final_states: 0,
+    };
+    let mut visited = BTreeMap::new();
+    let mut finals = BTreeSet::new();
+    let mut enumerator = Enumerator::new();
+    loop {
+        if *runs_left == 0 {
+            break;
+        }
+        let Some(mut source) = enumerator.next_run() else {
+            break;
+        };
+        *runs_left -= 1;
+        let replayed_answers = source.replayed_answers();
+        let pruning = (reduction == Reduction::States).then_some(Pruning {
+            visited: &mut visited,
+            replayed_answers,
+        });
+        let outcome = subject.run_with(&mut source, bounds, false, pruning);
+        drop(source);
+        level.runs += 1;
+        level.pruned += u64::from(outcome.end == RunEnd::Pruned);
+        report.step_limited += u64::from(outcome.end == RunEnd::StepLimit);
+        if let Some(state) = outcome.final_state {
+            finals.insert(state);
+        }
+        tally(&mut report.coverage, &outcome);
+        for violation in &outcome.violations {
+            if report.violation(violation.invariant).is_none() {
+                report.violations.push(Counterexample {
+                    invariant: violation.invariant,
+                    tape: outcome.tape.clone(),
+                    faults: outcome.faults.total(),
+                });
+            }
+        }
+    }
+    level.unique_states = visited.len() as u64;
+    level.final_states = finals.len() as u64;
+    level
+}
+
+fn tally(coverage: &mut Coverage, outcome: &crate::RunOutcome) {
+    let faults = outcome.faults;
+    coverage.drops += u64::from(faults.drops > 0);
+    coverage.duplicates += u64::from(faults.duplicates > 0);
+    coverage.crashes += u64::from(faults.crashes > 0);
+    coverage.reconnects += u64::from(faults.reconnects > 0);
+    for point in &outcome.points {
+        coverage.crash_points.entry(point).or_insert(0);
+    }
+    for point in &outcome.crashed_at {
+        *coverage.crash_points.entry(point).or_insert(0) += 1;
+    }
+}

@@ -1,0 +1,95 @@
+//! The exhaustive source: a depth-first enumerator over the tree of choices.
+//!
+//! Each run replays a prefix of answers and answers 0 to every new choice; after the run the
+//! enumerator backtracks to the deepest choice with an untried alternative. Replaying a
+//! prefix also checks determinism: a choice that comes back with another number of options
+//! means the run is not a function of its tape.
+
+use super::{ChoiceKind, Choices};
+
+/// Enumerates every tape of a bounded run, depth first, smallest answers first.
+#[derive(Debug, Default)]
+pub struct Enumerator {
+    /// The current path: (answer, options) for each choice.
+    path: Vec<(u32, u32)>,
+    started: bool,
+    /// How many answers the current path fixes (the last one is new to this run).
+    replayed: usize,
+}
+
+impl Enumerator {
+    /// An enumerator at the first (all-zero) run.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The source for the next run; `None` once every run has been enumerated.
+    pub fn next_run(&mut self) -> Option<EnumeratedRun<'_>> {
+        if self.started && !self.backtrack() {
+            return None;
+        }
+        self.started = true;
+        // The path ends with the answer just changed: every state before that answer was
+        // explored by earlier runs, so new states start once the run has given them all.
+        self.replayed = self.path.len();
+        Some(EnumeratedRun {
+            enumerator: self,
+            position: 0,
+        })
+    }
+
+    /// Moves to the next path: the deepest choice with an untried alternative takes it.
+    fn backtrack(&mut self) -> bool {
+        while let Some((answer, options)) = self.path.last_mut() {
+            if *answer + 1 < *options {
+                *answer += 1;
+                return true;
+            }
+            self.path.pop();
+        }
+        false
+    }
+}
+
+/// The choice source of one enumerated run.
+pub struct EnumeratedRun<'e> {
+    enumerator: &'e mut Enumerator,
+    position: usize,
+}
+
+impl EnumeratedRun<'_> {
+    /// How many answers this run's path fixes: the states it meets before giving them all
+    /// were met by earlier runs.
+    pub fn replayed_answers(&self) -> usize {
+        self.enumerator.replayed
+    }
+}
+
+impl Choices for EnumeratedRun<'_> {
+    fn choose(&mut self, _kind: ChoiceKind, options: u32) -> u32 {
+        let path = &mut self.enumerator.path;
+        let answer = match path.get(self.position) {
+            Some(&(answer, known)) => {
+                assert_eq!(
+                    known, options,
+                    "nondeterminism: choice {} had {known} options on an earlier run and {options} now",
+                    self.position + 1
+                );
+                answer
+            }
+            None => {
+                path.push((0, options));
+                0
+            }
+        };
+        self.position += 1;
+        answer
+    }
+}
+
+impl Drop for EnumeratedRun<'_> {
+    /// The run asked no more choices: the path ends here (a pruned or shorter run).
+    fn drop(&mut self) {
+        self.enumerator.path.truncate(self.position);
+    }
+}
