@@ -112,6 +112,9 @@ struct BoundsArgs {
     /// Clients at most in a workload.
     #[arg(long = "clients", default_value_t = Bounds::default().clients_max)]
     clients_max: u32,
+    /// Intents at most per client in a workload.
+    #[arg(long = "intents", default_value_t = Bounds::default().intents_max)]
+    intents_max: u32,
     /// Sends of one intent before a client gives up.
     #[arg(long, default_value_t = Bounds::default().attempts_max)]
     attempts_max: u32,
@@ -142,6 +145,7 @@ impl BoundsArgs {
         let bounds = Bounds {
             steps_max: self.steps_max,
             clients_max: self.clients_max,
+            intents_max: self.intents_max,
             attempts_max: self.attempts_max,
             faults_max: self.faults_max,
             drops_max: self.drops_max,

@@ -46,6 +46,7 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
             defaults.duplicates_max,
         ),
         ("clients", bounds.clients_max, defaults.clients_max),
+        ("intents", bounds.intents_max, defaults.intents_max),
         ("crashes-max", bounds.crashes_max, defaults.crashes_max),
         (
             "reconnects-max",

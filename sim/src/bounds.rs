@@ -11,6 +11,8 @@ pub struct Bounds {
     pub steps_max: u32,
     /// Clients at most in a workload (a domain may draw fewer).
     pub clients_max: u32,
+    /// Intents at most per client in a workload (a domain may draw fewer).
+    pub intents_max: u32,
     /// Sends of one intent a client makes before it gives up (1 = no retry).
     pub attempts_max: u32,
     /// Injected faults of every kind (drops + duplicates + crashes) in one run.
@@ -37,6 +39,7 @@ impl Default for Bounds {
         Bounds {
             steps_max: 200,
             clients_max: 2,
+            intents_max: 2,
             attempts_max: 3,
             faults_max: 3,
             drops_max: 3,
@@ -59,6 +62,9 @@ impl Bounds {
         if self.clients_max == 0 {
             return Err("clients_max must be at least 1".into());
         }
+        if self.intents_max == 0 {
+            return Err("intents_max must be at least 1".into());
+        }
         if self.steps_max == 0 {
             return Err("steps_max must be at least 1".into());
         }
@@ -76,9 +82,10 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} clients_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
+            "steps_max={} clients_max={} intents_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
             self.steps_max,
             self.clients_max,
+            self.intents_max,
             self.attempts_max,
             self.faults_max,
             Limit(self.drops_max),

@@ -47,7 +47,7 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         decider: &mut Decider<'_>,
         bounds: &Bounds,
     ) -> Workload<CounterRequest, NoEvent> {
-        workload(decider, bounds.clients_max)
+        workload(decider, bounds)
     }
 
     fn apply_event(&self, _store: &mut MemoryTotal, event: &NoEvent) {

@@ -17,7 +17,7 @@ pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;
 pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler};
 
-use retrysim_sim::{ChoiceKind, Decider, Intent, NoEvent, Request, Workload};
+use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, NoEvent, Request, Workload};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -91,10 +91,10 @@ pub const CLIENTS_MAX: u32 = 2;
 pub const INTENTS_PER_CLIENT_MAX: u32 = 2;
 
 /// Draws a counter workload: 1–2 clients (at most `clients_max`), each with 1–2 distinct
-/// events from [`EVENTS`] (no event twice in a run). The all-zero answer is one client
+/// events (at most `intents_max`) from [`EVENTS`] (no event twice in a run). The all-zero answer is one client
 /// sending e1 +5.
-pub fn workload(decider: &mut Decider<'_>, clients_max: u32) -> Workload<CounterRequest, NoEvent> {
-    let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX.min(clients_max));
+pub fn workload(decider: &mut Decider<'_>, bounds: &Bounds) -> Workload<CounterRequest, NoEvent> {
+    let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX.min(bounds.clients_max));
     let mut pool: Vec<CounterRequest> = EVENTS.to_vec();
     let mut workload = Workload {
         clients: Vec::with_capacity(clients as usize),
@@ -102,7 +102,8 @@ pub fn workload(decider: &mut Decider<'_>, clients_max: u32) -> Workload<Counter
         setup: Vec::new(),
     };
     for _ in 0..clients {
-        let intents = 1 + decider.choose(ChoiceKind::Workload, INTENTS_PER_CLIENT_MAX);
+        let intents_max = INTENTS_PER_CLIENT_MAX.min(bounds.intents_max);
+        let intents = 1 + decider.choose(ChoiceKind::Workload, intents_max);
         let mut requests = Vec::with_capacity(intents as usize);
         for _ in 0..intents {
             if pool.is_empty() {

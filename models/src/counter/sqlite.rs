@@ -81,7 +81,7 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         decider: &mut Decider<'_>,
         bounds: &Bounds,
     ) -> Workload<CounterRequest, NoEvent> {
-        workload(decider, bounds.clients_max)
+        workload(decider, bounds)
     }
 
     fn apply_event(&self, _store: &mut SqliteCounter, event: &NoEvent) {

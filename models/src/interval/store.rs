@@ -169,7 +169,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         decider: &mut Decider<'_>,
         bounds: &Bounds,
     ) -> Workload<IntervalRequest, AdminEvent> {
-        workload(decider, bounds.clients_max)
+        workload(decider, bounds)
     }
 
     fn apply_event(&self, store: &mut IntervalStore, event: &AdminEvent) {

@@ -1,7 +1,7 @@
 //! Interval workloads: who edits what, with which request id, and which admin change happens.
 
 use super::types::{AdminEvent, Identity, IntervalRequest, ToolArgs};
-use retrysim_sim::{ChoiceKind, Decider, Intent, Workload};
+use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, Workload};
 
 /// alice, in team-a.
 pub const ALICE: Identity = Identity {
@@ -64,20 +64,26 @@ fn admin_events() -> [AdminEvent; 3] {
 /// five follow-ups (a new edit, a stale edit, a reused key); a second client (bob or carol)
 /// may send an edit with the same request id text; an admin may revoke alice's write scope,
 /// move automation 1 or delete it. The all-zero answer is alice's one edit, nothing else.
-/// The second client is drawn only when `clients_max` allows two.
+/// The second client is drawn only when `clients_max` allows two, the follow-up only when
+/// `intents_max` does.
 pub fn workload(
     decider: &mut Decider<'_>,
-    clients_max: u32,
+    bounds: &Bounds,
 ) -> Workload<IntervalRequest, AdminEvent> {
     let mut alice = vec![Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 1, 30)))];
     let follow_ups = alice_follow_ups();
-    let follow_up = decider.choose(ChoiceKind::Workload, follow_ups.len() as u32 + 1);
+    let follow_up_choices = if bounds.intents_max >= 2 {
+        follow_ups.len() as u32
+    } else {
+        0
+    };
+    let follow_up = decider.choose(ChoiceKind::Workload, follow_up_choices + 1);
     if let Some(request) = follow_up.checked_sub(1) {
         alice.push(follow_ups[request as usize].clone());
     }
     let mut clients = vec![alice];
     let others = other_callers();
-    let second_client = if clients_max >= 2 {
+    let second_client = if bounds.clients_max >= 2 {
         others.len() as u32
     } else {
         0

@@ -138,7 +138,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         decider: &mut Decider<'_>,
         bounds: &Bounds,
     ) -> Workload<ReservationRequest, Fixture> {
-        workload(decider, bounds.clients_max)
+        workload(decider, bounds)
     }
 
     fn apply_event(&self, store: &mut ReservationStore, fixture: &Fixture) {

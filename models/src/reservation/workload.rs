@@ -2,7 +2,7 @@
 //! maybe a pending record seeded before the run.
 
 use super::types::{Fixture, ReservationRequest};
-use retrysim_sim::{ChoiceKind, Decider, Intent, Workload};
+use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, Workload};
 
 /// The first tenant.
 pub const TENANT_A: &str = "tenant-a";
@@ -15,15 +15,17 @@ pub const REQUEST_ID: &str = "req-247";
 /// `req-247 slot-B` (changed input under the same id) or `req-248 slot-A` (a new
 /// instruction); tenant-b may submit `req-247 slot-A` in its own scope; a pending record for
 /// tenant-a's `req-247` may be seeded first. The all-zero answer is the single submission.
-/// tenant-b's client is drawn only when `clients_max` allows two.
+/// tenant-b's client is drawn only when `clients_max` allows two, the follow-up only when
+/// `intents_max` does.
 pub fn workload(
     decider: &mut Decider<'_>,
-    clients_max: u32,
+    bounds: &Bounds,
 ) -> Workload<ReservationRequest, Fixture> {
     let mut first = vec![Intent::new(ReservationRequest::new(
         TENANT_A, REQUEST_ID, "slot-A",
     ))];
-    match decider.choose(ChoiceKind::Workload, 3) {
+    let follow_ups = if bounds.intents_max >= 2 { 3 } else { 1 };
+    match decider.choose(ChoiceKind::Workload, follow_ups) {
         1 => first.push(Intent::new(ReservationRequest::new(
             TENANT_A, REQUEST_ID, "slot-B",
         ))),
@@ -33,7 +35,7 @@ pub fn workload(
         _ => {}
     }
     let mut clients = vec![first];
-    if decider.choose(ChoiceKind::Workload, clients_max.min(2)) == 1 {
+    if decider.choose(ChoiceKind::Workload, bounds.clients_max.min(2)) == 1 {
         clients.push(vec![Intent::new(ReservationRequest::new(
             TENANT_B, REQUEST_ID, "slot-A",
         ))]);

@@ -116,41 +116,19 @@ impl<S: System> Execution<'_, '_, S> {
         });
     }
 
-    pub(super) fn advance(&mut self) {
-        let now_ms = self
-            .world
-            .clients
-            .iter()
-            .filter_map(|c| c.timer_ms())
-            .min()
-            .expect("advance is enabled only with a timer");
-        self.world.now_ms = now_ms;
-        for client in 0..self.world.clients.len() {
-            if self.world.clients[client].timer_ms() == Some(now_ms) {
-                self.fire_timer(client);
-            }
-        }
-    }
-
-    fn fire_timer(&mut self, client: usize) {
-        let lane = Lane::Client(client as u32);
+    /// The client's wait ends without an answer: it retries after its backoff, or gives up.
+    pub(super) fn time_out(&mut self, client: usize) {
+        let Phase::Waiting { deadline_ms } = self.world.clients[client].phase else {
+            unreachable!("only waiting clients time out")
+        };
+        self.world.now_ms = self.world.now_ms.max(deadline_ms);
         let intent = self.world.clients[client]
             .current()
-            .expect("a client with a timer has an intent");
-        match self.world.clients[client].phase {
-            Phase::Backoff { .. } => {
-                self.world.clients[client].phase = Phase::Ready;
-                self.world
-                    .note(lane, |_| format!("backoff over; ready to resend {intent}"));
-            }
-            Phase::Waiting { .. } => {
-                let attempts = self.world.intent(intent).attempts;
-                self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"));
-                if self.world.clients[client].current() == Some(intent) {
-                    self.maybe_reconnect(client);
-                }
-            }
-            Phase::Ready | Phase::Done => unreachable!("only waiting clients have timers"),
+            .expect("a waiting client has an intent");
+        let attempts = self.world.intent(intent).attempts;
+        self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"));
+        if self.world.clients[client].current() == Some(intent) {
+            self.maybe_reconnect(client);
         }
     }
 
@@ -207,10 +185,11 @@ impl<S: System> Execution<'_, '_, S> {
                 state.sending = state.request.with_fresh_id(attempts);
             }
             let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
-            world.clients[client].phase = Phase::Backoff {
-                until_ms: world.now_ms + backoff_ms,
-            };
-            world.note(lane, |_| format!("{what}; retry in {backoff_ms} ms"));
+            world.now_ms += backoff_ms;
+            world.clients[client].phase = Phase::Ready;
+            world.note(lane, |_| {
+                format!("{what}; retries after {backoff_ms} ms backoff")
+            });
         } else if bounds.client == ClientPolicy::TimeoutIsFailure {
             world.conclude(client, Verdict::Failed("no reply: taken as failure".into()));
             world.note(lane, |_| format!("{what}; gives up and concludes failure"));

@@ -56,7 +56,7 @@ impl<S: System> Execution<'_, '_, S> {
                 Action::Deliver(index) => self.deliver(index),
                 Action::Send(client) => self.send(client),
                 Action::Event(index) => self.apply_event(index),
-                Action::Advance => self.advance(),
+                Action::Timeout(client) => self.time_out(client),
             }
         }
     }

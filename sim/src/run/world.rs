@@ -54,8 +54,9 @@ impl<V: fmt::Display> fmt::Display for ServerReply<V> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Phase {
     Ready,
+    /// Sent; the deadline only dates the timeout on the timeline (the schedule decides when
+    /// a timeout happens).
     Waiting { deadline_ms: u64 },
-    Backoff { until_ms: u64 },
     Done,
 }
 
@@ -80,12 +81,8 @@ impl ClientState {
         self.intents.get(self.position).copied()
     }
 
-    pub(crate) fn timer_ms(&self) -> Option<u64> {
-        match self.phase {
-            Phase::Waiting { deadline_ms } => Some(deadline_ms),
-            Phase::Backoff { until_ms } => Some(until_ms),
-            Phase::Ready | Phase::Done => None,
-        }
+    pub(crate) fn waiting(&self) -> bool {
+        matches!(self.phase, Phase::Waiting { .. })
     }
 }
 
@@ -121,7 +118,7 @@ pub(crate) enum Action {
     Deliver(usize),
     Send(usize),
     Event(usize),
-    Advance,
+    Timeout(usize),
 }
 
 /// The engine-side state of a run: clients, intents, outside events, the network and the
@@ -151,6 +148,13 @@ fn multiset<T: Hash>(items: &[T]) -> Vec<u64> {
         })
         .collect();
     hashes.sort_unstable();
+    hashes
+}
+
+/// The hashes of `items`, sorted and deduplicated: equal for any order or repetition.
+fn set<T: Hash>(items: &[T]) -> Vec<u64> {
+    let mut hashes = multiset(items);
+    hashes.dedup();
     hashes
 }
 
@@ -213,17 +217,21 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     {
         // Orders that cannot change the future are hashed as multisets: any message in flight
         // may be delivered next, and the checks ask whether some reply breaks a rule, not
-        // which came first. Timers are hashed relative to the clock: only distances matter.
+        // which came first. The clock only dates timeline rows and is left out.
         for intent in &self.intents {
             intent.client.hash(hasher);
             intent.request.hash(hasher);
-            intent.sending.hash(hasher);
             intent.after_success.hash(hasher);
-            intent.attempts.hash(hasher);
             intent.verdict.hash(hasher);
             intent.effects.hash(hasher);
             intent.original.hash(hasher);
-            multiset(&intent.replies).hash(hasher);
+            // The checks ask whether some reply breaks a rule: a set of replies suffices.
+            set(&intent.replies).hash(hasher);
+            // How a concluded intent was sent no longer matters.
+            if intent.verdict.is_none() {
+                intent.sending.hash(hasher);
+                intent.attempts.hash(hasher);
+            }
         }
         for client in &self.clients {
             client.intents.hash(hasher);
@@ -231,10 +239,9 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             client.next.hash(hasher);
             client.generation.hash(hasher);
             match client.phase {
-                Phase::Waiting { deadline_ms } => (1u8, deadline_ms - self.now_ms).hash(hasher),
-                Phase::Backoff { until_ms } => (2u8, until_ms - self.now_ms).hash(hasher),
-                Phase::Ready => 3u8.hash(hasher),
-                Phase::Done => 4u8.hash(hasher),
+                Phase::Waiting { .. } => 1u8.hash(hasher),
+                Phase::Ready => 2u8.hash(hasher),
+                Phase::Done => 3u8.hash(hasher),
             }
         }
         self.events.hash(hasher);
@@ -251,7 +258,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             .map(|message| (message.intent, &message.body))
             .collect();
         multiset(&live).hash(hasher);
-        multiset(&self.audit).hash(hasher);
+        set(&self.audit).hash(hasher);
     }
 
     pub(crate) fn finished(&self) -> bool {
@@ -261,7 +268,8 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// The enabled steps, the uneventful first: deliveries (oldest first), sends, outside
-    /// events, then the passing of time.
+    /// events, then timeouts of waiting clients. When a client times out is the schedule's
+    /// choice, not the clock's: any waiting client may time out before any delivery.
     pub(crate) fn enabled(&self, actions: &mut Vec<Action>) {
         actions.clear();
         actions.extend((0..self.network.len()).map(Action::Deliver));
@@ -275,8 +283,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 actions.push(Action::Event(index));
             }
         }
-        if self.clients.iter().any(|c| c.timer_ms().is_some()) {
-            actions.push(Action::Advance);
+        for (index, client) in self.clients.iter().enumerate() {
+            if client.waiting() {
+                actions.push(Action::Timeout(index));
+            }
         }
     }
 
