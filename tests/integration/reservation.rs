@@ -67,7 +67,7 @@ fn acknowledgement_lost_after_commit_then_lookup_and_replay() {
     let outcome = run(
         "action-record",
         ClientPolicy::Faithful,
-        "0,0,0,1,0,0,0,0,0,0,0,0,0,1,1,1,0,0,0,0,0,1",
+        "0,0,0,1,0,0,0,0,0,0,0,0,0,1,1,1,1",
     );
     assert_eq!(
         server_rows(&outcome),
@@ -77,7 +77,7 @@ fn acknowledgement_lost_after_commit_then_lookup_and_replay() {
             "look up A#3 -> completed rsv-1",
         ]
     );
-    assert_eq!(outcome.faults.drops, 2);
+    assert_eq!(outcome.faults.drops, 1);
     assert_eq!(outcome.faults.reconnects, 1);
     assert_eq!(reservations(&outcome), 1);
     assert_eq!(outcome.violations, vec![]);
@@ -94,7 +94,7 @@ fn changed_slot_conflicts_and_another_tenant_finds_nothing() {
     let outcome = run(
         "action-record",
         ClientPolicy::Faithful,
-        "1,1,0,0,0,0,0,0,0,0,0,0,0,1,0,1,1,1",
+        "1,1,0,1,0,1,0,1,0,0,0,0,0,0,0,0,1,2,0,2,4,1",
     );
     let rows = server_rows(&outcome);
     assert!(
@@ -140,7 +140,7 @@ fn process_exits_before_commit_then_lookup_and_create() {
 
 #[test]
 fn pending_record_answers_pending_to_submission_and_lookup() {
-    let outcome = run("action-record", ClientPolicy::Faithful, "0,0,1,1,1,1,1");
+    let outcome = run("action-record", ClientPolicy::Faithful, "0,0,1,1,1,1");
     let rows = server_rows(&outcome);
     assert_eq!(rows, ["handle A#1 -> pending", "look up A#2 -> pending"]);
     assert_eq!(reservations(&outcome), 0);
