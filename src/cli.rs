@@ -70,6 +70,10 @@ enum Command {
         /// Runs after which the check stops without exhausting the bound.
         #[arg(long, default_value_t = retrysim_sim_defaults::CHECK_RUNS_MAX)]
         runs_max: u64,
+        /// After the first violation, finish its fault level to find the first counterexample
+        /// of every invariant broken there.
+        #[arg(long)]
+        all_invariants: bool,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -241,9 +245,15 @@ where
             target,
             reduction,
             runs_max,
+            all_invariants,
             json,
             bounds,
-        }) => run_check(&target, reduction, runs_max, json, &bounds),
+        }) => run_check(
+            &target,
+            (reduction, runs_max, all_invariants),
+            json,
+            &bounds,
+        ),
         Some(Command::Replay {
             target,
             seed,
@@ -349,8 +359,7 @@ fn shrink_first(
 
 fn run_check(
     target: &Target,
-    reduction: ReductionArg,
-    runs_max: u64,
+    (reduction, runs_max, all_invariants): (ReductionArg, u64, bool),
     json: bool,
     bounds: &BoundsArgs,
 ) -> Result<ExitCode, UsageError> {
@@ -362,6 +371,8 @@ fn run_check(
             ReductionArg::None => Reduction::None,
         },
         runs_max,
+        stop_at_first: !all_invariants,
+        only: None,
     };
     let mut subject = (entry.build)();
     // Wall-clock time is measured for the report only; it never reaches a run.
@@ -391,7 +402,7 @@ fn run_check(
             "violations": report.violations,
             "minimal": minimal.as_ref().map(|m| json!({
                 "tape": m.tape,
-                "replay": report::replay_command(entry, &found_bounds, &Schedule::Tape(m.tape.clone())),
+                "replay": report::replay_command(entry, &m.bounds, &Schedule::Tape(m.tape.clone())),
                 "timeline": m.outcome.timeline,
             })),
         });
@@ -399,13 +410,7 @@ fn run_check(
     } else {
         print!(
             "{}",
-            report::check_report(
-                entry,
-                &options,
-                &report,
-                elapsed_seconds,
-                minimal.as_ref().map(|m| (m, &found_bounds))
-            )
+            report::check_report(entry, &options, &report, elapsed_seconds, minimal.as_ref())
         );
     }
     Ok(if !report.violations.is_empty() {
@@ -439,7 +444,7 @@ fn run_explore(
                 "seed": exploration.first().map(|f| f.seed),
                 "shrunk_tape": shrunk.tape,
                 "faults": shrunk.outcome.faults,
-                "replay": report::replay_command(entry, &bounds, &Schedule::Tape(shrunk.tape.clone())),
+                "replay": report::replay_command(entry, &shrunk.bounds, &Schedule::Tape(shrunk.tape.clone())),
                 "timeline": shrunk.outcome.timeline,
             })
         });
@@ -550,11 +555,15 @@ fn run_matrix() -> ExitCode {
         );
         print!(
             "{}",
-            report::run_report(row.entry, &bounds, &shrunk.outcome)
+            report::run_report(row.entry, &shrunk.bounds, &shrunk.outcome)
         );
         println!(
             "reproduce: {}",
-            report::replay_command(row.entry, &bounds, &Schedule::Tape(shrunk.tape.clone()))
+            report::replay_command(
+                row.entry,
+                &shrunk.bounds,
+                &Schedule::Tape(shrunk.tape.clone())
+            )
         );
     }
     exit_for(rows.iter().all(MatrixRow::as_declared))

@@ -160,11 +160,11 @@ pub fn exploration_report(
             shrunk.tape.len(),
             shrunk.runs
         );
-        out.push_str(&run_report(entry, bounds, &shrunk.outcome));
+        out.push_str(&run_report(entry, &shrunk.bounds, &shrunk.outcome));
         let _ = writeln!(
             out,
             "\nreproduce: {}",
-            replay_command(entry, bounds, &Schedule::Tape(shrunk.tape.clone()))
+            replay_command(entry, &shrunk.bounds, &Schedule::Tape(shrunk.tape.clone()))
         );
     }
     let _ = writeln!(
@@ -240,7 +240,7 @@ pub fn check_report(
     options: &CheckOptions,
     report: &CheckReport,
     elapsed_seconds: f64,
-    minimal: Option<(&Shrunk, &Bounds)>,
+    minimal: Option<&Shrunk>,
 ) -> String {
     let mut out = String::new();
     let bounds = &options.bounds;
@@ -274,7 +274,7 @@ pub fn check_report(
     let bound = match report.stopped {
         Stopped::Exhausted => "exhausted".to_string(),
         Stopped::Violation => format!(
-            "stopped after faults_max={}, the first level with a violation",
+            "stopped at a violation at faults_max={} (lower levels are clean)",
             report.levels.last().map_or(0, |l| l.faults_max)
         ),
         Stopped::RunsMax => "NOT exhausted: runs_max reached".to_string(),
@@ -309,13 +309,17 @@ pub fn check_report(
         };
         let _ = writeln!(out, "  {:<24} {verdict}", invariant.name());
     }
-    if let Some((minimal, found_bounds)) = minimal {
+    if let Some(minimal) = minimal {
         let _ = writeln!(out, "\nminimal counterexample:\n");
-        out.push_str(&run_report(entry, found_bounds, &minimal.outcome));
+        out.push_str(&run_report(entry, &minimal.bounds, &minimal.outcome));
         let _ = writeln!(
             out,
             "\nreproduce: {}",
-            replay_command(entry, found_bounds, &Schedule::Tape(minimal.tape.clone()))
+            replay_command(
+                entry,
+                &minimal.bounds,
+                &Schedule::Tape(minimal.tape.clone())
+            )
         );
     }
     out

@@ -32,6 +32,11 @@ pub struct CheckOptions {
     pub reduction: Reduction,
     /// Runs after which the check stops, reporting that the bound was not exhausted.
     pub runs_max: u64,
+    /// Stop at the first violation (true), or finish its level to find the first
+    /// counterexample of every invariant broken at that fault count (false).
+    pub stop_at_first: bool,
+    /// Look for this invariant only (others are ignored), or for all.
+    pub only: Option<Invariant>,
 }
 
 impl CheckOptions {
@@ -41,6 +46,8 @@ impl CheckOptions {
             bounds,
             reduction: Reduction::States,
             runs_max: CHECK_RUNS_MAX,
+            stop_at_first: true,
+            only: None,
         }
     }
 }
@@ -116,7 +123,8 @@ pub struct Counterexample {
 pub enum Stopped {
     /// Every run within the bounds was explored.
     Exhausted,
-    /// A level with a violation was completed; higher levels were not explored.
+    /// A violation was found; higher fault levels (and, when stopping at the first, the rest
+    /// of its level) were not explored.
     Violation,
     /// `runs_max` was reached first.
     RunsMax,
@@ -176,13 +184,7 @@ pub fn check(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
             faults_max,
             ..options.bounds
         };
-        let level = check_level(
-            subject,
-            &bounds,
-            options.reduction,
-            &mut runs_left,
-            &mut report,
-        );
+        let level = check_level(subject, &bounds, options, &mut runs_left, &mut report);
         report.levels.push(level);
         if !report.violations.is_empty() {
             report.stopped = Stopped::Violation;
@@ -199,7 +201,7 @@ pub fn check(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
 fn check_level(
     subject: &mut dyn Subject,
     bounds: &Bounds,
-    reduction: Reduction,
+    options: &CheckOptions,
     runs_left: &mut u64,
     report: &mut CheckReport,
 ) -> Level {
@@ -222,7 +224,7 @@ fn check_level(
         };
         *runs_left -= 1;
         let replayed_answers = source.replayed_answers();
-        let pruning = (reduction == Reduction::States).then_some(Pruning {
+        let pruning = (options.reduction == Reduction::States).then_some(Pruning {
             visited: &mut visited,
             replayed_answers,
         });
@@ -236,13 +238,17 @@ fn check_level(
         }
         tally(&mut report.coverage, &outcome);
         for violation in &outcome.violations {
-            if report.violation(violation.invariant).is_none() {
+            let wanted = options.only.is_none_or(|only| only == violation.invariant);
+            if wanted && report.violation(violation.invariant).is_none() {
                 report.violations.push(Counterexample {
                     invariant: violation.invariant,
                     tape: outcome.tape.clone(),
                     faults: outcome.faults.total(),
                 });
             }
+        }
+        if options.stop_at_first && !report.violations.is_empty() {
+            break;
         }
     }
     level.unique_states = visited.len() as u64;

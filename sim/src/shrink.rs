@@ -6,6 +6,7 @@
 //! smaller tape is a simpler story.
 
 use crate::bounds::Bounds;
+use crate::checker::{check, CheckOptions};
 use crate::choices::{Tape, TapeChoices};
 use crate::run::RunOutcome;
 use crate::subject::Subject;
@@ -14,11 +15,17 @@ use crate::Invariant;
 /// How many runs one shrink may spend before settling for what it has.
 pub const SHRINK_RUNS_MAX: u32 = 5_000;
 
+/// How many runs the search for a counterexample with fewer faults may spend.
+pub const SHRINK_SEARCH_RUNS_MAX: u64 = 20_000;
+
 /// A shrunk counterexample.
 #[derive(Clone, Debug)]
 pub struct Shrunk {
     /// The smallest failing tape found.
     pub tape: Tape,
+    /// The bounds the tape replays under: the given ones, or the same with a lower
+    /// `faults_max` when a search with fewer faults found a smaller counterexample.
+    pub bounds: Bounds,
     /// Its traced run.
     pub outcome: RunOutcome,
     /// Runs spent shrinking.
@@ -132,8 +139,43 @@ pub fn shrink(
     invariant: Invariant,
 ) -> Shrunk {
     let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
-    shrink_by(subject, bounds, tape, &breaks, false)
-        .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"))
+    let local = shrink_by(subject, bounds, tape, &breaks, false)
+        .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"));
+    match fewer_faults(subject, bounds, &local, invariant) {
+        Some(better) => better,
+        None => local,
+    }
+}
+
+/// Edits that lower answers cannot turn a fault into a timeout; a bounded exhaustive search
+/// with fewer faults can. It looks for the same invariant at fault levels below the shrunk
+/// tape's, within [`SHRINK_SEARCH_RUNS_MAX`] runs, and shrinks what it finds.
+fn fewer_faults(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    shrunk: &Shrunk,
+    invariant: Invariant,
+) -> Option<Shrunk> {
+    let faults = shrunk.outcome.faults.total();
+    if faults == 0 {
+        return None;
+    }
+    let options = CheckOptions {
+        runs_max: SHRINK_SEARCH_RUNS_MAX,
+        only: Some(invariant),
+        ..CheckOptions::new(Bounds {
+            faults_max: faults - 1,
+            ..*bounds
+        })
+    };
+    let report = check(subject, &options);
+    let found = report.violation(invariant)?;
+    let level = Bounds {
+        faults_max: report.levels.last()?.faults_max,
+        ..*bounds
+    };
+    let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
+    shrink_by(subject, &level, &found.tape, &breaks, false)
 }
 
 /// Shrinks `tape` to the smallest tape whose run still satisfies `keep` (e.g. "the reply is
@@ -166,6 +208,7 @@ pub fn shrink_by(
         .run(&mut TapeChoices::lenient(tape.answers()), bounds, true);
     Some(Shrunk {
         tape,
+        bounds: *bounds,
         outcome,
         runs: shrinker.runs + 1,
     })

@@ -4,6 +4,7 @@
 mod cli;
 mod counter;
 mod determinism;
+mod exhaustive;
 mod interval;
 mod reservation;
 mod tape;

@@ -3,7 +3,7 @@
 
 use crate::entry;
 use retrysim::models::{self, Declared};
-use retrysim::{explore, replay, report, shrink, Bounds, Invariant, RunOutcome, Tape};
+use retrysim::{explore, replay, report, shrink, Bounds, Invariant, Shrunk, Tape};
 
 fn snapshot(name: &str, text: &str) {
     insta::with_settings!({
@@ -15,46 +15,45 @@ fn snapshot(name: &str, text: &str) {
     });
 }
 
-fn shortest_failure_in(domain: &str, handler: &str, invariant: Invariant) -> RunOutcome {
+fn shortest_failure_in(domain: &str, handler: &str, invariant: Invariant) -> Shrunk {
     let entry = entry(domain, handler);
     let bounds = Bounds::default();
     let found = explore(&entry.build, 0..1_000, &bounds, 2);
     let failure = found.failure(invariant).expect("the handler is caught");
-    shrink(&mut *(entry.build)(), &bounds, &failure.tape, invariant).outcome
+    shrink(&mut *(entry.build)(), &bounds, &failure.tape, invariant)
 }
 
-fn shortest_failure(handler: &str, invariant: Invariant) -> RunOutcome {
+fn shortest_failure(handler: &str, invariant: Invariant) -> Shrunk {
     shortest_failure_in("counter", handler, invariant)
 }
 
 #[test]
 fn interval_faulty_handlers_shortest_failing_timelines() {
-    let bounds = Bounds::default();
     for handler in models::handlers().iter().filter(|h| h.domain == "interval") {
         let Declared::Faulty { caught_by } = handler.declared else {
             continue;
         };
-        let outcome = shortest_failure_in("interval", handler.handler, caught_by);
-        assert!(outcome.violates(caught_by));
-        let text = report::run_report(handler, &bounds, &outcome);
+        let shrunk = shortest_failure_in("interval", handler.handler, caught_by);
+        assert!(shrunk.outcome.violates(caught_by));
+        let text = report::run_report(handler, &shrunk.bounds, &shrunk.outcome);
         snapshot(&format!("interval-{}-shortest", handler.handler), &text);
     }
 }
 
 #[test]
 fn naive_shortest_failing_timeline() {
-    let outcome = shortest_failure("naive", Invariant::AtMostOnceEffect);
-    let text = report::run_report(entry("counter", "naive"), &Bounds::default(), &outcome);
+    let shrunk = shortest_failure("naive", Invariant::AtMostOnceEffect);
+    let text = report::run_report(entry("counter", "naive"), &shrunk.bounds, &shrunk.outcome);
     snapshot("counter-naive-shortest", &text);
 }
 
 #[test]
 fn keyed_memory_shortest_failing_timeline() {
-    let outcome = shortest_failure("keyed-memory", Invariant::AtMostOnceEffect);
+    let shrunk = shortest_failure("keyed-memory", Invariant::AtMostOnceEffect);
     let text = report::run_report(
         entry("counter", "keyed-memory"),
-        &Bounds::default(),
-        &outcome,
+        &shrunk.bounds,
+        &shrunk.outcome,
     );
     snapshot("counter-keyed-memory-shortest", &text);
 }

@@ -185,11 +185,11 @@ impl<S: System> Execution<'_, '_, S> {
                 state.sending = state.request.with_fresh_id(attempts);
             }
             let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
-            world.now_ms += backoff_ms;
             world.clients[client].phase = Phase::Ready;
             world.note(lane, |_| {
                 format!("{what}; retries after {backoff_ms} ms backoff")
             });
+            world.now_ms += backoff_ms;
         } else if bounds.client == ClientPolicy::TimeoutIsFailure {
             world.conclude(client, Verdict::Failed("no reply: taken as failure".into()));
             world.note(lane, |_| format!("{what}; gives up and concludes failure"));

@@ -56,7 +56,9 @@ pub(crate) enum Phase {
     Ready,
     /// Sent; the deadline only dates the timeout on the timeline (the schedule decides when
     /// a timeout happens).
-    Waiting { deadline_ms: u64 },
+    Waiting {
+        deadline_ms: u64,
+    },
     Done,
 }
 

@@ -1,0 +1,166 @@
+//! Exhaustive bounded checking: faulty handlers caught with the fewest faults, correct ones
+//! clean over whole bounds, state hashing losing nothing that plain enumeration finds, and
+//! shrinking as good as the exhaustive minimum.
+
+use retrysim::models::{self, Declared, HandlerEntry};
+use retrysim::{check, explore, shrink, Bounds, CheckOptions, CheckReport, Reduction, Stopped};
+use std::collections::BTreeSet;
+
+/// A bound small enough for the test suite: clients and intents as given, two attempts, one
+/// fault of any kind.
+fn small(clients_max: u32, intents_max: u32) -> Bounds {
+    Bounds {
+        clients_max,
+        intents_max,
+        attempts_max: 2,
+        faults_max: 1,
+        ..Bounds::default()
+    }
+}
+
+fn run_check(
+    entry: &HandlerEntry,
+    bounds: Bounds,
+    reduction: Reduction,
+    runs_max: u64,
+) -> CheckReport {
+    let options = CheckOptions {
+        reduction,
+        runs_max,
+        stop_at_first: false,
+        ..CheckOptions::new(bounds)
+    };
+    check(&mut *(entry.build)(), &options)
+}
+
+/// The workload shapes a flaw may need: one client with two intents (a reused key), or two
+/// clients with one intent each (a shared request id).
+const SHAPES: [(u32, u32); 2] = [(1, 2), (2, 1)];
+
+#[test]
+fn every_faulty_handler_is_caught_with_the_fewest_faults() {
+    for entry in models::handlers() {
+        let Declared::Faulty { .. } = entry.declared else {
+            continue;
+        };
+        let found = SHAPES.iter().find_map(|&(clients, intents)| {
+            let report = run_check(entry, small(clients, intents), Reduction::States, 40_000);
+            (report.stopped == Stopped::Violation).then_some(report)
+        });
+        let report = found.unwrap_or_else(|| panic!("{entry:?} is not caught by check"));
+        let level = report.levels.last().unwrap().faults_max;
+        assert!(
+            report.violations.iter().all(|v| v.faults == level),
+            "{entry:?}"
+        );
+        // Every level below was explored to its end without a violation.
+        assert_eq!(report.levels.len() as u32, level + 1);
+    }
+}
+
+#[test]
+fn correct_handlers_exhaust_their_bounds_clean() {
+    let cases = [
+        ("counter", "keyed-sqlite", small(2, 1)),
+        ("reservation", "action-record", small(2, 1)),
+        ("interval", "receipt", small(1, 1)),
+    ];
+    for (domain, handler, bounds) in cases {
+        let entry = models::find(domain, handler).unwrap();
+        let report = run_check(entry, bounds, Reduction::States, 1_000_000);
+        assert_eq!(report.stopped, Stopped::Exhausted, "{entry:?}");
+        assert_eq!(report.violations, vec![], "{entry:?}");
+        assert!(report.clean());
+        assert_eq!(report.step_limited, 0);
+        // A clean verdict means something only if every fault kind and crash point fired.
+        assert_eq!(
+            report.coverage.gaps(&bounds),
+            Vec::<String>::new(),
+            "{entry:?}"
+        );
+    }
+}
+
+#[test]
+fn keyed_memory_is_clean_exhaustively_without_crashes() {
+    let entry = models::find("counter", "keyed-memory").unwrap();
+    let bounds = Bounds {
+        crashes_max: 0,
+        ..small(2, 1)
+    };
+    let report = run_check(entry, bounds, Reduction::States, 1_000_000);
+    assert!(report.clean(), "{:?}", report.violations);
+    assert_eq!(report.coverage.crashes, 0);
+    assert_eq!(report.coverage.gaps(&bounds), Vec::<String>::new());
+}
+
+#[test]
+fn state_hashing_finds_every_violation_plain_enumeration_finds() {
+    let bounds = small(1, 1);
+    for entry in models::handlers() {
+        let plain = run_check(entry, bounds, Reduction::None, 200_000);
+        let reduced = run_check(entry, bounds, Reduction::States, 200_000);
+        assert_ne!(
+            plain.stopped,
+            Stopped::RunsMax,
+            "{entry:?}: plain run too large"
+        );
+        let broken = |report: &CheckReport| -> BTreeSet<_> {
+            report
+                .violations
+                .iter()
+                .map(|v| (v.invariant, v.faults))
+                .collect()
+        };
+        assert_eq!(broken(&plain), broken(&reduced), "{entry:?}");
+        assert_eq!(plain.levels.len(), reduced.levels.len(), "{entry:?}");
+        assert!(reduced.runs() <= plain.runs(), "{entry:?}");
+    }
+}
+
+#[test]
+fn state_hashing_saves_most_of_the_work() {
+    let entry = models::find("interval", "receipt").unwrap();
+    let plain = run_check(entry, small(1, 1), Reduction::None, 1_000_000);
+    let reduced = run_check(entry, small(1, 1), Reduction::States, 1_000_000);
+    assert!(plain.clean() && reduced.clean());
+    assert!(
+        reduced.runs() * 10 < plain.runs(),
+        "{} reduced runs against {} plain",
+        reduced.runs(),
+        plain.runs()
+    );
+}
+
+#[test]
+fn shrunk_random_counterexamples_have_no_more_faults_than_the_exhaustive_minimum() {
+    for entry in models::handlers() {
+        let Declared::Faulty { .. } = entry.declared else {
+            continue;
+        };
+        for (clients, intents) in SHAPES {
+            let bounds = small(clients, intents);
+            let exhaustive = run_check(entry, bounds, Reduction::States, 40_000);
+            let Some(minimum) = exhaustive.violations.first() else {
+                continue;
+            };
+            let random = explore(&entry.build, 0..2_000, &bounds, 2);
+            let Some(failure) = random.failure(minimum.invariant) else {
+                continue;
+            };
+            let shrunk = shrink(
+                &mut *(entry.build)(),
+                &bounds,
+                &failure.tape,
+                failure.invariant,
+            );
+            assert!(
+                shrunk.outcome.faults.total() <= minimum.faults,
+                "{entry:?} {}: shrunk to {} faults, exhaustive minimum {}",
+                minimum.invariant,
+                shrunk.outcome.faults.total(),
+                minimum.faults
+            );
+        }
+    }
+}
