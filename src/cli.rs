@@ -4,7 +4,7 @@
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    check, explore, replay, run_seed, shrink, Bounds, CheckOptions, ClientPolicy, Exploration,
+    exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions, ClientPolicy, Exploration,
     Invariant, Reduction, Tape,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -377,7 +377,7 @@ fn run_check(
     let mut subject = (entry.build)();
     // Wall-clock time is measured for the report only; it never reaches a run.
     let started = Instant::now();
-    let report = check(&mut *subject, &options);
+    let report = exhaust(&mut *subject, &options);
     let elapsed_seconds = started.elapsed().as_secs_f64();
     // A counterexample replays under the bounds of the level that found it.
     let found_bounds = Bounds {

@@ -30,14 +30,17 @@
 
 pub mod cli;
 pub mod report;
+pub mod testing;
+
+pub use testing::{check, Check};
 
 pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
-    check, explore, replay, run_seed, shrink, shrink_by, Bounds, CheckOptions, CheckReport,
-    ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider, Exploration,
-    Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane, Ledger,
-    Level, NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
+    check_determinism, exhaust, explore, replay, run_seed, shrink, shrink_by, Bounds, CheckOptions,
+    CheckReport, ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider,
+    Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane,
+    Ledger, Level, NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
     SeededChoices, Session, Shrunk, Simulator, Status, Stopped, Subject, SubjectFactory, System,
     Tape, TapeChoices, TapeError, Timeline, Violation, Workload, CHECK_RUNS_MAX, SHRINK_RUNS_MAX,
 };

@@ -170,7 +170,7 @@ impl CheckReport {
 /// Explores every run of `subject` within `options.bounds`: first with no fault, then with at
 /// most one, and so on up to `faults_max`, stopping after the first level with a violation,
 /// so every counterexample has the fewest faults any counterexample has.
-pub fn check(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
+pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
     let mut report = CheckReport {
         levels: Vec::new(),
         stopped: Stopped::Exhausted,

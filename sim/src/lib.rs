@@ -14,6 +14,7 @@ mod bounds;
 mod check;
 mod checker;
 pub mod choices;
+mod determinism;
 mod explore;
 mod invariant;
 mod run;
@@ -26,13 +27,14 @@ mod timeline;
 
 pub use bounds::Bounds;
 pub use checker::{
-    check, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction, Stopped,
+    exhaust, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction, Stopped,
     CHECK_RUNS_MAX,
 };
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
     TapeChoices, TapeError,
 };
+pub use determinism::check_determinism;
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
 pub use run::{ClientPolicy, Ctx, FaultCounts, Pruning, RunEnd, RunOutcome, Session, Simulator};

@@ -6,7 +6,7 @@
 //! smaller tape is a simpler story.
 
 use crate::bounds::Bounds;
-use crate::checker::{check, CheckOptions};
+use crate::checker::{exhaust, CheckOptions};
 use crate::choices::{Tape, TapeChoices};
 use crate::run::RunOutcome;
 use crate::subject::Subject;
@@ -168,7 +168,7 @@ fn fewer_faults(
             ..*bounds
         })
     };
-    let report = check(subject, &options);
+    let report = exhaust(subject, &options);
     let found = report.violation(invariant)?;
     let level = Bounds {
         faults_max: report.levels.last()?.faults_max,

@@ -3,7 +3,7 @@
 //! shrinking as good as the exhaustive minimum.
 
 use retrysim::models::{self, Declared, HandlerEntry};
-use retrysim::{check, explore, shrink, Bounds, CheckOptions, CheckReport, Reduction, Stopped};
+use retrysim::{exhaust, explore, shrink, Bounds, CheckOptions, CheckReport, Reduction, Stopped};
 use std::collections::BTreeSet;
 
 /// A bound small enough for the test suite: clients and intents as given, two attempts, one
@@ -30,7 +30,7 @@ fn run_check(
         stop_at_first: false,
         ..CheckOptions::new(bounds)
     };
-    check(&mut *(entry.build)(), &options)
+    exhaust(&mut *(entry.build)(), &options)
 }
 
 /// The workload shapes a flaw may need: one client with two intents (a reused key), or two

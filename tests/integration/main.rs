@@ -1,6 +1,7 @@
 //! retrysim's integration tests, through the public API and the `retrysim` binary. One test
 //! binary with modules keeps the build fast.
 
+mod api;
 mod cli;
 mod counter;
 mod determinism;

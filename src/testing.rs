@@ -1,0 +1,329 @@
+//! The `cargo test` API: check a handler from a test, panic with a shrunk timeline and a
+//! reproduction on a violation, and keep failures as regressions.
+//!
+//! Environment variables, for reproducing a failure from the test itself:
+//! - `RETRYSIM_TAPE=0,2,1` (with `RETRYSIM_FAULTS_MAX=k` when the failure says so) replays
+//!   exactly that schedule, prints its timeline, and panics if it breaks an invariant;
+//! - `RETRYSIM_SEED=17` does the same for one seed;
+//! - `RETRYSIM_CHECK_DETERMINISM=1` runs every seed twice and fails at the first diverging
+//!   timeline row.
+
+use crate::models::{self, HandlerEntry};
+use crate::report::{self, Schedule};
+use crate::{
+    check_determinism, exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions, Invariant,
+    RunOutcome, Shrunk, Simulator, Subject, System, Tape, TapeChoices,
+};
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::PathBuf;
+
+type Factory = Box<dyn Fn() -> Box<dyn Subject> + Sync>;
+
+/// A check of one handler, built up and then [run](Check::run).
+pub struct Check {
+    name: String,
+    entry: Option<&'static HandlerEntry>,
+    factory: Factory,
+    seeds: Range<u64>,
+    exhaustive: bool,
+    bounds: Bounds,
+    regressions: Option<PathBuf>,
+    determinism: bool,
+}
+
+/// A check of the built-in handler `handler` of `domain`, over seeds `0..1000` by default.
+///
+/// # Panics
+/// If there is no such built-in handler.
+pub fn check(domain: &str, handler: &str) -> Check {
+    let entry = models::find(domain, handler).unwrap_or_else(|error| panic!("{error}"));
+    Check {
+        entry: Some(entry),
+        factory: Box::new(entry.build),
+        ..Check::named(format!("{domain}/{handler}"))
+    }
+}
+
+impl Check {
+    fn named(name: String) -> Check {
+        Check {
+            name,
+            entry: None,
+            factory: Box::new(|| unreachable!("a check has a factory")),
+            seeds: 0..1_000,
+            exhaustive: false,
+            bounds: Bounds::default(),
+            regressions: None,
+            determinism: std::env::var_os("RETRYSIM_CHECK_DETERMINISM").is_some(),
+        }
+    }
+
+    /// A check of your own system under test (a store and a handler of yours), named `name`.
+    pub fn system<S>(name: &str, system: S) -> Check
+    where
+        S: System + Clone + Sync + 'static,
+    {
+        Check {
+            factory: Box::new(move || Box::new(Simulator::new(system.clone()))),
+            ..Check::named(name.to_string())
+        }
+    }
+
+    /// Explores these seeds (random exploration).
+    pub fn seeds(mut self, seeds: Range<u64>) -> Self {
+        self.seeds = seeds;
+        self
+    }
+
+    /// Explores every run within the bounds instead of seeds.
+    pub fn exhaustive(mut self) -> Self {
+        self.exhaustive = true;
+        self
+    }
+
+    /// Uses these bounds.
+    pub fn bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
+    /// Keeps failures in the regressions file at `path` (human-readable, meant to be
+    /// committed): a failure is written there when found, and every stored schedule is
+    /// replayed first on later runs.
+    pub fn regressions(mut self, path: impl Into<PathBuf>) -> Self {
+        self.regressions = Some(path.into());
+        self
+    }
+
+    /// Runs every seed twice and fails at the first divergence.
+    pub fn check_determinism(mut self, on: bool) -> Self {
+        self.determinism = on;
+        self
+    }
+
+    /// Runs the check. Panics on a violation with the shrunk timeline and a reproduction.
+    pub fn run(self) {
+        if let Err(message) = self.verdict() {
+            panic!("{message}");
+        }
+    }
+
+    /// Runs the check and returns the failure message instead of panicking.
+    pub fn verdict(self) -> Result<(), String> {
+        if let Some(outcome) = self.reproduction()? {
+            return self.judge_one(&outcome, "the requested schedule");
+        }
+        self.replay_regressions()?;
+        if self.determinism {
+            let mut subject = (self.factory)();
+            for seed in self.seeds.clone() {
+                check_determinism(&mut *subject, seed, &self.bounds)?;
+            }
+        }
+        match self.find_failure() {
+            Some(shrunk) => {
+                self.store_regression(&shrunk)?;
+                Err(self.failure_message(&shrunk))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A schedule asked for through `RETRYSIM_TAPE` or `RETRYSIM_SEED`.
+    fn reproduction(&self) -> Result<Option<RunOutcome>, String> {
+        let mut subject = (self.factory)();
+        let mut bounds = self.bounds;
+        if let Ok(faults) = std::env::var("RETRYSIM_FAULTS_MAX") {
+            bounds.faults_max = faults
+                .parse()
+                .map_err(|_| format!("RETRYSIM_FAULTS_MAX={faults:?} is not a count"))?;
+        }
+        if let Ok(text) = std::env::var("RETRYSIM_TAPE") {
+            let tape: Tape = text.parse().map_err(|e| format!("RETRYSIM_TAPE: {e}"))?;
+            let outcome = replay(&mut *subject, &tape, &bounds).map_err(|e| e.to_string())?;
+            return Ok(Some(outcome));
+        }
+        if let Ok(text) = std::env::var("RETRYSIM_SEED") {
+            let seed: u64 = text
+                .parse()
+                .map_err(|_| format!("RETRYSIM_SEED={text:?} is not a seed"))?;
+            return Ok(Some(run_seed(&mut *subject, seed, &bounds, true)));
+        }
+        Ok(None)
+    }
+
+    fn judge_one(&self, outcome: &RunOutcome, what: &str) -> Result<(), String> {
+        let timeline = outcome
+            .timeline
+            .as_ref()
+            .map(|t| t.render())
+            .unwrap_or_default();
+        println!("{}: {what}\n{timeline}", self.name);
+        if outcome.violations.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: {what} breaks {}\n{timeline}",
+            self.name, outcome.violations[0].invariant
+        ))
+    }
+
+    fn find_failure(&self) -> Option<Shrunk> {
+        let mut subject = (self.factory)();
+        let (invariant, tape, bounds) = if self.exhaustive {
+            let report = exhaust(&mut *subject, &CheckOptions::new(self.bounds));
+            let found = report.violations.first()?;
+            let level = report.levels.last().map_or(0, |l| l.faults_max);
+            let bounds = Bounds {
+                faults_max: level,
+                ..self.bounds
+            };
+            (found.invariant, found.tape.clone(), bounds)
+        } else {
+            let found = explore(&*self.factory, self.seeds.clone(), &self.bounds, threads());
+            let failure = found.first()?;
+            (failure.invariant, failure.tape.clone(), self.bounds)
+        };
+        Some(shrink(&mut *subject, &bounds, &tape, invariant))
+    }
+
+    fn failure_message(&self, shrunk: &Shrunk) -> String {
+        let outcome = &shrunk.outcome;
+        let violation = &outcome.violations[0];
+        let mut message = format!(
+            "{}: {} violated: {}\n\n",
+            self.name, violation.invariant, violation.detail
+        );
+        if let Some(timeline) = &outcome.timeline {
+            message.push_str(&timeline.render());
+        }
+        let _ = write!(
+            message,
+            "\nreproduce: RETRYSIM_TAPE={} RETRYSIM_FAULTS_MAX={} cargo test",
+            shrunk.tape, shrunk.bounds.faults_max
+        );
+        if let Some(entry) = self.entry {
+            let command =
+                report::replay_command(entry, &shrunk.bounds, &Schedule::Tape(shrunk.tape.clone()));
+            let _ = write!(message, "\n       or: {command}");
+        }
+        message
+    }
+
+    fn replay_regressions(&self) -> Result<(), String> {
+        let Some(path) = &self.regressions else {
+            return Ok(());
+        };
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return Ok(());
+        };
+        let mut subject = (self.factory)();
+        for (number, line) in text.lines().enumerate() {
+            let Some(regression) = Regression::parse(line)
+                .map_err(|e| format!("{}:{}: {e}", path.display(), number + 1))?
+            else {
+                continue;
+            };
+            let bounds = Bounds {
+                faults_max: regression.faults_max,
+                ..self.bounds
+            };
+            let outcome = subject.run(
+                &mut TapeChoices::lenient(regression.tape.answers()),
+                &bounds,
+                true,
+            );
+            if outcome.violates(regression.invariant) {
+                let timeline = outcome.timeline.map(|t| t.render()).unwrap_or_default();
+                return Err(format!(
+                    "{}: stored regression still fails ({}:{}): {line}\n{timeline}",
+                    self.name,
+                    path.display(),
+                    number + 1
+                ));
+            }
+            eprintln!(
+                "retrysim: {}: stored regression no longer fails ({}:{}): {line}",
+                self.name,
+                path.display(),
+                number + 1
+            );
+        }
+        Ok(())
+    }
+
+    fn store_regression(&self, shrunk: &Shrunk) -> Result<(), String> {
+        let Some(path) = &self.regressions else {
+            return Ok(());
+        };
+        let line = Regression {
+            invariant: shrunk.outcome.violations[0].invariant,
+            faults_max: shrunk.bounds.faults_max,
+            tape: shrunk.tape.clone(),
+        }
+        .to_line(&self.name);
+        let existing = std::fs::read_to_string(path).unwrap_or_default();
+        if existing.lines().any(|known| known == line) {
+            return Ok(());
+        }
+        let mut text = existing;
+        if text.is_empty() {
+            text.push_str(REGRESSIONS_HEADER);
+        }
+        text.push_str(&line);
+        text.push('\n');
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+}
+
+const REGRESSIONS_HEADER: &str = "# retrysim regressions: one failing schedule per line, replayed before every check.\n# <check> <invariant> faults_max=<k> tape=<answers>\n";
+
+/// One stored failure.
+struct Regression {
+    invariant: Invariant,
+    faults_max: u32,
+    tape: Tape,
+}
+
+impl Regression {
+    fn to_line(&self, name: &str) -> String {
+        format!(
+            "{name} {} faults_max={} tape={}",
+            self.invariant, self.faults_max, self.tape
+        )
+    }
+
+    /// A stored line; `None` for comments and blank lines.
+    fn parse(line: &str) -> Result<Option<Regression>, String> {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return Ok(None);
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [_name, invariant, faults, tape] = words[..] else {
+            return Err(format!(
+                "expected `<check> <invariant> faults_max=<k> tape=<answers>`, got {line:?}"
+            ));
+        };
+        let invariant = Invariant::from_name(invariant)
+            .ok_or_else(|| format!("unknown invariant {invariant:?}"))?;
+        let faults_max = faults
+            .strip_prefix("faults_max=")
+            .and_then(|k| k.parse().ok())
+            .ok_or_else(|| format!("expected faults_max=<k>, got {faults:?}"))?;
+        let tape = tape
+            .strip_prefix("tape=")
+            .ok_or_else(|| format!("expected tape=<answers>, got {tape:?}"))?
+            .parse()?;
+        Ok(Some(Regression {
+            invariant,
+            faults_max,
+            tape,
+        }))
+    }
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
