@@ -4,8 +4,8 @@
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions, ClientPolicy, Exploration,
-    Invariant, Reduction, Tape,
+    check_determinism, exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions,
+    ClientPolicy, Exploration, Invariant, Reduction, Tape,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
@@ -55,6 +55,9 @@ enum Command {
         /// Threads to explore on (default: the machine's cores); verdicts do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
+        /// Run every seed twice first and fail (exit 1) at the first diverging timeline row.
+        #[arg(long)]
+        check_determinism: bool,
         #[command(flatten)]
         bounds: BoundsArgs,
     },
@@ -239,8 +242,9 @@ where
             seeds,
             json,
             threads,
+            check_determinism,
             bounds,
-        }) => run_explore(&target, seeds, json, threads, &bounds),
+        }) => run_explore(&target, seeds, (json, check_determinism), threads, &bounds),
         Some(Command::Check {
             target,
             reduction,
@@ -410,7 +414,14 @@ fn run_check(
     } else {
         print!(
             "{}",
-            report::check_report(entry, &options, &report, elapsed_seconds, minimal.as_ref())
+            report::check_report(
+                entry,
+                &options,
+                &report,
+                elapsed_seconds,
+                minimal.as_ref(),
+                subject.invariants(),
+            )
         );
     }
     Ok(if !report.violations.is_empty() {
@@ -425,7 +436,7 @@ fn run_check(
 fn run_explore(
     target: &Target,
     seeds: Range<u64>,
-    json: bool,
+    (json, determinism): (bool, bool),
     threads: Option<usize>,
     bounds: &BoundsArgs,
 ) -> Result<ExitCode, UsageError> {
@@ -434,6 +445,15 @@ fn run_explore(
     let threads = threads.unwrap_or_else(threads_default);
     if threads == 0 {
         return Err(UsageError("--threads must be at least 1".into()));
+    }
+    if determinism {
+        let mut subject = (entry.build)();
+        for seed in seeds.clone() {
+            if let Err(divergence) = check_determinism(&mut *subject, seed, &bounds) {
+                println!("{divergence}");
+                return Ok(ExitCode::from(1));
+            }
+        }
     }
     let (exploration, elapsed_seconds) = timed_explore(entry, seeds.clone(), &bounds, threads);
     let shrunk = shrink_first(entry, &bounds, &exploration, None);

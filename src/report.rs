@@ -241,6 +241,7 @@ pub fn check_report(
     report: &CheckReport,
     elapsed_seconds: f64,
     minimal: Option<&Shrunk>,
+    applicable: &[Invariant],
 ) -> String {
     let mut out = String::new();
     let bounds = &options.bounds;
@@ -301,7 +302,7 @@ pub fn check_report(
         );
     }
     out.push_str("invariants:\n");
-    for invariant in Invariant::ALL {
+    for invariant in applicable {
         let verdict = match report.violation(*invariant) {
             Some(found) => format!("VIOLATED ({} fault(s))", found.faults),
             None if report.stopped == Stopped::Exhausted => "clean".to_string(),

@@ -203,3 +203,119 @@ fn the_no_argument_run_matches_every_declaration() {
     assert!(text.contains("== counter/naive: shortest failing run"));
     assert!(text.contains("== counter/keyed-memory: shortest failing run"));
 }
+
+#[test]
+fn check_exits_0_clean_1_caught_3_inconclusive() {
+    let small = [
+        "--clients",
+        "1",
+        "--intents",
+        "1",
+        "--attempts-max",
+        "2",
+        "--faults-max",
+        "1",
+    ];
+    let clean = retrysim(
+        &[
+            &["check", "--model", "counter", "--handler", "keyed-sqlite"][..],
+            &small,
+        ]
+        .concat(),
+    );
+    let text = stdout(&clean);
+    assert_eq!(clean.status.code(), Some(0), "{text}");
+    assert!(text.contains("bound: exhausted"), "{text}");
+    let verdict = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("at-most-once-effect"))
+        .map(str::trim);
+    assert_eq!(verdict, Some("clean"), "{text}");
+    assert!(text.contains("crashes by point (runs): "), "{text}");
+
+    let caught = retrysim(
+        &[
+            &["check", "--model", "counter", "--handler", "keyed-memory"][..],
+            &small,
+        ]
+        .concat(),
+    );
+    let text = stdout(&caught);
+    assert_eq!(caught.status.code(), Some(1), "{text}");
+    let command = text
+        .lines()
+        .find_map(|line| line.strip_prefix("reproduce: "))
+        .expect("a reproduction");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let replayed = retrysim(&words[1..]);
+    assert_eq!(replayed.status.code(), Some(1), "{command}");
+
+    let cut_short = retrysim(
+        &[
+            &[
+                "check",
+                "--model",
+                "counter",
+                "--handler",
+                "keyed-sqlite",
+                "--runs-max",
+                "10",
+            ][..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert_eq!(cut_short.status.code(), Some(3));
+    assert!(stdout(&cut_short).contains("NOT exhausted"));
+}
+
+#[test]
+fn check_accepts_unbounded_drops_and_refuses_nonsense() {
+    let output = retrysim(&[
+        "check",
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--drops-max",
+        "unbounded",
+        "--clients",
+        "1",
+        "--intents",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert!(value["minimal"]["replay"]
+        .as_str()
+        .unwrap()
+        .contains("--drops-max unbounded"));
+    assert_bad_input(
+        &[
+            "check",
+            "--model",
+            "counter",
+            "--handler",
+            "naive",
+            "--drops-max",
+            "lots",
+        ],
+        "not a count or `unbounded`",
+    );
+}
+
+#[test]
+fn explore_can_check_its_own_determinism() {
+    let output = retrysim(&[
+        "explore",
+        "--model",
+        "interval",
+        "--handler",
+        "receipt",
+        "--seeds",
+        "0..50",
+        "--check-determinism",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+}
