@@ -8,22 +8,70 @@
 //! failure to the fewest faults, and prints it as a timeline that shows what each client knew
 //! at each step: a timeout is not a verdict.
 //!
-//! Every decision of a run is a choice recorded on its [`Tape`]; a run is a function of its
-//! tape, so any failure can be replayed exactly, from a seed or from the tape.
+//! ## Background
+//!
+//! Every decision of a run — which message goes next, whether it is dropped or duplicated,
+//! whether the server crashes at a crash point, whether a client times out or reconnects,
+//! which workload is drawn — is a choice recorded on the run's [`Tape`]. A run is a function
+//! of its tape: seeds ([`SeededChoices`], ChaCha8), replays ([`TapeChoices`]), exhaustive
+//! enumeration ([`exhaust`]) and shrinking ([`shrink`]) all work by feeding answers. Answer 0
+//! is the uneventful path, so smaller tapes are simpler stories. The harness, not the
+//! handler, records which intent each committed effect belongs to (its ground truth).
+//!
+//! ## Writing tests
+//!
+//! Check a built-in handler over seeds, or exhaustively within bounds:
 //!
 //! ```
-//! use retrysim::{explore, models, Bounds, Invariant};
-//!
-//! // The naive counter adds on every arrival: a lost reply and a retry count twice.
-//! let naive = models::find("counter", "naive").unwrap();
-//! let found = explore(&naive.build, 0..200, &Bounds::default(), 1);
-//! assert!(found.failure(Invariant::AtMostOnceEffect).is_some());
+//! use retrysim::{check, Bounds};
 //!
 //! // Effect and record in one SQLite transaction: clean.
-//! let sqlite = models::find("counter", "keyed-sqlite").unwrap();
-//! let found = explore(&sqlite.build, 0..200, &Bounds::default(), 1);
-//! assert!(found.violations.is_empty());
+//! check("counter", "keyed-sqlite").seeds(0..300).run();
+//!
+//! // The naive counter adds on every arrival: a timeout and a retry count twice.
+//! let failure = check("counter", "naive").seeds(0..100).verdict().unwrap_err();
+//! assert!(failure.contains("at-most-once-effect violated"));
+//! assert!(failure.contains("reproduce: RETRYSIM_TAPE="));
+//!
+//! let small = Bounds { clients_max: 1, intents_max: 1, attempts_max: 2, faults_max: 1, ..Bounds::default() };
+//! check("reservation", "action-record").exhaustive().bounds(small).run();
 //! ```
+//!
+//! Your own handler is a [`System`]: a store (open, reset, restart after a crash), a
+//! workload drawn from the run's [`Decider`], and `handle`, which calls
+//! [`Ctx::point`] at its crash points. Record effects through a [`Ledger`] (in memory) or
+//! [`sqlite::HarnessDb`] (triggers inside your transactions), then
+//! `Check::system("name", my_system).seeds(0..10_000).run()`. The integration test
+//! `tests/integration/api.rs` has a complete one written outside this crate.
+//!
+//! Keep failures as regressions with [`Check::regressions`]: a failing schedule is written to
+//! a human-readable file, and every stored schedule is replayed first on later runs (one that
+//! no longer fails is reported, not dropped).
+//!
+//! ## Running
+//!
+//! The `retrysim` binary explores every built-in handler (`retrysim`), one handler
+//! (`retrysim explore`), every run within a bound (`retrysim check`), or prints one run
+//! (`retrysim replay`). Exploration is split across threads with the same verdicts for any
+//! thread count.
+//!
+//! ## Debugging failures
+//!
+//! Every failure prints its shrunk timeline and a reproduction: `RETRYSIM_TAPE=… cargo test`
+//! from a test, `retrysim replay --model … --handler … --tape …` from the shell. A tape
+//! replays the same run on every machine; replay it under a debugger and break in your
+//! handler. `RETRYSIM_CHECK_DETERMINISM=1` (or `retrysim explore --check-determinism`)
+//! runs every seed twice and names the first timeline row where the runs diverge.
+//!
+//! ## Limitations
+//!
+//! - One handler invocation runs at a time: interleaving concurrent invocations at their
+//!   crash points and SQLite lock waits is not modelled yet.
+//! - Exhaustive checking replays each run from the start; with state hashing it covers small
+//!   bounds (one or two clients, one or two intents each, two or three attempts, one or two
+//!   faults) in seconds to minutes, not large ones.
+//! - When a client times out is chosen by the schedule, not by a clock: simulated time only
+//!   dates timeline rows.
 //!
 //! The engine lives in `retrysim-sim` (re-exported here); the built-in domains and handlers
 //! in `retrysim-models` (as [`models`]); the `retrysim` binary is a client of [`cli`].

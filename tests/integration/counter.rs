@@ -2,7 +2,6 @@
 //! lesson's three cases behave as the lesson says.
 
 use crate::{entry, subject};
-use retrysim::models::Declared;
 use retrysim::{explore, replay, Bounds, Invariant, Tape};
 
 fn threads() -> usize {
@@ -77,18 +76,7 @@ fn keyed_sqlite_is_clean_over_ten_thousand_seeds() {
 
 #[test]
 fn every_counter_handler_matches_its_declaration() {
-    for handler in retrysim::models::handlers()
-        .iter()
-        .filter(|h| h.domain == "counter")
-    {
-        let found = explore(&handler.build, 0..1_000, &Bounds::default(), threads());
-        match handler.declared {
-            Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
-            Declared::Faulty { caught_by } => {
-                assert!(found.failure(caught_by).is_some(), "{handler:?} not caught")
-            }
-        }
-    }
+    crate::assert_declarations("counter", 0..1_000);
 }
 
 /// One client sends e1 +5, then reuses e1 with +9: the lesson's key-reuse case.

@@ -6,7 +6,6 @@ use retrysim::models::interval::{
     AdminEvent, Arg, EditResult, Identity, IntervalHandler, IntervalRequest, OnInterval, Receipt,
     ToolArgs, VersionOnly, ALICE, BOB, NOT_PERMITTED, UNAVAILABLE, VERSION_CONFLICT,
 };
-use retrysim::models::{self, Declared};
 use retrysim::{explore, Bounds, IntentId, Reply, Sandbox};
 use std::borrow::Cow;
 
@@ -275,17 +274,7 @@ fn invalid_or_inaccessible_requests_do_not_write() {
 
 #[test]
 fn every_interval_handler_matches_its_declaration_within_two_thousand_seeds() {
-    for handler in models::handlers().iter().filter(|h| h.domain == "interval") {
-        let found = explore(&handler.build, 0..2_000, &Bounds::default(), 2);
-        match handler.declared {
-            Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
-            Declared::Faulty { caught_by } => assert!(
-                found.failure(caught_by).is_some(),
-                "{handler:?} is not caught by {caught_by}: {:?}",
-                found.violations
-            ),
-        }
-    }
+    crate::assert_declarations("interval", 0..2_000);
 }
 
 #[test]

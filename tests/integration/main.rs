@@ -11,8 +11,8 @@ mod reservation;
 mod tape;
 mod timelines;
 
-use retrysim::models::{self, HandlerEntry};
-use retrysim::Subject;
+use retrysim::models::{self, Declared, HandlerEntry};
+use retrysim::{explore, Bounds, Subject};
 
 /// The built-in handler `domain/handler`.
 pub fn entry(domain: &str, handler: &str) -> &'static HandlerEntry {
@@ -22,4 +22,20 @@ pub fn entry(domain: &str, handler: &str) -> &'static HandlerEntry {
 /// A fresh subject for `domain/handler`.
 pub fn subject(domain: &str, handler: &str) -> Box<dyn Subject> {
     (entry(domain, handler).build)()
+}
+
+/// Explores every built-in handler of `domain` over `seeds` and asserts each matches what it
+/// declares: correct ones clean, faulty ones caught by their declared invariant.
+pub fn assert_declarations(domain: &str, seeds: std::ops::Range<u64>) {
+    for handler in models::handlers().iter().filter(|h| h.domain == domain) {
+        let found = explore(&handler.build, seeds.clone(), &Bounds::default(), 2);
+        match handler.declared {
+            Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
+            Declared::Faulty { caught_by } => assert!(
+                found.failure(caught_by).is_some(),
+                "{handler:?} is not caught by {caught_by}: {:?}",
+                found.violations
+            ),
+        }
+    }
 }

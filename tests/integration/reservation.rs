@@ -7,7 +7,6 @@ use retrysim::models::reservation::{
     ActionRecord, Fixture, OnReservation, Reference, ReservationRequest, REQUEST_ID, TENANT_A,
     TENANT_B,
 };
-use retrysim::models::{self, Declared};
 use retrysim::{
     explore, replay, report, Bounds, ClientPolicy, IntentId, Invariant, Reply, RunOutcome, Sandbox,
     Session, Status, Tape,
@@ -248,20 +247,7 @@ fn scripted_pending_fixture_is_never_turned_into_a_reservation() {
 
 #[test]
 fn every_reservation_handler_matches_its_declaration_within_two_thousand_seeds() {
-    for handler in models::handlers()
-        .iter()
-        .filter(|h| h.domain == "reservation")
-    {
-        let found = explore(&handler.build, 0..2_000, &Bounds::default(), 2);
-        match handler.declared {
-            Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
-            Declared::Faulty { caught_by } => assert!(
-                found.failure(caught_by).is_some(),
-                "{handler:?} is not caught by {caught_by}: {:?}",
-                found.violations
-            ),
-        }
-    }
+    crate::assert_declarations("reservation", 0..2_000);
 }
 
 #[test]

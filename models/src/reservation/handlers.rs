@@ -123,88 +123,95 @@ fn submit_with_record(
     Ok(Reply::Applied(reference))
 }
 
-/// `action-record` (correct): the reservation and its completed action record in one
-/// `BEGIN IMMEDIATE` transaction; the lookup is scoped by the tenant.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ActionRecord;
+/// A handler that keeps action records, with one switch per rule of the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RecordRules {
+    /// Commit the reservation before its record (breaks "they commit together").
+    split_commit: bool,
+    /// Look records up by request id alone (breaks "the lookup is scoped by the tenant").
+    unscoped_lookup: bool,
+}
 
-impl ReservationHandler for ActionRecord {
+impl RecordRules {
     fn submit(
-        &self,
+        self,
         ctx: &mut Ctx<'_>,
         db: &Connection,
-        _memory: &mut SessionRecords,
         request: &ReservationRequest,
     ) -> Result<Reply<Reference>, Stop> {
-        submit_with_record(ctx, db, request, false)
+        submit_with_record(ctx, db, request, self.split_commit)
     }
 
     fn lookup(
-        &self,
-        _ctx: &mut Ctx<'_>,
+        self,
         db: &Connection,
-        _memory: &mut SessionRecords,
         request: &ReservationRequest,
     ) -> Result<Status<Reference>, Stop> {
-        Ok(status(record(db, request, true)?, request))
+        Ok(status(record(db, request, !self.unscoped_lookup)?, request))
     }
 }
 
-/// `split-commit` (faulty): breaks "the reservation and its record commit together"; the
-/// reservation commits first, so a crash between the commits leaves a reservation that the
-/// lookup calls `not_found`, and the retry reserves again (`effect-record-atomicity`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SplitCommit;
+macro_rules! record_handler {
+    ($(#[$doc:meta])* $name:ident, $rules:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct $name;
 
-impl ReservationHandler for SplitCommit {
-    fn submit(
-        &self,
-        ctx: &mut Ctx<'_>,
-        db: &Connection,
-        _memory: &mut SessionRecords,
-        request: &ReservationRequest,
-    ) -> Result<Reply<Reference>, Stop> {
-        submit_with_record(ctx, db, request, true)
-    }
+        impl ReservationHandler for $name {
+            fn submit(
+                &self,
+                ctx: &mut Ctx<'_>,
+                db: &Connection,
+                _memory: &mut SessionRecords,
+                request: &ReservationRequest,
+            ) -> Result<Reply<Reference>, Stop> {
+                $rules.submit(ctx, db, request)
+            }
 
-    fn lookup(
-        &self,
-        _ctx: &mut Ctx<'_>,
-        db: &Connection,
-        _memory: &mut SessionRecords,
-        request: &ReservationRequest,
-    ) -> Result<Status<Reference>, Stop> {
-        Ok(status(record(db, request, true)?, request))
-    }
+            fn lookup(
+                &self,
+                _ctx: &mut Ctx<'_>,
+                db: &Connection,
+                _memory: &mut SessionRecords,
+                request: &ReservationRequest,
+            ) -> Result<Status<Reference>, Stop> {
+                $rules.lookup(db, request)
+            }
+        }
+    };
 }
 
-/// `unscoped-lookup` (faulty): breaks "the lookup is scoped by the tenant"; it finds a record
-/// by request id alone, so another tenant's lookup discloses this tenant's reservation
-/// (`scope-isolation`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UnscopedLookup;
-
-impl ReservationHandler for UnscopedLookup {
-    fn submit(
-        &self,
-        ctx: &mut Ctx<'_>,
-        db: &Connection,
-        _memory: &mut SessionRecords,
-        request: &ReservationRequest,
-    ) -> Result<Reply<Reference>, Stop> {
-        submit_with_record(ctx, db, request, false)
+record_handler!(
+    /// `action-record` (correct): the reservation and its completed action record in one
+    /// `BEGIN IMMEDIATE` transaction; the lookup is scoped by the tenant.
+    ActionRecord,
+    RecordRules {
+        split_commit: false,
+        unscoped_lookup: false,
     }
+);
 
-    fn lookup(
-        &self,
-        _ctx: &mut Ctx<'_>,
-        db: &Connection,
-        _memory: &mut SessionRecords,
-        request: &ReservationRequest,
-    ) -> Result<Status<Reference>, Stop> {
-        Ok(status(record(db, request, false)?, request))
+record_handler!(
+    /// `split-commit` (faulty): breaks "the reservation and its record commit together"; the
+    /// reservation commits first, so a crash between the commits leaves a reservation that
+    /// the lookup calls `not_found`, and the retry reserves again (`effect-record-atomicity`).
+    SplitCommit,
+    RecordRules {
+        split_commit: true,
+        unscoped_lookup: false,
     }
-}
+);
+
+record_handler!(
+    /// `unscoped-lookup` (faulty): breaks "the lookup is scoped by the tenant"; it finds a
+    /// record by request id alone, so another tenant's lookup discloses this tenant's
+    /// reservation (`scope-isolation`).
+    UnscopedLookup,
+    RecordRules {
+        split_commit: false,
+        unscoped_lookup: true,
+    }
+);
 
 /// `session-memory` (faulty): remembers success only in the session's memory, with no durable
 /// action record. After a reconnect the new session finds nothing, the lookup answers
