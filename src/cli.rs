@@ -5,11 +5,10 @@
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
     check_determinism, exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions,
-    ClientPolicy, Exploration, Invariant, Reduction, Tape,
+    ClientPolicy, Exploration, Invariant, Reduction, Tape, CHECK_RUNS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
-use retrysim_sim as retrysim_sim_defaults;
 use serde_json::json;
 use std::ffi::OsString;
 use std::ops::Range;
@@ -71,7 +70,7 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ReductionArg::States)]
         reduction: ReductionArg,
         /// Runs after which the check stops without exhausting the bound.
-        #[arg(long, default_value_t = retrysim_sim_defaults::CHECK_RUNS_MAX)]
+        #[arg(long, default_value_t = CHECK_RUNS_MAX)]
         runs_max: u64,
         /// After the first violation, finish its fault level to find the first counterexample
         /// of every invariant broken there.

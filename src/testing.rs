@@ -40,17 +40,16 @@ pub fn check(domain: &str, handler: &str) -> Check {
     let entry = models::find(domain, handler).unwrap_or_else(|error| panic!("{error}"));
     Check {
         entry: Some(entry),
-        factory: Box::new(entry.build),
-        ..Check::named(format!("{domain}/{handler}"))
+        ..Check::new(format!("{domain}/{handler}"), Box::new(entry.build))
     }
 }
 
 impl Check {
-    fn named(name: String) -> Check {
+    fn new(name: String, factory: Factory) -> Check {
         Check {
             name,
             entry: None,
-            factory: Box::new(|| unreachable!("a check has a factory")),
+            factory,
             seeds: 0..1_000,
             exhaustive: false,
             bounds: Bounds::default(),
@@ -64,10 +63,10 @@ impl Check {
     where
         S: System + Clone + Sync + 'static,
     {
-        Check {
-            factory: Box::new(move || Box::new(Simulator::new(system.clone()))),
-            ..Check::named(name.to_string())
-        }
+        Check::new(
+            name.to_string(),
+            Box::new(move || Box::new(Simulator::new(system.clone()))),
+        )
     }
 
     /// Explores these seeds (random exploration).
