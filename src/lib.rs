@@ -77,6 +77,7 @@
 //! in `retrysim-models` (as [`models`]); the `retrysim` binary is a client of [`cli`].
 
 pub mod cli;
+pub mod property;
 pub mod report;
 pub mod testing;
 

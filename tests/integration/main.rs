@@ -7,6 +7,7 @@ mod counter;
 mod determinism;
 mod exhaustive;
 mod interval;
+mod property;
 mod reservation;
 mod tape;
 mod timelines;
