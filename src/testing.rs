@@ -2,8 +2,9 @@
 //! reproduction on a violation, and keep failures as regressions.
 //!
 //! Environment variables, for reproducing a failure from the test itself:
-//! - `RETRYSIM_TAPE=0,2,1` (with `RETRYSIM_FAULTS_MAX=k` when the failure says so) replays
-//!   exactly that schedule, prints its timeline, and panics if it breaks an invariant;
+//! - `RETRYSIM_TAPE=0,2,1` (with `RETRYSIM_FAULTS_MAX=k` and `RETRYSIM_CLIENTS_MAX=c` when
+//!   the failure says so) replays exactly that schedule, prints its timeline, and panics if it
+//!   breaks an invariant;
 //! - `RETRYSIM_SEED=17` does the same for one seed;
 //! - `RETRYSIM_CHECK_DETERMINISM=1` runs every seed twice and fails at the first diverging
 //!   timeline row.
@@ -133,10 +134,15 @@ impl Check {
     fn reproduction(&self) -> Result<Option<RunOutcome>, String> {
         let mut subject = (self.factory)();
         let mut bounds = self.bounds;
-        if let Ok(faults) = std::env::var("RETRYSIM_FAULTS_MAX") {
-            bounds.faults_max = faults
-                .parse()
-                .map_err(|_| format!("RETRYSIM_FAULTS_MAX={faults:?} is not a count"))?;
+        for (variable, limit) in [
+            ("RETRYSIM_FAULTS_MAX", &mut bounds.faults_max),
+            ("RETRYSIM_CLIENTS_MAX", &mut bounds.clients_max),
+        ] {
+            if let Ok(text) = std::env::var(variable) {
+                *limit = text
+                    .parse()
+                    .map_err(|_| format!("{variable}={text:?} is not a count"))?;
+            }
         }
         if let Ok(text) = std::env::var("RETRYSIM_TAPE") {
             let tape: Tape = text.parse().map_err(|e| format!("RETRYSIM_TAPE: {e}"))?;
@@ -199,8 +205,8 @@ impl Check {
         }
         let _ = write!(
             message,
-            "\nreproduce: RETRYSIM_TAPE={} RETRYSIM_FAULTS_MAX={} cargo test",
-            shrunk.tape, shrunk.bounds.faults_max
+            "\nreproduce: RETRYSIM_TAPE={} RETRYSIM_FAULTS_MAX={} RETRYSIM_CLIENTS_MAX={} cargo test",
+            shrunk.tape, shrunk.bounds.faults_max, shrunk.bounds.clients_max
         );
         if let Some(entry) = self.entry {
             let command =
@@ -226,6 +232,7 @@ impl Check {
             };
             let bounds = Bounds {
                 faults_max: regression.faults_max,
+                clients_max: regression.clients_max,
                 ..self.bounds
             };
             let outcome = subject.run(
@@ -259,6 +266,7 @@ impl Check {
         let line = Regression {
             invariant: shrunk.outcome.violations[0].invariant,
             faults_max: shrunk.bounds.faults_max,
+            clients_max: shrunk.bounds.clients_max,
             tape: shrunk.tape.clone(),
         }
         .to_line(&self.name);
@@ -276,20 +284,21 @@ impl Check {
     }
 }
 
-const REGRESSIONS_HEADER: &str = "# retrysim regressions: one failing schedule per line, replayed before every check.\n# <check> <invariant> faults_max=<k> tape=<answers>\n";
+const REGRESSIONS_HEADER: &str = "# retrysim regressions: one failing schedule per line, replayed before every check.\n# <check> <invariant> faults_max=<k> clients_max=<c> tape=<answers>\n";
 
 /// One stored failure.
 struct Regression {
     invariant: Invariant,
     faults_max: u32,
+    clients_max: u32,
     tape: Tape,
 }
 
 impl Regression {
     fn to_line(&self, name: &str) -> String {
         format!(
-            "{name} {} faults_max={} tape={}",
-            self.invariant, self.faults_max, self.tape
+            "{name} {} faults_max={} clients_max={} tape={}",
+            self.invariant, self.faults_max, self.clients_max, self.tape
         )
     }
 
@@ -300,17 +309,20 @@ impl Regression {
             return Ok(None);
         }
         let words: Vec<&str> = line.split_whitespace().collect();
-        let [_name, invariant, faults, tape] = words[..] else {
+        let [_name, invariant, faults, clients, tape] = words[..] else {
             return Err(format!(
-                "expected `<check> <invariant> faults_max=<k> tape=<answers>`, got {line:?}"
+                "expected `<check> <invariant> faults_max=<k> clients_max=<c> tape=<answers>`, got {line:?}"
             ));
         };
         let invariant = Invariant::from_name(invariant)
             .ok_or_else(|| format!("unknown invariant {invariant:?}"))?;
-        let faults_max = faults
-            .strip_prefix("faults_max=")
-            .and_then(|k| k.parse().ok())
-            .ok_or_else(|| format!("expected faults_max=<k>, got {faults:?}"))?;
+        let count = |word: &str, key: &str| -> Result<u32, String> {
+            word.strip_prefix(key)
+                .and_then(|k| k.parse().ok())
+                .ok_or_else(|| format!("expected {key}<count>, got {word:?}"))
+        };
+        let faults_max = count(faults, "faults_max=")?;
+        let clients_max = count(clients, "clients_max=")?;
         let tape = tape
             .strip_prefix("tape=")
             .ok_or_else(|| format!("expected tape=<answers>, got {tape:?}"))?
@@ -318,6 +330,7 @@ impl Regression {
         Ok(Some(Regression {
             invariant,
             faults_max,
+            clients_max,
             tape,
         }))
     }

@@ -141,15 +141,13 @@ pub fn shrink(
     let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
     let local = shrink_by(subject, bounds, tape, &breaks, false)
         .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"));
-    match fewer_faults(subject, bounds, &local, invariant) {
-        Some(better) => better,
-        None => local,
-    }
+    let fewest_faults = fewer_faults(subject, bounds, &local, invariant).unwrap_or(local);
+    fewer_clients(subject, &fewest_faults, invariant).unwrap_or(fewest_faults)
 }
 
 /// Edits that lower answers cannot turn a fault into a timeout; a bounded exhaustive search
 /// with fewer faults can. It looks for the same invariant at fault levels below the shrunk
-/// tape's, within [`SHRINK_SEARCH_RUNS_MAX`] runs, and shrinks what it finds.
+/// tape's, within [`SHRINK_SEARCH_RUNS_MAX`] runs.
 fn fewer_faults(
     subject: &mut dyn Subject,
     bounds: &Bounds,
@@ -157,16 +155,42 @@ fn fewer_faults(
     invariant: Invariant,
 ) -> Option<Shrunk> {
     let faults = shrunk.outcome.faults.total();
-    if faults == 0 {
-        return None;
-    }
+    let fewer = Bounds {
+        faults_max: faults.checked_sub(1)?,
+        ..*bounds
+    };
+    search(subject, &fewer, SHRINK_SEARCH_RUNS_MAX, invariant)
+}
+
+/// Nor can they remove a client, whose choices sit early on the tape: a small exhaustive
+/// search with one client fewer (and no more faults) can.
+fn fewer_clients(
+    subject: &mut dyn Subject,
+    shrunk: &Shrunk,
+    invariant: Invariant,
+) -> Option<Shrunk> {
+    let clients = shrunk.outcome.timeline.as_ref()?.clients;
+    let fewer = Bounds {
+        clients_max: clients.checked_sub(1).filter(|&c| c > 0)?,
+        faults_max: shrunk.outcome.faults.total(),
+        ..shrunk.bounds
+    };
+    search(subject, &fewer, SHRINK_SEARCH_RUNS_MAX / 4, invariant)
+        .filter(|found| found.outcome.faults.total() <= shrunk.outcome.faults.total())
+}
+
+/// The first counterexample of `invariant` an exhaustive search within `bounds` meets, shrunk
+/// under the bounds of the fault level it was found at.
+fn search(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    runs_max: u64,
+    invariant: Invariant,
+) -> Option<Shrunk> {
     let options = CheckOptions {
-        runs_max: SHRINK_SEARCH_RUNS_MAX,
+        runs_max,
         only: Some(invariant),
-        ..CheckOptions::new(Bounds {
-            faults_max: faults - 1,
-            ..*bounds
-        })
+        ..CheckOptions::new(*bounds)
     };
     let report = exhaust(subject, &options);
     let found = report.violation(invariant)?;

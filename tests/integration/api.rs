@@ -96,7 +96,7 @@ fn a_malformed_regressions_file_is_an_error() {
     let path = scratch_file("malformed-regressions.txt");
     std::fs::write(
         &path,
-        "counter/naive not-an-invariant faults_max=1 tape=0\n",
+        "counter/naive not-an-invariant faults_max=1 clients_max=1 tape=0\n",
     )
     .unwrap();
     let error = check("counter", "keyed-sqlite")

@@ -75,7 +75,7 @@ fn shrinking_keeps_the_violation_and_never_grows_the_tape() {
             assert!(shrunk.outcome.violates(failure.invariant));
             assert!(shrunk.tape.len() <= failure.tape.len());
             // The shrunk tape replays strictly to the same violation.
-            let again = replay(&mut *subject, &shrunk.tape, &bounds).unwrap();
+            let again = replay(&mut *subject, &shrunk.tape, &shrunk.bounds).unwrap();
             assert!(
                 again.violates(failure.invariant),
                 "{handler} {}",
