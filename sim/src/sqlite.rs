@@ -26,10 +26,12 @@ const EFFECTS_SCHEMA: &str = "CREATE TABLE retrysim_effects (
     operation TEXT NOT NULL
 );";
 
-/// A shared in-memory SQLite database with ground-truth triggers on its effect tables.
+/// A shared in-memory SQLite database with ground-truth triggers on its effect tables, the
+/// harness's keeper connection, and the server's connection (closed and reopened by a crash).
 pub struct HarnessDb {
     uri: String,
     keeper: Connection,
+    server: Connection,
     tag: IntentTag,
 }
 
@@ -47,11 +49,24 @@ impl HarnessDb {
         for table in effect_tables {
             keeper.execute_batch(&ground_truth_triggers(table))?;
         }
+        let server = open_connection(&uri, tag)?;
         Ok(HarnessDb {
             uri,
             keeper,
+            server,
             tag: tag.clone(),
         })
+    }
+
+    /// The server's connection: handlers run on it.
+    pub fn server(&self) -> &Connection {
+        &self.server
+    }
+
+    /// Restarts the server after a crash: its connection is closed — SQLite rolls back the
+    /// open transaction — and a new one is opened on the durable database.
+    pub fn restart_server(&mut self) {
+        self.server = self.connect().expect("a server connection reopens");
     }
 
     /// Opens another connection to the database (a server connection), with

@@ -27,7 +27,6 @@ const RESET: &[&str] = &["DELETE FROM records", "UPDATE counter SET total = 0"];
 /// The counter's SQLite store: the harness database and the server's connection to it.
 pub struct SqliteCounter {
     db: HarnessDb,
-    server: Connection,
 }
 
 impl SqliteCounter {
@@ -63,8 +62,7 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
 
     fn open(&self, tag: &IntentTag) -> SqliteCounter {
         let db = HarnessDb::create(tag, SCHEMA, &["counter"]).expect("the counter schema loads");
-        let server = db.connect().expect("a server connection opens");
-        SqliteCounter { db, server }
+        SqliteCounter { db }
     }
 
     fn reset(&self, store: &mut SqliteCounter) {
@@ -72,8 +70,7 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
     }
 
     fn restart(&self, store: &mut SqliteCounter) {
-        // Dropping the old connection closes it: SQLite rolls back its open transaction.
-        store.server = store.db.connect().expect("a server connection reopens");
+        store.db.restart_server();
     }
 
     fn workload(
@@ -97,8 +94,8 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         _memory: &mut (),
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash> {
-        let result = self.0.submit(ctx, &store.server, request);
-        settle(result, &store.server)
+        let result = self.0.submit(ctx, store.db.server(), request);
+        settle(result, store.db.server())
     }
 
     fn effects(&self, store: &SqliteCounter) -> Vec<IntentId> {

@@ -58,7 +58,6 @@ const NO_SCOPES: &[&str] = &[];
 /// the identity directory's revocations.
 pub struct IntervalStore {
     db: HarnessDb,
-    server: Connection,
     revoked: BTreeSet<&'static str>,
 }
 
@@ -146,10 +145,8 @@ impl<H: IntervalHandler> System for OnInterval<H> {
 
     fn open(&self, tag: &IntentTag) -> IntervalStore {
         let db = HarnessDb::create(tag, SCHEMA, &["automations"]).expect("the schema loads");
-        let server = db.connect().expect("a server connection opens");
         IntervalStore {
             db,
-            server,
             revoked: BTreeSet::new(),
         }
     }
@@ -160,8 +157,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
     }
 
     fn restart(&self, store: &mut IntervalStore) {
-        // Dropping the old connection closes it: SQLite rolls back its open transaction.
-        store.server = store.db.connect().expect("a server connection reopens");
+        store.db.restart_server();
     }
 
     fn workload(
@@ -270,8 +266,8 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         let principal = store.principal(request.identity);
         let result = self
             .0
-            .set_interval(ctx, &store.server, &principal, &request.args);
-        settle(result, &store.server)
+            .set_interval(ctx, store.db.server(), &principal, &request.args);
+        settle(result, store.db.server())
     }
 
     fn effects(&self, store: &IntervalStore) -> Vec<IntentId> {

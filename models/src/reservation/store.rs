@@ -47,7 +47,6 @@ pub type SessionRecords = BTreeMap<(Session, &'static str, String), Reference>;
 /// The durable side of the domain: the SQLite database and the server's connection.
 pub struct ReservationStore {
     db: HarnessDb,
-    server: Connection,
 }
 
 impl ReservationStore {
@@ -120,8 +119,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn open(&self, tag: &IntentTag) -> ReservationStore {
         let db = HarnessDb::create(tag, SCHEMA, &["reservations"]).expect("the schema loads");
-        let server = db.connect().expect("a server connection opens");
-        ReservationStore { db, server }
+        ReservationStore { db }
     }
 
     fn reset(&self, store: &mut ReservationStore) {
@@ -129,8 +127,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
     }
 
     fn restart(&self, store: &mut ReservationStore) {
-        // Dropping the old connection closes it: SQLite rolls back its open transaction.
-        store.server = store.db.connect().expect("a server connection reopens");
+        store.db.restart_server();
     }
 
     fn workload(
@@ -195,8 +192,8 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         memory: &mut SessionRecords,
         request: &ReservationRequest,
     ) -> Result<Reply<Reference>, Crash> {
-        let result = self.0.submit(ctx, &store.server, memory, request);
-        settle(result, &store.server)
+        let result = self.0.submit(ctx, store.db.server(), memory, request);
+        settle(result, store.db.server())
     }
 
     fn supports_lookup(&self) -> bool {
@@ -210,7 +207,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         memory: &mut SessionRecords,
         request: &ReservationRequest,
     ) -> Result<Status<Reference>, Crash> {
-        match self.0.lookup(ctx, &store.server, memory, request) {
+        match self.0.lookup(ctx, store.db.server(), memory, request) {
             Ok(status) => Ok(status),
             Err(Stop::Crash(crash)) => Err(crash),
             Err(Stop::Storage(error)) => panic!("a status lookup failed: {error}"),
