@@ -43,7 +43,6 @@ pub trait Choices {
 pub struct Decider<'s> {
     source: &'s mut dyn Choices,
     answers: Vec<u32>,
-    options: Vec<u32>,
 }
 
 impl<'s> Decider<'s> {
@@ -52,7 +51,6 @@ impl<'s> Decider<'s> {
         Decider {
             source,
             answers: Vec::new(),
-            options: Vec::new(),
         }
     }
 
@@ -67,7 +65,6 @@ impl<'s> Decider<'s> {
             "choice source answered {answer} of {options}"
         );
         self.answers.push(answer);
-        self.options.push(options);
         answer
     }
 
@@ -76,13 +73,8 @@ impl<'s> Decider<'s> {
         &self.answers
     }
 
-    /// For each answer, how many options its choice had.
-    pub fn options(&self) -> &[u32] {
-        &self.options
-    }
-
     /// Ends the run's questioning, returning the recorded tape (trailing zeros trimmed).
-    pub fn into_tape(self) -> (Tape, Vec<u32>) {
-        (Tape::from_answers(self.answers), self.options)
+    pub fn into_tape(self) -> Tape {
+        Tape::from_answers(self.answers)
     }
 }

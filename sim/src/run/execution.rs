@@ -122,7 +122,7 @@ impl<S: System> Execution<'_, '_, S> {
         if let Some(timeline) = timeline.as_mut() {
             timeline.violations = violations.clone();
         }
-        let (tape, _options) = self.points.decider.into_tape();
+        let tape = self.points.decider.into_tape();
         RunOutcome {
             tape,
             violations,
