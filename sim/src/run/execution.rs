@@ -8,6 +8,7 @@ use crate::choices::ChoiceKind;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
+use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
@@ -27,6 +28,9 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) world: World<S::Request, S::Value, S::Event>,
     /// States already explored, when an exhaustive check hashes states.
     pub(super) pruning: Option<Pruning<'a>>,
+    /// The store's fingerprint, kept until something that can change the store runs (an
+    /// invocation, a lookup, an outside event): most steps only move messages.
+    pub(super) store_print: Cell<Option<u64>>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -90,7 +94,12 @@ impl<S: System> Execution<'_, '_, S> {
         self.world.fingerprint(&mut hasher);
         self.points.faults.hash(&mut hasher);
         self.memory.hash(&mut hasher);
-        self.system.fingerprint(self.store).hash(&mut hasher);
+        let store = self.store_print.get().unwrap_or_else(|| {
+            let print = self.system.fingerprint(self.store);
+            self.store_print.set(Some(print));
+            print
+        });
+        store.hash(&mut hasher);
         hasher.finish()
     }
 
@@ -193,6 +202,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     fn invoke(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
+        self.store_print.set(None);
         let store_before = self.trace_store();
         let observation = self.system.observe(self.store, request);
         self.tag.set(Some(intent));
@@ -261,6 +271,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// Serves a status lookup; a `completed` answer is recorded as a replay of the saved
     /// result, so the invariants judge it like one.
     fn look_up(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
+        self.store_print.set(None);
         let result = {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
@@ -302,6 +313,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     fn apply_event(&mut self, index: usize) {
+        self.store_print.set(None);
         let event = self.world.events[index]
             .take()
             .expect("only pending events are enabled");

@@ -14,6 +14,7 @@ use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
 use execution::Execution;
 use serde::Serialize;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use world::World;
 
@@ -206,6 +207,7 @@ impl<S: System> Simulator<S> {
             points,
             world: World::new(workload, trace),
             pruning,
+            store_print: Cell::new(None),
         };
         let end = execution.run_to_end();
         execution.finish(end)
