@@ -335,10 +335,15 @@ fn timed_explore(
     bounds: &Bounds,
     threads: usize,
 ) -> (Exploration, f64) {
-    // Wall-clock time is measured for the report only; it never reaches a run.
+    timed(|| explore(&entry.build, seeds, bounds, threads))
+}
+
+/// Runs `work` and measures its wall-clock seconds, for reports only: the clock never reaches
+/// a run.
+fn timed<T>(work: impl FnOnce() -> T) -> (T, f64) {
     let started = Instant::now();
-    let exploration = explore(&entry.build, seeds, bounds, threads);
-    (exploration, started.elapsed().as_secs_f64())
+    let result = work();
+    (result, started.elapsed().as_secs_f64())
 }
 
 fn shrink_first(
@@ -378,10 +383,7 @@ fn run_check(
         only: None,
     };
     let mut subject = (entry.build)();
-    // Wall-clock time is measured for the report only; it never reaches a run.
-    let started = Instant::now();
-    let report = exhaust(&mut *subject, &options);
-    let elapsed_seconds = started.elapsed().as_secs_f64();
+    let (report, elapsed_seconds) = timed(|| exhaust(&mut *subject, &options));
     // A counterexample replays under the bounds of the level that found it.
     let found_bounds = Bounds {
         faults_max: report.levels.last().map_or(0, |level| level.faults_max),
