@@ -3,7 +3,7 @@
 
 use crate::bounds::Bounds;
 use crate::choices::{Enumerator, Tape};
-use crate::run::{Pruning, RunEnd};
+use crate::run::{Pruning, RunEnd, Visited};
 use crate::subject::Subject;
 use crate::Invariant;
 use serde::Serialize;
@@ -212,7 +212,7 @@ fn check_level(
         unique_states: 0,
         final_states: 0,
     };
-    let mut visited = BTreeMap::new();
+    let mut visited = Visited::new();
     let mut finals = BTreeSet::new();
     let mut enumerator = Enumerator::new();
     loop {

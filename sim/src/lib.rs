@@ -37,7 +37,9 @@ pub use choices::{
 pub use determinism::check_determinism;
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
-pub use run::{ClientPolicy, Ctx, FaultCounts, Pruning, RunEnd, RunOutcome, Session, Simulator};
+pub use run::{
+    ClientPolicy, Ctx, FaultCounts, Pruning, RunEnd, RunOutcome, Session, Simulator, Visited,
+};
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use subject::{replay, run_seed, Subject};

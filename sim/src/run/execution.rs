@@ -3,6 +3,7 @@
 
 use super::world::{Action, Body, Message, ServerReply, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
+use crate::bounds::Bounds;
 use crate::check::check;
 use crate::choices::ChoiceKind;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
@@ -74,25 +75,19 @@ impl<S: System> Execution<'_, '_, S> {
         }
         let state = self.state_fingerprint();
         let steps = self.world.steps;
-        let pruning = self.pruning.as_mut().expect("hashing states");
-        match pruning.visited.get_mut(&state) {
-            Some(fewest) if *fewest <= steps => true,
-            Some(fewest) => {
-                *fewest = steps;
-                false
-            }
-            None => {
-                pruning.visited.insert(state, steps);
-                false
-            }
+        let mut faults = self.points.faults;
+        if self.points.bounds.drops_max == Bounds::UNBOUNDED {
+            faults.drops = 0;
         }
+        let pruning = self.pruning.as_mut().expect("hashing states");
+        pruning.visited.seen(state, steps, faults)
     }
 
-    /// Hashes the whole state: everything that decides the rest of the run and its verdict.
+    /// Hashes the whole state but the faults spent reaching it: everything that decides the
+    /// rest of the run and its verdict.
     fn state_fingerprint(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
         self.world.fingerprint(&mut hasher);
-        self.points.faults.hash(&mut hasher);
         self.memory.hash(&mut hasher);
         let store = self.store_print.get().unwrap_or_else(|| {
             let print = self.system.fingerprint(self.store);

@@ -20,12 +20,64 @@ use world::World;
 
 /// State hashing for one run of an exhaustive check.
 pub struct Pruning<'v> {
-    /// The fingerprint of every state explored so far, with the fewest steps it was reached
-    /// in: a state met again in no fewer steps has nothing new ahead of it.
-    pub visited: &'v mut BTreeMap<u64, u32>,
+    /// The states explored so far.
+    pub visited: &'v mut Visited,
     /// How many answers the run's path fixes; the states it meets before it has given them
     /// all were explored by earlier runs, so pruning starts after that.
     pub replayed_answers: usize,
+}
+
+/// The states an exhaustive check has explored: for each fingerprint of a state (everything
+/// but the faults spent reaching it), the ways it was reached — steps taken and faults spent.
+///
+/// A state met again is skipped when an earlier visit reached it in no more steps with no
+/// more faults of any kind: everything ahead of the new visit was ahead of the earlier one,
+/// with at least as much budget left. Drops are not counted when they are unbounded.
+#[derive(Debug, Default)]
+pub struct Visited {
+    states: BTreeMap<u64, Vec<Visit>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Visit {
+    steps: u32,
+    faults: FaultCounts,
+}
+
+impl Visit {
+    fn covers(&self, other: &Visit) -> bool {
+        self.steps <= other.steps && self.faults.within(&other.faults)
+    }
+}
+
+impl Visited {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Distinct states explored (fingerprints, whatever the faults spent reaching them).
+    pub fn len(&self) -> usize {
+        self.states.len()
+    }
+
+    /// Whether no state was explored.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// Whether `state`, reached now in `steps` with `faults` spent, was explored before with
+    /// at least as much left; records the visit if not.
+    fn seen(&mut self, state: u64, steps: u32, faults: FaultCounts) -> bool {
+        let visit = Visit { steps, faults };
+        let visits = self.states.entry(state).or_default();
+        if visits.iter().any(|earlier| earlier.covers(&visit)) {
+            return true;
+        }
+        visits.retain(|earlier| !visit.covers(earlier));
+        visits.push(visit);
+        false
+    }
 }
 
 /// A client's session with the server: which client, and how many times it has reconnected.
@@ -95,6 +147,14 @@ impl FaultCounts {
     /// All faults together.
     pub fn total(&self) -> u32 {
         self.drops + self.duplicates + self.crashes + self.reconnects
+    }
+
+    /// Whether every count is at most the other's.
+    fn within(&self, other: &FaultCounts) -> bool {
+        self.drops <= other.drops
+            && self.duplicates <= other.duplicates
+            && self.crashes <= other.crashes
+            && self.reconnects <= other.reconnects
     }
 
     /// The faults that count toward `faults_max` (all but drops when drops are unbounded).
