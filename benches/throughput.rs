@@ -12,7 +12,36 @@ fn main() {
         .find_map(|arg| arg.parse().ok())
         .unwrap_or(20_000);
     random_exploration(seeds);
+    overlapping_invocations(seeds);
     exhaustive_checks();
+}
+
+/// The cost of interleaving: the same handlers with two invocations in progress at once
+/// (each pause a scheduler step, each invocation a coroutine and a connection of its own)
+/// against each running to its end.
+fn overlapping_invocations(seeds: u64) {
+    println!("\noverlapping invocations, one thread, seeds 0..{seeds} (runs/s):");
+    for (domain, handler) in [("interval", "receipt"), ("counter", "keyed-sqlite")] {
+        let entry = models::find(domain, handler).unwrap();
+        let mut rates = Vec::new();
+        for invocations_max in [1, 2] {
+            let bounds = Bounds {
+                invocations_max,
+                ..Bounds::default()
+            };
+            explore(&entry.build, 0..200, &bounds, 1);
+            let started = Instant::now();
+            let exploration = explore(&entry.build, 0..seeds, &bounds, 1);
+            rates.push(exploration.executions as f64 / started.elapsed().as_secs_f64());
+        }
+        println!(
+            "  {:<36} sequential {:>8.0}  overlapping {:>8.0}  ({:.2}x slower)",
+            format!("{domain}/{handler}"),
+            rates[0],
+            rates[1],
+            rates[0] / rates[1]
+        );
+    }
 }
 
 fn random_exploration(seeds: u64) {

@@ -124,6 +124,10 @@ struct BoundsArgs {
     /// Sends of one intent before a client gives up.
     #[arg(long, default_value_t = Bounds::default().attempts_max)]
     attempts_max: u32,
+    /// Handler invocations in progress at once (above 1, invocations of a SQLite handler
+    /// interleave at crash points and lock waits) [default: the handler's own, 1 or 2]
+    #[arg(long)]
+    invocations_max: Option<u32>,
     /// Faults of all kinds in one run.
     #[arg(long, default_value_t = Bounds::default().faults_max)]
     faults_max: u32,
@@ -147,8 +151,9 @@ struct BoundsArgs {
 }
 
 impl BoundsArgs {
-    fn bounds(&self) -> Result<Bounds, String> {
+    fn bounds(&self, entry: &HandlerEntry) -> Result<Bounds, String> {
         let bounds = Bounds {
+            invocations_max: self.invocations_max.unwrap_or(entry.invocations_max),
             steps_max: self.steps_max,
             clients_max: self.clients_max,
             intents_max: self.intents_max,
@@ -373,7 +378,7 @@ fn run_check(
 ) -> Result<ExitCode, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
     let options = CheckOptions {
-        bounds: bounds.bounds()?,
+        bounds: bounds.bounds(entry)?,
         reduction: match reduction {
             ReductionArg::States => Reduction::States,
             ReductionArg::None => Reduction::None,
@@ -442,7 +447,7 @@ fn run_explore(
     bounds: &BoundsArgs,
 ) -> Result<ExitCode, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
-    let bounds = bounds.bounds()?;
+    let bounds = bounds.bounds(entry)?;
     let threads = threads.unwrap_or_else(threads_default);
     if threads == 0 {
         return Err(UsageError("--threads must be at least 1".into()));
@@ -514,7 +519,7 @@ fn run_replay(
     bounds: &BoundsArgs,
 ) -> Result<ExitCode, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
-    let bounds = bounds.bounds()?;
+    let bounds = bounds.bounds(entry)?;
     let mut subject = (entry.build)();
     let outcome = match (seed, tape) {
         (Some(seed), _) => run_seed(&mut *subject, seed, &bounds, true),
@@ -545,10 +550,11 @@ fn run_replay(
 
 fn run_matrix() -> ExitCode {
     let bounds = Bounds::default();
+    let bounds_of = |entry: &HandlerEntry| entry.bounds_from(bounds);
     let threads = threads_default();
     let mut rows = Vec::new();
     for entry in models::handlers() {
-        let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, &bounds, threads);
+        let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, &bounds_of(entry), threads);
         let applicable = (entry.build)().invariants();
         rows.push(MatrixRow {
             entry,
@@ -560,13 +566,27 @@ fn run_matrix() -> ExitCode {
         "retrysim: every built-in handler over seeds {}..{}",
         DEFAULT_SEEDS.start, DEFAULT_SEEDS.end
     );
-    println!("bounds: {bounds}\n");
+    println!("bounds: {bounds}");
+    let overlapping: Vec<String> = models::handlers()
+        .iter()
+        .filter(|entry| entry.invocations_max != bounds.invocations_max)
+        .map(|entry| format!("{}/{}", entry.domain, entry.handler))
+        .collect();
+    if !overlapping.is_empty() {
+        println!(
+            "invocations_max=2 (overlapping invocations) for {}",
+            overlapping.join(", ")
+        );
+    }
+    println!();
     print!("{}", report::matrix(&rows));
     for row in &rows {
         let models::Declared::Faulty { caught_by } = row.entry.declared else {
             continue;
         };
-        let Some(shrunk) = shrink_first(row.entry, &bounds, &row.exploration, Some(caught_by))
+        let entry_bounds = bounds_of(row.entry);
+        let Some(shrunk) =
+            shrink_first(row.entry, &entry_bounds, &row.exploration, Some(caught_by))
         else {
             continue;
         };

@@ -22,6 +22,9 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
         }
     }
     command.push_str(&bounds_flags(bounds));
+    if bounds.invocations_max != entry.invocations_max {
+        let _ = write!(command, " --invocations-max {}", bounds.invocations_max);
+    }
     command
 }
 
@@ -93,6 +96,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
             crate::RunEnd::Completed => "completed",
             crate::RunEnd::StepLimit => "step limit",
             crate::RunEnd::Pruned => "pruned (state already explored)",
+            crate::RunEnd::Deadlock => "deadlock",
         }
     );
     let _ = writeln!(out, "bounds: {bounds}");

@@ -39,9 +39,11 @@ pub struct Check {
 /// If there is no such built-in handler.
 pub fn check(domain: &str, handler: &str) -> Check {
     let entry = models::find(domain, handler).unwrap_or_else(|error| panic!("{error}"));
+    let check = Check::new(format!("{domain}/{handler}"), Box::new(entry.build));
     Check {
         entry: Some(entry),
-        ..Check::new(format!("{domain}/{handler}"), Box::new(entry.build))
+        bounds: entry.bounds_from(check.bounds),
+        ..check
     }
 }
 

@@ -1,7 +1,7 @@
 //! The built-in domains and handlers, each with the verdict it declares.
 
 use crate::{interval, reservation};
-use retrysim_sim::{Invariant, Simulator, Subject};
+use retrysim_sim::{Bounds, Invariant, Simulator, Subject};
 use std::fmt;
 
 /// What a built-in handler declares about itself; the test suite holds it to this.
@@ -45,8 +45,22 @@ pub struct HandlerEntry {
     pub summary: &'static str,
     /// The verdict it declares.
     pub declared: Declared,
+    /// Invocations in progress at once under which it is explored unless told otherwise
+    /// ([`retrysim_sim::Bounds::invocations_max`]): 2 for a handler whose flaw needs two
+    /// copies of a request in the server at once, 1 (each runs to its end) for the rest.
+    pub invocations_max: u32,
     /// Builds a fresh subject (with its own store) for this handler.
     pub build: fn() -> Box<dyn Subject>,
+}
+
+impl HandlerEntry {
+    /// `base` with this handler's own [`HandlerEntry::invocations_max`].
+    pub fn bounds_from(&self, base: Bounds) -> Bounds {
+        Bounds {
+            invocations_max: self.invocations_max,
+            ..base
+        }
+    }
 }
 
 impl fmt::Debug for HandlerEntry {
@@ -84,6 +98,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "naive",
         summary: "adds on every arrival",
         declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 1,
         build: subject::<crate::counter::OnMemory<crate::counter::Naive>>,
     },
     HandlerEntry {
@@ -92,6 +107,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary:
             "keyed records in process memory: lost on a crash, with a gap between effect and record",
         declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 1,
         build: subject::<crate::counter::OnMemory<crate::counter::KeyedMemory>>,
     },
     HandlerEntry {
@@ -99,20 +115,39 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "keyed-sqlite",
         summary: "effect and record in one SQLite transaction",
         declared: Declared::Correct,
+        invocations_max: 1,
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqlite>>,
+    },
+    HandlerEntry {
+        domain: "counter",
+        handler: "keyed-sqlite-deferred",
+        summary: "looks up the key before its write transaction, then saves on conflict do nothing",
+        declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 2,
+        build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqliteDeferred>>,
     },
     HandlerEntry {
         domain: "interval",
         handler: "receipt",
         summary: "access, then receipt, then version, in one BEGIN IMMEDIATE transaction",
         declared: Declared::Correct,
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::Receipt>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "deferred-lookup",
+        summary: "looks up the receipt before its write transaction, not inside it",
+        declared: faulty(Invariant::OutcomeAgreement),
+        invocations_max: 2,
+        build: subject::<interval::OnInterval<interval::DeferredLookup>>,
     },
     HandlerEntry {
         domain: "interval",
         handler: "version-only",
         summary: "the version condition and no receipt",
         declared: faulty(Invariant::OutcomeAgreement),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::VersionOnly>>,
     },
     HandlerEntry {
@@ -120,6 +155,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "version-before-receipt",
         summary: "checks the version before the receipt",
         declared: faulty(Invariant::OutcomeAgreement),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::VersionBeforeReceipt>>,
     },
     HandlerEntry {
@@ -127,6 +163,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "replay-before-access",
         summary: "looks up the receipt before checking current access",
         declared: faulty(Invariant::AccessBeforeReplay),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::ReplayBeforeAccess>>,
     },
     HandlerEntry {
@@ -134,6 +171,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "split-commit",
         summary: "commits the row change and the receipt in two transactions",
         declared: faulty(Invariant::EffectRecordAtomicity),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::SplitCommit>>,
     },
     HandlerEntry {
@@ -141,6 +179,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "unscoped-key",
         summary: "keys receipts by request id alone",
         declared: faulty(Invariant::ScopeIsolation),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::UnscopedKey>>,
     },
     HandlerEntry {
@@ -148,6 +187,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "no-payload-check",
         summary: "replays whatever is saved under the key",
         declared: faulty(Invariant::NoSilentKeyReuse),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::NoPayloadCheck>>,
     },
     HandlerEntry {
@@ -155,6 +195,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "last-write-wins",
         summary: "updates without the version condition",
         declared: faulty(Invariant::NoLostUpdate),
+        invocations_max: 1,
         build: subject::<interval::OnInterval<interval::LastWriteWins>>,
     },
     HandlerEntry {
@@ -162,6 +203,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "action-record",
         summary: "reservation and completed record in one transaction; tenant-scoped lookup",
         declared: Declared::Correct,
+        invocations_max: 1,
         build: subject::<reservation::OnReservation<reservation::ActionRecord>>,
     },
     HandlerEntry {
@@ -169,6 +211,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "session-memory",
         summary: "remembers success only in the session's memory",
         declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 1,
         build: subject::<reservation::OnReservation<reservation::SessionMemory>>,
     },
     HandlerEntry {
@@ -176,6 +219,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "split-commit",
         summary: "commits the reservation before its record",
         declared: faulty(Invariant::EffectRecordAtomicity),
+        invocations_max: 1,
         build: subject::<reservation::OnReservation<reservation::SplitCommit>>,
     },
     HandlerEntry {
@@ -183,6 +227,7 @@ const HANDLERS: &[HandlerEntry] = &[
         handler: "unscoped-lookup",
         summary: "looks records up by request id alone",
         declared: faulty(Invariant::ScopeIsolation),
+        invocations_max: 1,
         build: subject::<reservation::OnReservation<reservation::UnscopedLookup>>,
     },
 ];

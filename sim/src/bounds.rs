@@ -15,6 +15,10 @@ pub struct Bounds {
     pub intents_max: u32,
     /// Sends of one intent a client makes before it gives up (1 = no retry).
     pub attempts_max: u32,
+    /// Handler invocations in progress at once in the server. With 1, each runs to its end
+    /// when its request is delivered; above 1, invocations of a system that gives each its own
+    /// connection ([`crate::System::connect`]) interleave at their crash points and lock waits.
+    pub invocations_max: u32,
     /// Injected faults of every kind (drops + duplicates + crashes) in one run.
     pub faults_max: u32,
     /// Dropped messages in one run (within `faults_max`); [`Bounds::UNBOUNDED`] for no limit,
@@ -41,6 +45,7 @@ impl Default for Bounds {
             clients_max: 2,
             intents_max: 2,
             attempts_max: 3,
+            invocations_max: 1,
             faults_max: 3,
             drops_max: 3,
             duplicates_max: 2,
@@ -71,6 +76,9 @@ impl Bounds {
         if self.attempts_max == 0 {
             return Err("attempts_max must be at least 1".into());
         }
+        if self.invocations_max == 0 {
+            return Err("invocations_max must be at least 1".into());
+        }
         if self.timeout_ms == 0 {
             return Err("timeout_ms must be at least 1".into());
         }
@@ -82,11 +90,12 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} clients_max={} intents_max={} attempts_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
+            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
             self.steps_max,
             self.clients_max,
             self.intents_max,
             self.attempts_max,
+            self.invocations_max,
             self.faults_max,
             Limit(self.drops_max),
             self.duplicates_max,

@@ -26,6 +26,8 @@ pub enum Invariant {
     ScopeIsolation,
     /// After any crash, no committed effect lacks its completion record.
     EffectRecordAtomicity,
+    /// Overlapping invocations never all wait on locks none of them will release.
+    NoDeadlock,
 }
 
 impl Invariant {
@@ -39,6 +41,7 @@ impl Invariant {
         Invariant::AccessBeforeReplay,
         Invariant::ScopeIsolation,
         Invariant::EffectRecordAtomicity,
+        Invariant::NoDeadlock,
     ];
 
     /// The invariants of every retry contract: the default set of a system.
@@ -47,6 +50,7 @@ impl Invariant {
         Invariant::OutcomeAgreement,
         Invariant::NoSilentKeyReuse,
         Invariant::ReplayFidelity,
+        Invariant::NoDeadlock,
     ];
 
     /// The stable name, e.g. `at-most-once-effect`.
@@ -60,6 +64,7 @@ impl Invariant {
             Invariant::AccessBeforeReplay => "access-before-replay",
             Invariant::ScopeIsolation => "scope-isolation",
             Invariant::EffectRecordAtomicity => "effect-record-atomicity",
+            Invariant::NoDeadlock => "no-deadlock",
         }
     }
 
@@ -87,6 +92,9 @@ impl Invariant {
             }
             Invariant::EffectRecordAtomicity => {
                 "after any crash, no committed effect lacks its completion record"
+            }
+            Invariant::NoDeadlock => {
+                "overlapping invocations never all wait on locks none of them will release"
             }
         }
     }

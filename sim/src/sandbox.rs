@@ -4,8 +4,38 @@
 //! the store, the restart after a crash and the ground truth are the real ones, but nothing is
 //! chosen: no fault is injected and every call runs to its end.
 
+use crate::choices::{ChoiceKind, Decider, Enumerator};
+use crate::run::tasks::{prepare_connection, Go, Pause, Task, Turn};
 use crate::run::{Ctx, Session};
 use crate::system::{IntentId, IntentTag, Reply, Status, System};
+use corosensei::stack::DefaultStack;
+use rusqlite::Connection;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// One order in which overlapping calls ran ([`Sandbox::interleavings`]), and what came of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interleaving<V> {
+    /// Which call took each turn (an index into the calls): a turn runs a call from one
+    /// pause (a crash point or a lock wait) to the next.
+    pub turns: Vec<usize>,
+    /// Each call's reply, in the order of the calls.
+    pub replies: Vec<Reply<V>>,
+    /// The ground truth at the end: the intent of every committed effect.
+    pub effects: Vec<IntentId>,
+    /// The store at the end, as [`System::describe_store`] puts it.
+    pub store: String,
+}
+
+/// A call of [`Sandbox::interleavings`] on its way.
+enum CallState<V> {
+    Waiting,
+    Running {
+        task: Task<V>,
+        blocked_since: Option<u64>,
+    },
+    Done(Reply<V>),
+}
 
 /// A system's store and handler, driven by hand.
 pub struct Sandbox<S: System> {
@@ -57,6 +87,130 @@ impl<S: System> Sandbox<S> {
     /// Applies an outside event (an administrator's change).
     pub fn apply(&mut self, event: &S::Event) {
         self.system.apply_event(&mut self.store, event);
+    }
+
+    /// Runs `calls` as overlapping invocations, each on a connection of its own, in every
+    /// order they can interleave at their crash points and lock waits (nothing crashes), and
+    /// returns what each order came to. Before each order the store is reset and `prepare`
+    /// sets it up (e.g. with earlier calls); a reply of a prepared call is not kept.
+    ///
+    /// # Panics
+    /// If the system gives no connection per invocation ([`System::connect`]), or if every
+    /// unfinished call waits on a lock (a deadlock).
+    pub fn interleavings(
+        &mut self,
+        calls: &[(IntentId, S::Request)],
+        mut prepare: impl FnMut(&mut Self),
+    ) -> Vec<Interleaving<S::Value>> {
+        let mut found = Vec::new();
+        let mut enumerator = Enumerator::new();
+        let mut stacks = Vec::new();
+        let commits = Arc::new(AtomicU64::new(0));
+        while let Some(mut source) = enumerator.next_run() {
+            self.system.reset(&mut self.store);
+            self.memory = S::Memory::default();
+            prepare(self);
+            let mut decider = Decider::new(&mut source);
+            let (turns, replies) = self.interleave(calls, &mut decider, &mut stacks, &commits);
+            found.push(Interleaving {
+                turns,
+                replies,
+                effects: self.effects(),
+                store: self.system.describe_store(&self.store),
+            });
+        }
+        found
+    }
+
+    /// Runs `calls` in the order `decider` picks.
+    fn interleave(
+        &self,
+        calls: &[(IntentId, S::Request)],
+        decider: &mut Decider<'_>,
+        stacks: &mut Vec<DefaultStack>,
+        commits: &Arc<AtomicU64>,
+    ) -> (Vec<usize>, Vec<Reply<S::Value>>) {
+        let (system, store) = (&self.system, &self.store);
+        let mut states: Vec<CallState<S::Value>> =
+            calls.iter().map(|_| CallState::Waiting).collect();
+        let mut turns = Vec::new();
+        let mut progress = 0u64;
+        loop {
+            let runnable: Vec<usize> = (0..states.len())
+                .filter(|&call| match &states[call] {
+                    CallState::Waiting => true,
+                    CallState::Running { blocked_since, .. } => *blocked_since != Some(progress),
+                    CallState::Done(_) => false,
+                })
+                .collect();
+            if runnable.is_empty() {
+                break;
+            }
+            let call =
+                runnable[decider.choose(ChoiceKind::Schedule, runnable.len() as u32) as usize];
+            turns.push(call);
+            if let CallState::Waiting = states[call] {
+                let opened = system
+                    .connect(store)
+                    .expect("interleavings need a connection per invocation");
+                let request = &calls[call].1;
+                let handle = move |ctx: &mut Ctx<'_>, connection: &Connection| {
+                    system.handle_on(ctx, store, connection, request)
+                };
+                // SAFETY: every task is resumed until it finishes before this function returns
+                // (a deadlock winds them down first), and it borrows only `self` and `calls`.
+                let task = unsafe {
+                    Task::new(
+                        stacks,
+                        prepare_connection(opened, commits),
+                        Session::default(),
+                        handle,
+                    )
+                };
+                states[call] = CallState::Running {
+                    task,
+                    blocked_since: None,
+                };
+            }
+            let CallState::Running {
+                task,
+                blocked_since,
+            } = &mut states[call]
+            else {
+                unreachable!("the chosen call is running");
+            };
+            self.tag.set(Some(calls[call].0));
+            let turn = task.resume(Go::Continue, stacks);
+            self.tag.set(None);
+            match turn {
+                Turn::Paused(Pause::Point(_)) => {
+                    progress += 1;
+                    *blocked_since = None;
+                }
+                Turn::Paused(Pause::Blocked) => *blocked_since = Some(progress),
+                Turn::Finished(result) => {
+                    progress += 1;
+                    states[call] = CallState::Done(result.expect("a sandbox call never crashes"));
+                }
+            }
+        }
+        let mut replies = Vec::new();
+        let mut deadlocked = false;
+        for state in states {
+            match state {
+                CallState::Done(reply) => replies.push(reply),
+                CallState::Running { mut task, .. } => {
+                    task.wind_down(stacks);
+                    deadlocked = true;
+                }
+                CallState::Waiting => unreachable!("a waiting call can always start"),
+            }
+        }
+        assert!(
+            !deadlocked,
+            "every unfinished call waits on a lock: deadlock after turns {turns:?}"
+        );
+        (turns, replies)
     }
 
     /// The ground truth so far: the intent of every committed effect.

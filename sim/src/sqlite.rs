@@ -7,7 +7,11 @@
 //! harness table `retrysim_effects`: a ground-truth row commits or rolls back with its effect,
 //! and a handler cannot forget to report one.
 
+pub use crate::run::tasks::wait_for_lock;
 use crate::system::{Crash, IntentId, IntentTag, Reply};
+/// The rusqlite the harness is built on: write handlers against this one, so that their
+/// connections are the engine's type.
+pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags};
 use std::hash::{Hash, Hasher};

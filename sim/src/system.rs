@@ -299,6 +299,27 @@ pub trait System {
         request: &Self::Request,
     ) -> Result<Reply<Self::Value>, Crash>;
 
+    /// Opens a connection of one invocation's own, for runs in which invocations overlap
+    /// ([`Bounds::invocations_max`] above 1). `None`, the default, means the system's
+    /// invocations never overlap: each runs to its end when its request is delivered.
+    fn connect(&self, _store: &Self::Store) -> Option<rusqlite::Connection> {
+        None
+    }
+
+    /// Handles one delivered request on `connection`, the invocation's own, while other
+    /// invocations may be in progress on theirs. Call `ctx.point(name)?` at each crash point;
+    /// the invocation pauses there, and wherever SQLite finds the database locked. Only called
+    /// when [`System::connect`] gives connections.
+    fn handle_on(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        _store: &Self::Store,
+        _connection: &rusqlite::Connection,
+        _request: &Self::Request,
+    ) -> Result<Reply<Self::Value>, Crash> {
+        unreachable!("handle_on is called only for a system whose connect gives connections")
+    }
+
     /// Whether the system answers status lookups ([`System::lookup`]).
     fn supports_lookup(&self) -> bool {
         false

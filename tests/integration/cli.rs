@@ -51,6 +51,10 @@ fn bad_input_exits_2_with_one_line() {
         &[&explore[..], &["--attempts-max", "0"]].concat(),
         "attempts_max",
     );
+    assert_bad_input(
+        &[&explore[..], &["--invocations-max", "0"]].concat(),
+        "invocations_max",
+    );
     let replay = ["replay", "--model", "counter", "--handler", "naive"];
     assert_bad_input(
         &[&replay[..], &["--tape", "1,x"]].concat(),
@@ -88,18 +92,25 @@ fn a_clean_explore_exits_0() {
 
 #[test]
 fn a_failing_explore_exits_1_and_its_replay_command_reproduces() {
-    let output = retrysim(&[
-        "explore",
-        "--model",
-        "counter",
-        "--handler",
-        "naive",
-        "--seeds",
-        "0..200",
-    ]);
-    assert_eq!(output.status.code(), Some(1));
+    let naive = ["--handler", "naive", "--seeds", "0..200"];
+    assert_reproduces(&naive, "at-most-once-effect");
+    // Two overlapping invocations: the handler's own default, then asked for explicitly of a
+    // handler whose default is one, so that the reproduction has to carry the flag.
+    let deferred = ["--handler", "keyed-sqlite-deferred", "--seeds", "0..200"];
+    assert_reproduces(&deferred, "at-most-once-effect");
+    let asked = [&naive[..], &["--invocations-max", "2"]].concat();
+    let command = assert_reproduces(&asked, "at-most-once-effect");
+    assert!(command.contains("--invocations-max 2"), "{command}");
+}
+
+/// Explores the counter with `args`, expects `invariant` broken, and replays both printed
+/// reproduction commands; returns the shrunk one.
+fn assert_reproduces(args: &[&str], invariant: &str) -> String {
+    let output = retrysim(&[&["explore", "--model", "counter"], args].concat());
+    assert_eq!(output.status.code(), Some(1), "{args:?}");
     let text = stdout(&output);
-    assert!(text.contains("at-most-once-effect"), "{text}");
+    assert!(text.contains(invariant), "{text}");
+    let mut commands = Vec::new();
     for prefix in ["reproduce: ", "original:  "] {
         let command = text
             .lines()
@@ -110,11 +121,13 @@ fn a_failing_explore_exits_1_and_its_replay_command_reproduces() {
         let replayed = retrysim(&words[1..]);
         assert_eq!(replayed.status.code(), Some(1), "{command}");
         assert!(
-            stdout(&replayed).contains("VIOLATED at-most-once-effect"),
+            stdout(&replayed).contains(&format!("VIOLATED {invariant}")),
             "{command}: {}",
             stdout(&replayed)
         );
+        commands.push(command.to_string());
     }
+    commands.swap_remove(0)
 }
 
 #[test]
@@ -186,7 +199,7 @@ fn list_names_domains_handlers_and_invariants() {
     let output = retrysim(&["list", "--json"]);
     let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     let handlers = value["domains"][0]["handlers"].as_array().unwrap();
-    assert_eq!(handlers.len(), 3);
+    assert_eq!(handlers.len(), 4);
     assert_eq!(
         value["invariants"].as_array().unwrap().len(),
         retrysim::Invariant::ALL.len()

@@ -18,6 +18,14 @@ fn small(clients_max: u32, intents_max: u32) -> Bounds {
     }
 }
 
+/// `bounds` with two invocations in progress at once.
+fn overlapping(bounds: Bounds) -> Bounds {
+    Bounds {
+        invocations_max: 2,
+        ..bounds
+    }
+}
+
 fn run_check(
     entry: &HandlerEntry,
     bounds: Bounds,
@@ -28,6 +36,16 @@ fn run_check(
         reduction,
         runs_max,
         stop_at_first: false,
+        ..CheckOptions::new(bounds)
+    };
+    exhaust(&mut *(entry.build)(), &options)
+}
+
+/// The exhaustive check as `retrysim check` runs it: stopped at the first violation, which
+/// has the fewest faults.
+fn first_violation(entry: &HandlerEntry, bounds: Bounds) -> CheckReport {
+    let options = CheckOptions {
+        runs_max: 40_000,
         ..CheckOptions::new(bounds)
     };
     exhaust(&mut *(entry.build)(), &options)
@@ -44,7 +62,7 @@ fn every_faulty_handler_is_caught_with_the_fewest_faults() {
             continue;
         };
         let found = SHAPES.iter().find_map(|&(clients, intents)| {
-            let report = run_check(entry, small(clients, intents), Reduction::States, 40_000);
+            let report = first_violation(entry, entry.bounds_from(small(clients, intents)));
             (report.stopped == Stopped::Violation).then_some(report)
         });
         let report = found.unwrap_or_else(|| panic!("{entry:?} is not caught by check"));
@@ -64,6 +82,9 @@ fn correct_handlers_exhaust_their_bounds_clean() {
         ("counter", "keyed-sqlite", small(2, 1)),
         ("reservation", "action-record", small(2, 1)),
         ("interval", "receipt", small(1, 1)),
+        // Two invocations in progress at once: retries and duplicates overlap.
+        ("counter", "keyed-sqlite", overlapping(small(1, 1))),
+        ("interval", "receipt", overlapping(small(1, 1))),
     ];
     for (domain, handler, bounds) in cases {
         let entry = models::find(domain, handler).unwrap();
@@ -96,6 +117,7 @@ fn keyed_memory_is_clean_exhaustively_without_crashes() {
 
 #[test]
 fn state_hashing_finds_every_violation_plain_enumeration_finds() {
+    // Each invocation runs to its end here; overlapping ones are compared below.
     let bounds = small(1, 1);
     for entry in models::handlers() {
         let plain = run_check(entry, bounds, Reduction::None, 200_000);
@@ -115,6 +137,34 @@ fn state_hashing_finds_every_violation_plain_enumeration_finds() {
         assert_eq!(broken(&plain), broken(&reduced), "{entry:?}");
         assert_eq!(plain.levels.len(), reduced.levels.len(), "{entry:?}");
         assert!(reduced.runs() <= plain.runs(), "{entry:?}");
+    }
+}
+
+/// With invocations in progress, states hash their histories and a client's own steps wait
+/// for the server's (a partial-order reduction); without faults, the plain enumeration is
+/// small enough to compare final outcomes against.
+#[test]
+fn reductions_with_overlapping_invocations_lose_nothing() {
+    for (domain, handler) in [
+        ("counter", "keyed-sqlite"),
+        ("counter", "keyed-sqlite-deferred"),
+        ("interval", "receipt"),
+        ("interval", "deferred-lookup"),
+    ] {
+        let entry = models::find(domain, handler).unwrap();
+        let bounds = Bounds {
+            faults_max: 0,
+            ..overlapping(small(1, 1))
+        };
+        let plain = run_check(entry, bounds, Reduction::None, 200_000);
+        let reduced = run_check(entry, bounds, Reduction::States, 200_000);
+        assert_eq!(plain.stopped, reduced.stopped, "{entry:?}");
+        assert_ne!(plain.stopped, Stopped::RunsMax, "{entry:?}");
+        let broken = |report: &CheckReport| -> Vec<_> {
+            report.violations.iter().map(|v| v.invariant).collect()
+        };
+        assert_eq!(broken(&plain), broken(&reduced), "{entry:?}");
+        assert!(reduced.runs() < plain.runs(), "{entry:?}");
     }
 }
 
@@ -139,8 +189,8 @@ fn shrunk_random_counterexamples_have_no_more_faults_than_the_exhaustive_minimum
             continue;
         };
         for (clients, intents) in SHAPES {
-            let bounds = small(clients, intents);
-            let exhaustive = run_check(entry, bounds, Reduction::States, 40_000);
+            let bounds = entry.bounds_from(small(clients, intents));
+            let exhaustive = first_violation(entry, bounds);
             let Some(minimum) = exhaustive.violations.first() else {
                 continue;
             };

@@ -3,8 +3,9 @@
 
 use crate::entry;
 use retrysim::models::interval::{
-    AdminEvent, Arg, EditResult, Identity, IntervalHandler, IntervalRequest, OnInterval, Receipt,
-    ToolArgs, VersionOnly, ALICE, BOB, NOT_PERMITTED, UNAVAILABLE, VERSION_CONFLICT,
+    AdminEvent, Arg, DeferredLookup, EditResult, Identity, IntervalHandler, IntervalRequest,
+    OnInterval, Receipt, ToolArgs, VersionOnly, ALICE, BOB, NOT_PERMITTED, UNAVAILABLE,
+    VERSION_CONFLICT,
 };
 use retrysim::{explore, Bounds, IntentId, Reply, Sandbox};
 use std::borrow::Cow;
@@ -270,6 +271,133 @@ fn invalid_or_inaccessible_requests_do_not_write() {
         3
     );
     assert_eq!(desk.effects(), []);
+}
+
+fn alice(args: ToolArgs) -> IntervalRequest {
+    IntervalRequest {
+        identity: ALICE,
+        args,
+    }
+}
+
+/// The seed's barrier test, over every interleaving of the two calls at their crash points and
+/// lock waits: identical duplicates yield one new result and one replay, one version bump and
+/// one receipt.
+#[test]
+fn simultaneous_duplicate_calls_share_one_result_in_every_interleaving() {
+    let mut desk = sandbox(Receipt);
+    let calls = [(FIRST, alice(edit_42())), (FIRST, alice(edit_42()))];
+    let orders = desk.interleavings(&calls, |_| {});
+    let original = result(1, 30, 2);
+    for order in &orders {
+        let mut replies = order.replies.clone();
+        replies.sort_by_key(|reply| matches!(reply, Reply::Replayed(_)));
+        assert_eq!(
+            replies,
+            [Reply::Applied(original), Reply::Replayed(original)],
+            "{order:?}"
+        );
+        assert_eq!(order.effects, [FIRST], "one version bump: {order:?}");
+        assert!(order.store.starts_with("#1 team-a 30min v2,"), "{order:?}");
+        assert!(
+            order.store.ends_with("receipts [alice@team-a:edit-42]"),
+            "one receipt: {order:?}"
+        );
+    }
+    // Either call may be the one that applies; the second waits on the write lock.
+    for winner in 0..2 {
+        assert!(orders
+            .iter()
+            .any(|order| matches!(order.replies[winner], Reply::Applied(_))));
+    }
+    assert!(orders.len() >= 10, "{} interleavings", orders.len());
+}
+
+/// The seed's second barrier test, over every interleaving: the same key with two intervals
+/// yields exactly one accepted edit and one key-reuse refusal, and the stored interval is the
+/// winner's.
+#[test]
+fn simultaneous_key_mismatch_has_one_winner_in_every_interleaving() {
+    let mut desk = sandbox(Receipt);
+    let calls = [
+        (FIRST, alice(edit_42())),
+        (SECOND, alice(ToolArgs::new("edit-42", 1, 1, 60))),
+    ];
+    let orders = desk.interleavings(&calls, |_| {});
+    for order in &orders {
+        let winner = order
+            .replies
+            .iter()
+            .position(|reply| matches!(reply, Reply::Applied(_)))
+            .unwrap_or_else(|| panic!("no edit accepted: {order:?}"));
+        let loser = 1 - winner;
+        assert_eq!(order.replies[loser], Reply::KeyReuse, "{order:?}");
+        let minutes = [30, 60][winner];
+        assert_eq!(order.replies[winner], Reply::Applied(result(1, minutes, 2)));
+        assert_eq!(order.effects, [calls[winner].0], "{order:?}");
+        assert!(
+            order
+                .store
+                .starts_with(&format!("#1 team-a {minutes}min v2,")),
+            "{order:?}"
+        );
+        assert!(order.store.ends_with("receipts [alice@team-a:edit-42]"));
+    }
+    // Which payload wins is unspecified: both do in some interleaving.
+    for winner in 0..2 {
+        assert!(orders
+            .iter()
+            .any(|order| matches!(order.replies[winner], Reply::Applied(_))));
+    }
+}
+
+/// The same two duplicates against `deferred-lookup`, which looks the receipt up before its
+/// write transaction: some interleaving has both find no receipt, and the second is refused
+/// for the edit the first applied.
+#[test]
+fn deferred_lookup_refuses_a_simultaneous_duplicate_in_some_interleaving() {
+    let mut desk = sandbox(DeferredLookup);
+    let calls = [(FIRST, alice(edit_42())), (FIRST, alice(edit_42()))];
+    let orders = desk.interleavings(&calls, |_| {});
+    let refused = Reply::Refused(VERSION_CONFLICT.into());
+    let broken = orders
+        .iter()
+        .find(|order| order.replies.contains(&refused))
+        .expect("an interleaving in which both lookups precede both writes");
+    assert!(broken.replies.contains(&Reply::Applied(result(1, 30, 2))));
+    assert_eq!(broken.effects, [FIRST]);
+    // Run one after the other, it behaves like `receipt`.
+    assert!(orders
+        .iter()
+        .any(|order| order.replies.contains(&Reply::Replayed(result(1, 30, 2)))));
+}
+
+/// Overlapping invocations with every fault: `receipt` stays clean, `deferred-lookup` is caught.
+#[test]
+fn receipt_is_clean_with_overlapping_invocations() {
+    let bounds = Bounds {
+        invocations_max: 2,
+        ..Bounds::default()
+    };
+    let found = explore(&entry("interval", "receipt").build, 0..10_000, &bounds, 2);
+    assert_eq!(found.violations, vec![]);
+    let faulty = explore(
+        &entry("interval", "deferred-lookup").build,
+        0..10_000,
+        &bounds,
+        2,
+    );
+    assert!(faulty
+        .failure(retrysim::Invariant::OutcomeAgreement)
+        .is_some());
+    // Alone, each invocation running to its end, the deferred lookup is harmless.
+    let sequential = explore(
+        &entry("interval", "deferred-lookup").build,
+        0..2_000,
+        &Bounds::default(),
+        2,
+    );
+    assert_eq!(sequential.violations, vec![]);
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod counter;
 mod determinism;
 mod exhaustive;
 mod interval;
+mod overlap;
 mod property;
 mod reservation;
 mod tape;
@@ -29,7 +30,8 @@ pub fn subject(domain: &str, handler: &str) -> Box<dyn Subject> {
 /// declares: correct ones clean, faulty ones caught by their declared invariant.
 pub fn assert_declarations(domain: &str, seeds: std::ops::Range<u64>) {
     for handler in models::handlers().iter().filter(|h| h.domain == domain) {
-        let found = explore(&handler.build, seeds.clone(), &Bounds::default(), 2);
+        let bounds = handler.bounds_from(Bounds::default());
+        let found = explore(&handler.build, seeds.clone(), &bounds, 2);
         match handler.declared {
             Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
             Declared::Faulty { caught_by } => assert!(

@@ -17,7 +17,7 @@ fn snapshot(name: &str, text: &str) {
 
 fn shortest_failure_in(domain: &str, handler: &str, invariant: Invariant) -> Shrunk {
     let entry = entry(domain, handler);
-    let bounds = Bounds::default();
+    let bounds = entry.bounds_from(Bounds::default());
     let found = explore(&entry.build, 0..1_000, &bounds, 2);
     let failure = found.failure(invariant).expect("the handler is caught");
     shrink(&mut *(entry.build)(), &bounds, &failure.tape, invariant)
@@ -45,6 +45,19 @@ fn naive_shortest_failing_timeline() {
     let shrunk = shortest_failure("naive", Invariant::AtMostOnceEffect);
     let text = report::run_report(entry("counter", "naive"), &shrunk.bounds, &shrunk.outcome);
     snapshot("counter-naive-shortest", &text);
+}
+
+#[test]
+fn keyed_sqlite_deferred_shortest_failing_timeline() {
+    let shrunk = shortest_failure("keyed-sqlite-deferred", Invariant::AtMostOnceEffect);
+    // Two invocations overlap: both look the key up before either writes.
+    assert_eq!(shrunk.bounds.invocations_max, 2);
+    let text = report::run_report(
+        entry("counter", "keyed-sqlite-deferred"),
+        &shrunk.bounds,
+        &shrunk.outcome,
+    );
+    snapshot("counter-keyed-sqlite-deferred-shortest", &text);
 }
 
 #[test]

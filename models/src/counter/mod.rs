@@ -7,12 +7,14 @@
 
 mod keyed_memory;
 mod keyed_sqlite;
+mod keyed_sqlite_deferred;
 mod memory;
 mod naive;
 mod sqlite;
 
 pub use keyed_memory::{KeyedMemory, Records};
 pub use keyed_sqlite::KeyedSqlite;
+pub use keyed_sqlite_deferred::KeyedSqliteDeferred;
 pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;
 pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler};

@@ -98,6 +98,25 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         settle(result, store.db.server())
     }
 
+    fn connect(&self, store: &SqliteCounter) -> Option<Connection> {
+        Some(
+            store
+                .db
+                .connect()
+                .expect("a connection to the counter opens"),
+        )
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        _store: &SqliteCounter,
+        connection: &Connection,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        settle(self.0.submit(ctx, connection, request), connection)
+    }
+
     fn effects(&self, store: &SqliteCounter) -> Vec<IntentId> {
         store.db.effects()
     }

@@ -25,6 +25,9 @@ pub struct Rules {
     pub versioned_update: bool,
     /// Commit the row change and its receipt in one transaction.
     pub one_transaction: bool,
+    /// Check access and look up the receipt inside the write transaction, so that nothing
+    /// changes between what the lookup saw and the write.
+    pub lookup_in_write_transaction: bool,
 }
 
 impl Rules {
@@ -37,6 +40,7 @@ impl Rules {
         payload_check: true,
         versioned_update: true,
         one_transaction: true,
+        lookup_in_write_transaction: true,
     };
 }
 
@@ -249,24 +253,38 @@ impl IntervalHandler for Rules {
             Err(refusal) => return Ok(refusal),
         };
         ctx.point("before-begin")?;
+        let locked = self.lookup_in_write_transaction;
+        if !locked {
+            if !accessible(db, &call)? {
+                return Ok(denied(UNAVAILABLE));
+            }
+            // The mistake: this lookup is a transaction of its own; a duplicate running at
+            // the same time also finds no receipt before either writes.
+            if let Some(saved) = saved_receipt(db, &call, self.scoped_key)? {
+                return answer_saved(&call, saved, self.payload_check);
+            }
+            ctx.point("after-lookup")?;
+        }
         // SQLite serializes writers: BEGIN IMMEDIATE takes the write lock before the lookup.
         run(db, "BEGIN IMMEDIATE")?;
         // (1) An old receipt does not grant current access.
-        if self.access_before_receipt && !accessible(db, &call)? {
+        if locked && self.access_before_receipt && !accessible(db, &call)? {
             return abandon(db, denied(UNAVAILABLE));
         }
         ctx.point("after-access")?;
         // (2) The receipt comes before the version: a committed original has already moved it.
-        if self.receipts && self.receipt_before_version {
+        if locked && self.receipts && self.receipt_before_version {
             if let Some(saved) = saved_receipt(db, &call, self.scoped_key)? {
                 run(db, "COMMIT")?;
                 return answer_saved(&call, saved, self.payload_check);
             }
         }
-        if !self.access_before_receipt && !accessible(db, &call)? {
+        if locked && !self.access_before_receipt && !accessible(db, &call)? {
             return abandon(db, denied(UNAVAILABLE));
         }
-        ctx.point("after-lookup")?;
+        if locked {
+            ctx.point("after-lookup")?;
+        }
         // (3) The version-conditioned update.
         let Some(result) = update(db, &call, self.versioned_update)? else {
             return abandon(db, refused(VERSION_CONFLICT));
@@ -400,6 +418,19 @@ handler!(
     LastWriteWins,
     Rules {
         versioned_update: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `deferred-lookup` (faulty): breaks "the lookup is inside the write transaction"; it
+    /// checks access and looks up the receipt first, then writes in a transaction of its own.
+    /// Alone it behaves like `receipt`; two copies of one request in the server at once both
+    /// find no receipt, and the second is told "version conflict" for an edit that applied
+    /// (`outcome-agreement`).
+    DeferredLookup,
+    Rules {
+        lookup_in_write_transaction: false,
         ..Rules::RECEIPT
     }
 );

@@ -14,8 +14,8 @@ mod types;
 mod workload;
 
 pub use flow::{
-    LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess, Rules, SplitCommit, UnscopedKey,
-    VersionBeforeReceipt, VersionOnly,
+    DeferredLookup, LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess, Rules, SplitCommit,
+    UnscopedKey, VersionBeforeReceipt, VersionOnly,
 };
 pub use store::{IntervalHandler, IntervalStore, Observed, OnInterval, INVARIANTS, SCHEMA};
 pub use types::{

@@ -261,6 +261,29 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         settle(result, store.db.server())
     }
 
+    fn connect(&self, store: &IntervalStore) -> Option<Connection> {
+        Some(
+            store
+                .db
+                .connect()
+                .expect("a connection to the interval store opens"),
+        )
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &IntervalStore,
+        connection: &Connection,
+        request: &IntervalRequest,
+    ) -> Result<Reply<EditResult>, Crash> {
+        let principal = store.principal(request.identity);
+        let result = self
+            .0
+            .set_interval(ctx, connection, &principal, &request.args);
+        settle(result, connection)
+    }
+
     fn effects(&self, store: &IntervalStore) -> Vec<IntentId> {
         store.db.effects()
     }

@@ -30,10 +30,13 @@ fn alice_follow_ups() -> [Intent<IntervalRequest>; 5] {
         Intent::after_success(edit(ALICE, ToolArgs::new("edit-43", 1, 2, 60))),
         // A stale edit under a new key.
         Intent::new(edit(ALICE, ToolArgs::new("edit-43", 1, 1, 60))),
-        // The same request id reused with a changed interval, target, or version.
+        // The same request id reused with a changed interval, target, or version. The changed
+        // version is one that never exists (versions start at 1): an edit built on a version
+        // not yet made would be refused, then applied by its own retry once another edit made
+        // that version, and a refusal is a verdict only for a version already passed.
         Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 1, 60))),
         Intent::new(edit(ALICE, ToolArgs::new("edit-42", 2, 1, 30))),
-        Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 2, 30))),
+        Intent::new(edit(ALICE, ToolArgs::new("edit-42", 1, 0, 30))),
     ]
 }
 

@@ -1,6 +1,7 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
+use super::overlap::Invocation;
 use super::world::{Action, Body, Message, ServerReply, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
 use crate::bounds::Bounds;
@@ -9,9 +10,12 @@ use crate::choices::ChoiceKind;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
+use corosensei::stack::DefaultStack;
 use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Delivery {
@@ -32,32 +36,63 @@ pub(crate) struct Execution<'a, 's, S: System> {
     /// The store's fingerprint, kept until something that can change the store runs (an
     /// invocation, a lookup, an outside event): most steps only move messages.
     pub(super) store_print: Cell<Option<u64>>,
+    /// Whether invocations overlap in this run.
+    pub(super) overlapping: bool,
+    /// Invocations in progress, in the order they started.
+    pub(super) tasks: Vec<Invocation<S>>,
+    /// Invocations started so far (they are numbered from 1).
+    pub(super) invocations_started: u32,
+    /// Stacks for invocations, reused from run to run.
+    pub(super) stacks: &'a mut Vec<DefaultStack>,
+    /// Idle connections of finished invocations, reused from run to run.
+    pub(super) connections: &'a mut Vec<rusqlite::Connection>,
+    /// Commits on invocations' connections, counted by their commit hooks.
+    pub(super) commits: Arc<AtomicU64>,
+    /// `commits` when the ground truth was last read.
+    pub(super) commits_read: u64,
+    /// Turns that got somewhere (a crash point reached, an invocation ended): a waiting
+    /// invocation tries its lock again only after some.
+    pub(super) progress: u64,
+    /// The store's description as last noted in a traced run.
+    pub(super) store_seen: Option<String>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
     pub(super) fn run_to_end(&mut self) -> RunEnd {
         let mut actions = Vec::new();
         loop {
-            if self.world.finished() {
+            if self.world.finished() && self.tasks.is_empty() {
                 return RunEnd::Completed;
             }
             if self.world.steps >= self.points.bounds.steps_max {
+                self.end_invocations();
+                self.read_truth();
                 return RunEnd::StepLimit;
             }
             if self.seen_before() {
+                self.end_invocations();
                 return RunEnd::Pruned;
             }
             self.world.enabled(&mut actions);
-            assert!(
-                !actions.is_empty(),
-                "a sequential run always has a timer or a message"
-            );
+            self.overlap_actions(&mut actions);
+            if actions.is_empty() {
+                assert!(
+                    !self.tasks.is_empty(),
+                    "a run without invocations in progress always has a timer or a message"
+                );
+                return self.deadlock();
+            }
             let answer = self
                 .points
                 .decider
                 .choose(ChoiceKind::Schedule, actions.len() as u32);
+            if self.deferred(&actions, actions[answer as usize]) {
+                self.end_invocations();
+                return RunEnd::Pruned;
+            }
             self.world.steps += 1;
             match actions[answer as usize] {
+                Action::Resume(index) => self.resume(index),
                 Action::Deliver(index) => self.deliver(index),
                 Action::Send(client) => self.send(client),
                 Action::Event(index) => self.apply_event(index),
@@ -84,18 +119,23 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// Hashes the whole state but the faults spent reaching it: everything that decides the
-    /// rest of the run and its verdict.
+    /// rest of the run and its verdict, invocations in progress included.
     fn state_fingerprint(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
         self.world.fingerprint(&mut hasher);
         self.memory.hash(&mut hasher);
-        let store = self.store_print.get().unwrap_or_else(|| {
+        self.committed_print().hash(&mut hasher);
+        self.invocations_fingerprint(&mut hasher);
+        hasher.finish()
+    }
+
+    /// The fingerprint of the committed store, kept until a step may have changed it.
+    pub(super) fn committed_print(&self) -> u64 {
+        self.store_print.get().unwrap_or_else(|| {
             let print = self.system.fingerprint(self.store);
             self.store_print.set(Some(print));
             print
-        });
-        store.hash(&mut hasher);
-        hasher.finish()
+        })
     }
 
     pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
@@ -189,6 +229,9 @@ impl<S: System> Execution<'_, '_, S> {
             .note(Lane::Network, |_| format!("deliver {}", message.label()));
         let (intent, attempt) = (message.intent, message.attempt);
         match message.body {
+            Body::Request(request, session) if self.overlapping => {
+                self.start_invocation(intent, attempt, &request, session)
+            }
             Body::Request(request, session) => self.invoke(intent, attempt, &request, session),
             Body::Lookup(request, session) => self.look_up(intent, attempt, &request, session),
             Body::Response(reply) => self.receive(intent, attempt, reply),
@@ -215,48 +258,62 @@ impl<S: System> Execution<'_, '_, S> {
             self.memory = S::Memory::default();
             self.system.restart(self.store);
         }
-        let committed = self.settle_effects(intent);
+        let committed = self.absorb_effects().contains(&intent);
         match result {
             Ok(reply) => {
-                let state = self.world.intent_mut(intent);
-                if let (true, None, Reply::Applied(value) | Reply::Replayed(value)) =
-                    (committed, &state.original, &reply)
-                {
-                    state.original = Some(value.clone());
-                }
-                state.replies.push(ServerReply {
-                    reply: reply.clone(),
-                    committed,
-                    lookup: false,
-                });
-                let judged = self.system.judge(&observation, request, &reply, committed);
-                for violation in judged {
-                    let detail = format!(
-                        "{intent} (c{} {}) {}",
-                        self.world.intent(intent).client + 1,
-                        request.describe(),
-                        violation.detail
-                    );
-                    self.world.audit.push(Violation {
-                        detail,
-                        ..violation
-                    });
-                }
                 self.world.note(Lane::Server, |_| {
                     format!("handle {intent}#{attempt} -> {reply}")
                 });
-                self.world.network.push(Message {
-                    intent,
-                    attempt,
-                    body: Body::Response(reply),
-                });
+                self.answer(intent, attempt, request, &observation, reply, committed);
             }
             Err(crash) => self.note_crash(&format!("handle {intent}#{attempt}"), crash),
         }
         self.note_store_change(store_before);
     }
 
-    fn note_crash(&mut self, what: &str, crash: Crash) {
+    /// Records the reply of an invocation of `intent` (judged against `observation`, taken
+    /// before it ran) and sends it to the client.
+    pub(super) fn answer(
+        &mut self,
+        intent: IntentId,
+        attempt: u32,
+        request: &S::Request,
+        observation: &S::Observation,
+        reply: Reply<S::Value>,
+        committed: bool,
+    ) {
+        let state = self.world.intent_mut(intent);
+        if let (true, None, Reply::Applied(value) | Reply::Replayed(value)) =
+            (committed, &state.original, &reply)
+        {
+            state.original = Some(value.clone());
+        }
+        state.replies.push(ServerReply {
+            reply: reply.clone(),
+            committed,
+            lookup: false,
+        });
+        let judged = self.system.judge(observation, request, &reply, committed);
+        for violation in judged {
+            let detail = format!(
+                "{intent} (c{} {}) {}",
+                self.world.intent(intent).client + 1,
+                request.describe(),
+                violation.detail
+            );
+            self.world.audit.push(Violation {
+                detail,
+                ..violation
+            });
+        }
+        self.world.network.push(Message {
+            intent,
+            attempt,
+            body: Body::Response(reply),
+        });
+    }
+
+    pub(super) fn note_crash(&mut self, what: &str, crash: Crash) {
         self.world.note(Lane::Server, |_| {
             format!("{what} -> CRASH at {}; restart, memory lost", crash.point)
         });
@@ -347,16 +404,16 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    /// Reads the ground truth after an invocation; returns whether `intent` gained an effect.
-    fn settle_effects(&mut self, intent: IntentId) -> bool {
+    /// Reads the ground truth and counts the effects committed since it was last read;
+    /// returns their intents.
+    pub(super) fn absorb_effects(&mut self) -> Vec<IntentId> {
         let effects = self.system.effects(self.store);
-        let mut committed = false;
-        for effect in &effects[self.world.effects_seen..] {
+        let fresh = effects[self.world.effects_seen..].to_vec();
+        for effect in &fresh {
             self.world.intents[effect.0 as usize].effects += 1;
-            committed |= *effect == intent;
         }
         self.world.effects_seen = effects.len();
-        committed
+        fresh
     }
 
     fn trace_store(&self) -> Option<String> {
@@ -372,8 +429,10 @@ impl<S: System> Execution<'_, '_, S> {
         };
         let after = self.system.describe_store(self.store);
         if after != before {
-            self.world.note(Lane::Store, |_| after);
+            let shown = after.clone();
+            self.world.note(Lane::Store, |_| shown);
         }
+        self.store_seen = Some(after);
     }
 }
 

@@ -3,6 +3,8 @@
 
 mod client;
 mod execution;
+mod overlap;
+pub(crate) mod tasks;
 pub(crate) mod world;
 
 pub use client::ClientPolicy;
@@ -12,10 +14,13 @@ use crate::choices::{ChoiceKind, Choices, Decider, Tape};
 use crate::system::{Crash, IntentTag, System};
 use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
+use corosensei::stack::DefaultStack;
 use execution::Execution;
 use serde::Serialize;
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use world::World;
 
 /// State hashing for one run of an exhaustive check.
@@ -178,6 +183,9 @@ pub enum RunEnd {
     StepLimit,
     /// An exhaustive check stopped the run: it reached a state already explored.
     Pruned,
+    /// Every invocation in progress waited on a lock and nothing else could run
+    /// (`no-deadlock` is broken).
+    Deadlock,
 }
 
 /// Everything a run produced.
@@ -217,6 +225,15 @@ pub struct Simulator<S: System> {
     system: S,
     store: S::Store,
     tag: IntentTag,
+    /// Whether the system gives each invocation a connection of its own, so that its
+    /// invocations can overlap.
+    overlaps: bool,
+    /// Stacks for overlapping invocations, reused from run to run.
+    stacks: Vec<DefaultStack>,
+    /// Connections for overlapping invocations, reused while the server does not crash.
+    connections: Vec<rusqlite::Connection>,
+    /// Commits on those connections.
+    commits: Arc<AtomicU64>,
 }
 
 impl<S: System> Simulator<S> {
@@ -224,7 +241,16 @@ impl<S: System> Simulator<S> {
     pub fn new(system: S) -> Self {
         let tag = IntentTag::default();
         let store = system.open(&tag);
-        Simulator { system, store, tag }
+        let overlaps = system.connect(&store).is_some();
+        Simulator {
+            system,
+            store,
+            tag,
+            overlaps,
+            stacks: Vec::new(),
+            connections: Vec::new(),
+            commits: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     /// The system under test.
@@ -268,6 +294,15 @@ impl<S: System> Simulator<S> {
             world: World::new(workload, trace),
             pruning,
             store_print: Cell::new(None),
+            overlapping: self.overlaps && bounds.invocations_max > 1,
+            tasks: Vec::new(),
+            invocations_started: 0,
+            stacks: &mut self.stacks,
+            connections: &mut self.connections,
+            commits: Arc::clone(&self.commits),
+            commits_read: self.commits.load(std::sync::atomic::Ordering::Relaxed),
+            progress: 0,
+            store_seen: None,
         };
         let end = execution.run_to_end();
         execution.finish(end)

@@ -117,6 +117,8 @@ impl<R, V> Message<R, V> {
 
 #[derive(Clone, Copy)]
 pub(crate) enum Action {
+    /// Let an invocation in progress go on (runs whose invocations overlap).
+    Resume(usize),
     Deliver(usize),
     Send(usize),
     Event(usize),

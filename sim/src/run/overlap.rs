@@ -1,0 +1,334 @@
+//! Runs whose handler invocations overlap ([`crate::Bounds::invocations_max`] above 1): a
+//! delivered request starts an invocation on a connection of its own, and the schedule picks,
+//! step by step, which invocation in progress goes on.
+//!
+//! The run's database is SQLite's in-memory database, where a connection in a write
+//! transaction keeps every other connection from reading. The engine reads the committed
+//! store itself (observations, ground truth), so it starts a new invocation only while no
+//! invocation is writing, applies outside events and serves lookups only while none is in
+//! progress, and reads the ground truth after each step in which nobody is writing.
+
+use super::execution::Execution;
+use super::tasks::{prepare_connection, Go, Pause, Task, Turn};
+use super::world::{Action, Body};
+use super::{CrashPoints, RunEnd, Session};
+use crate::system::{Crash, IntentId, System};
+use crate::timeline::Lane;
+use crate::{Invariant, Violation};
+use rusqlite::Connection;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::Ordering;
+
+/// One handler invocation in progress.
+pub(crate) struct Invocation<S: System> {
+    task: Task<S::Value>,
+    /// Numbered from 1 in the order invocations started in the run.
+    number: u32,
+    intent: IntentId,
+    attempt: u32,
+    request: S::Request,
+    observation: S::Observation,
+    /// The crash point it paused at; `None` while it waits on a lock (or before it starts).
+    paused_at: Option<&'static str>,
+    /// While it waits on a lock: the run's progress count when it last tried. It may try
+    /// again once another invocation has made progress.
+    blocked_since: Option<u64>,
+    /// Whether an effect of its intent committed while it ran.
+    committed: bool,
+    /// The session its request came in on.
+    session: Session,
+    /// What decides where it goes from here, in an exhaustive check: the pauses it made and
+    /// the committed store at the start of each turn (what it read was that, plus its own
+    /// uncommitted writes, themselves decided by the same history).
+    history: u64,
+}
+
+impl<S: System> Invocation<S> {
+    fn label(&self) -> String {
+        format!(
+            "invocation {} ({}#{})",
+            self.number, self.intent, self.attempt
+        )
+    }
+}
+
+impl<S: System> Execution<'_, '_, S> {
+    /// Hashes the invocations in progress, for state hashing: what each serves and where it
+    /// stands, and whether it may go on now.
+    pub(super) fn invocations_fingerprint(&self, hasher: &mut impl Hasher) {
+        self.tasks.len().hash(hasher);
+        for invocation in &self.tasks {
+            invocation.intent.hash(hasher);
+            invocation.attempt.hash(hasher);
+            invocation.session.hash(hasher);
+            invocation.request.hash(hasher);
+            invocation.history.hash(hasher);
+            invocation.committed.hash(hasher);
+            (invocation.blocked_since == Some(self.progress)).hash(hasher);
+        }
+    }
+
+    /// Adjusts the enabled actions of an overlapping run: requests reach the server only
+    /// while it has room and nobody is writing, lookups and outside events only while no
+    /// invocation is in progress; each invocation that can go on is a choice, first.
+    pub(super) fn overlap_actions(&self, actions: &mut Vec<Action>) {
+        if !self.overlapping {
+            return;
+        }
+        let full = self.tasks.len() as u32 >= self.points.bounds.invocations_max;
+        let writing = self
+            .tasks
+            .iter()
+            .any(|invocation| invocation.task.writing());
+        let idle = self.tasks.is_empty();
+        let network = &self.world.network;
+        actions.retain(|action| match *action {
+            Action::Deliver(index) => match network[index].body {
+                Body::Request(..) => !full && !writing,
+                Body::Lookup(..) => idle,
+                Body::Response(..) | Body::Status(..) => true,
+            },
+            Action::Event(_) => idle,
+            Action::Send(_) | Action::Timeout(_) | Action::Resume(_) => true,
+        });
+        let resumable = self
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, invocation)| invocation.blocked_since != Some(self.progress))
+            .map(|(index, _)| Action::Resume(index));
+        let resumable: Vec<Action> = resumable.collect();
+        actions.splice(0..0, resumable);
+    }
+
+    /// Partial-order reduction of an exhaustive check, while invocations are in progress:
+    /// whether the newly chosen `action` is a client's own step (a send, a timeout, a reply
+    /// or status delivered to it) taken while some step touching the server's store (an
+    /// invocation's turn, a request delivered) is enabled. A client's step commutes with every
+    /// such step, so each of its orders with them is explored with the server's step first;
+    /// the run is pruned here. The choice stays on the tape, so tapes replay alike with and
+    /// without the reduction.
+    pub(super) fn deferred(&self, enabled: &[Action], action: Action) -> bool {
+        let Some(pruning) = &self.pruning else {
+            return false;
+        };
+        if self.tasks.is_empty() || self.points.decider.answers().len() < pruning.replayed_answers {
+            return false;
+        }
+        let touches_store = |action: &Action| match *action {
+            Action::Resume(_) => true,
+            Action::Deliver(index) => matches!(self.world.network[index].body, Body::Request(..)),
+            Action::Send(_) | Action::Timeout(_) | Action::Event(_) => false,
+        };
+        !touches_store(&action) && enabled.iter().any(touches_store)
+    }
+
+    /// Starts an invocation of `request` and runs it to its first pause.
+    pub(super) fn start_invocation(
+        &mut self,
+        intent: IntentId,
+        attempt: u32,
+        request: &S::Request,
+        session: Session,
+    ) {
+        let connection = self.connections.pop().unwrap_or_else(|| {
+            let opened = self
+                .system
+                .connect(self.store)
+                .expect("an overlapping system opens a connection per invocation");
+            prepare_connection(opened, &self.commits)
+        });
+        let observation = self.system.observe(self.store, request);
+        let system = self.system;
+        let store: *const S::Store = &*self.store;
+        let owned = request.clone();
+        let handle = move |ctx: &mut super::Ctx<'_>, connection: &Connection| {
+            // SAFETY: while invocations are in progress the engine only reads the store
+            // (mutations wait until every invocation has ended), and every invocation ends
+            // before the run's borrow of the store does.
+            system.handle_on(ctx, unsafe { &*store }, connection, &owned)
+        };
+        // SAFETY: the engine resumes every task until it finishes before the run returns
+        // (`end_invocations`), and `system` and the store outlive the run.
+        let task = unsafe { Task::new(self.stacks, connection, session, handle) };
+        self.invocations_started += 1;
+        self.tasks.push(Invocation {
+            task,
+            number: self.invocations_started,
+            intent,
+            attempt,
+            request: request.clone(),
+            observation,
+            paused_at: None,
+            blocked_since: None,
+            committed: false,
+            session,
+            history: 0,
+        });
+        let index = self.tasks.len() - 1;
+        self.take_turn(index, Go::Continue, "starts");
+    }
+
+    /// Lets the invocation at `index` go on: past its crash point (where the server may crash
+    /// instead), or to try its lock again.
+    pub(super) fn resume(&mut self, index: usize) {
+        let invocation = &self.tasks[index];
+        let Some(point) = invocation.paused_at else {
+            self.take_turn(index, Go::Continue, "tries the lock again");
+            return;
+        };
+        match self.points.at(point) {
+            Ok(()) => self.take_turn(index, Go::Continue, &format!("goes on from {point}")),
+            Err(crash) => {
+                let label = format!("{} at {point}", self.tasks[index].label());
+                self.crash_server(&label, crash);
+            }
+        }
+    }
+
+    fn take_turn(&mut self, index: usize, go: Go, what: &str) {
+        if self.pruning.is_some() {
+            let print = self.committed_print();
+            let history = &mut self.tasks[index].history;
+            *history = hash_of(&(*history, print));
+        }
+        let invocation = &mut self.tasks[index];
+        self.tag.set(Some(invocation.intent));
+        let turn = invocation.task.resume(go, self.stacks);
+        self.tag.set(None);
+        self.read_truth_after(index);
+        let invocation = &mut self.tasks[index];
+        if let Turn::Paused(pause) = &turn {
+            invocation.history = hash_of(&(invocation.history, pause));
+        }
+        let label = invocation.label();
+        match turn {
+            Turn::Paused(Pause::Point(point)) => {
+                self.progress += 1;
+                let invocation = &mut self.tasks[index];
+                invocation.paused_at = Some(point);
+                invocation.blocked_since = None;
+                self.world.note(Lane::Server, |_| {
+                    format!("{label} {what} -> pauses at {point}")
+                });
+            }
+            Turn::Paused(Pause::Blocked) => {
+                let invocation = &mut self.tasks[index];
+                invocation.paused_at = None;
+                invocation.blocked_since = Some(self.progress);
+                self.world.note(Lane::Server, |_| {
+                    format!("{label} {what} -> waits: the database is locked")
+                });
+            }
+            Turn::Finished(Ok(reply)) => {
+                self.progress += 1;
+                let invocation = self.tasks.remove(index);
+                self.connections.push(invocation.task.into_connection());
+                self.world
+                    .note(Lane::Server, |_| format!("{label} {what} -> {reply}"));
+                self.answer(
+                    invocation.intent,
+                    invocation.attempt,
+                    &invocation.request,
+                    &invocation.observation,
+                    reply,
+                    invocation.committed,
+                );
+            }
+            Turn::Finished(Err(crash)) => self.crash_server(&label, crash),
+        }
+    }
+
+    /// The server crashes: every invocation in progress stops where it is, its connection
+    /// closes (rolling back what it had not committed), memory is lost, the server restarts.
+    fn crash_server(&mut self, label: &str, crash: Crash) {
+        self.end_invocations();
+        self.memory = S::Memory::default();
+        self.system.restart(self.store);
+        self.read_truth();
+        self.note_crash(label, crash);
+    }
+
+    /// Stops every invocation in progress (as a crash does) and closes its connection, and
+    /// the idle ones.
+    pub(super) fn end_invocations(&mut self) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        for invocation in &mut self.tasks {
+            invocation.task.wind_down(self.stacks);
+        }
+        self.tasks.clear();
+        self.connections.clear();
+        self.progress += 1;
+        self.store_print.set(None);
+    }
+
+    /// Every invocation in progress waits on a lock none of them will release: the run
+    /// breaks `no-deadlock` and ends.
+    pub(super) fn deadlock(&mut self) -> RunEnd {
+        let waiting: Vec<String> = self.tasks.iter().map(Invocation::label).collect();
+        let detail = format!(
+            "every invocation in progress waits on a database lock and nothing else can run: {}",
+            waiting.join(", ")
+        );
+        self.world
+            .note(Lane::Server, |_| format!("deadlock: {detail}"));
+        self.world.audit.push(Violation {
+            invariant: Invariant::NoDeadlock,
+            detail,
+        });
+        self.end_invocations();
+        self.read_truth();
+        RunEnd::Deadlock
+    }
+
+    /// Reads the ground truth after the invocation at `index` took a turn, when nobody is
+    /// writing; effects of its intent that committed mark it as having committed.
+    fn read_truth_after(&mut self, index: usize) {
+        let commits = self.commits.load(Ordering::Relaxed);
+        if commits == self.commits_read {
+            return;
+        }
+        if self
+            .tasks
+            .iter()
+            .any(|invocation| invocation.task.writing())
+        {
+            panic!(
+                "{} committed and began another write transaction without a crash point in \
+                 between; add ctx.point(..) after the commit so that the engine can read the \
+                 committed store",
+                self.tasks[index].label()
+            );
+        }
+        let intent = self.tasks[index].intent;
+        if self.read_truth().contains(&intent) {
+            self.tasks[index].committed = true;
+        }
+    }
+
+    /// Reads the ground truth and counts the effects committed since it was last read, which
+    /// it returns; notes the store's new contents in a traced run.
+    pub(super) fn read_truth(&mut self) -> Vec<IntentId> {
+        self.commits_read = self.commits.load(Ordering::Relaxed);
+        self.store_print.set(None);
+        let fresh = self.absorb_effects();
+        if self.world.rows.is_some() {
+            let now = self.system.describe_store(self.store);
+            if self.store_seen.as_deref() != Some(now.as_str()) {
+                let shown = now.clone();
+                self.world.note(Lane::Store, |_| shown);
+                self.store_seen = Some(now);
+            }
+        }
+        fresh
+    }
+}
+
+fn hash_of(value: &impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
