@@ -48,6 +48,20 @@
 //! a human-readable file, and every stored schedule is replayed first on later runs (one that
 //! no longer fails is reported, not dropped).
 //!
+//! ## Overlapping invocations
+//!
+//! Two copies of one request can be in the server at once: a duplicate delivered while the
+//! first still runs, or two retries racing. With [`Bounds::invocations_max`] above 1, a
+//! system that gives each invocation a SQLite connection of its own ([`System::connect`],
+//! [`System::handle_on`]) has its invocations interleaved: each runs on a stack of its own and
+//! pauses at every [`Ctx::point`] and wherever SQLite finds the database locked (the
+//! engine's busy handler, [`sqlite::wait_for_lock`]); the schedule picks which goes on next,
+//! so every interleaving is on the tape and explorable exhaustively. An invocation waiting on
+//! a lock goes on once another has made progress; if every one waits, the run breaks
+//! `no-deadlock`. The handler code is unchanged: it calls rusqlite as usual.
+//! [`Sandbox::interleavings`] runs a few calls against a store in every order they can
+//! interleave, for literal tests of what concurrent duplicates must do.
+//!
 //! ## Running
 //!
 //! The `retrysim` binary explores every built-in handler (`retrysim`), one handler
@@ -65,11 +79,16 @@
 //!
 //! ## Limitations
 //!
-//! - One handler invocation runs at a time: interleaving concurrent invocations at their
-//!   crash points and SQLite lock waits is not modelled yet.
+//! - Overlapping invocations share the run's in-memory SQLite database, where a connection
+//!   in a write transaction keeps every other from reading (not only from writing, as a
+//!   file in rollback-journal mode would). The engine reads the committed store itself, so a
+//!   new request reaches the server only while no invocation is writing. Systems with
+//!   in-memory stores, and those that give no connection per invocation, run each invocation
+//!   to its end.
 //! - Exhaustive checking replays each run from the start; with state hashing it covers small
 //!   bounds (one or two clients, one or two intents each, two or three attempts, one or two
-//!   faults) in seconds to minutes, not large ones.
+//!   faults) in seconds to minutes, not large ones. With overlapping invocations, one client
+//!   with one intent is exhausted in seconds; two clients take minutes.
 //! - When a client times out is chosen by the schedule, not by a clock: simulated time only
 //!   dates timeline rows.
 //!
