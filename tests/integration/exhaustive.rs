@@ -3,7 +3,9 @@
 //! shrinking as good as the exhaustive minimum.
 
 use retrysim::models::{self, Declared, HandlerEntry};
-use retrysim::{exhaust, explore, shrink, Bounds, CheckOptions, CheckReport, Reduction, Stopped};
+use retrysim::{
+    exhaust, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction, Stopped,
+};
 use std::collections::BTreeSet;
 
 /// A bound small enough for the test suite: clients and intents as given, two attempts, one
@@ -73,6 +75,35 @@ fn every_faulty_handler_is_caught_with_the_fewest_faults() {
         );
         // Every level below was explored to its end without a violation.
         assert_eq!(report.levels.len() as u32, level + 1);
+    }
+}
+
+/// The bound for faulty handlers: three attempts and two faults. A flaw shows with
+/// two clients of one intent each, except a key reused with other arguments, which takes one
+/// client with two intents.
+#[test]
+fn faulty_handlers_are_caught_at_three_attempts_and_two_faults() {
+    for entry in models::handlers() {
+        let Declared::Faulty { caught_by } = entry.declared else {
+            continue;
+        };
+        let (clients_max, intents_max) = match caught_by {
+            Invariant::NoSilentKeyReuse => (1, 2),
+            _ => (2, 1),
+        };
+        let bounds = Bounds {
+            clients_max,
+            intents_max,
+            attempts_max: 3,
+            faults_max: 2,
+            ..Bounds::default()
+        };
+        let options = CheckOptions {
+            runs_max: 200_000,
+            ..CheckOptions::new(entry.bounds_from(bounds))
+        };
+        let report = exhaust(&mut *(entry.build)(), &options);
+        assert_eq!(report.stopped, Stopped::Violation, "{entry:?}");
     }
 }
 
