@@ -18,35 +18,81 @@ impl SqliteHandler for KeyedSqlite {
     ) -> Result<Reply<Accepted>, Stop> {
         ctx.point("before-begin")?;
         execute_cached(db, "BEGIN IMMEDIATE")?;
-        let saved = db
-            .prepare_cached("SELECT amount, accepted_amount, total FROM records WHERE key = ?1")?
-            .query_row([&request.key], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get(1)?, row.get(2)?))
-            })
-            .optional()?;
+        let saved = saved_record(db, request)?;
         ctx.point("after-lookup")?;
-        if let Some((amount, accepted_amount, total)) = saved {
+        if let Some(saved) = saved {
             execute_cached(db, "COMMIT")?;
-            if amount != request.amount {
-                return Ok(Reply::KeyReuse);
-            }
-            return Ok(Reply::Replayed(Accepted {
-                amount: accepted_amount,
-                total,
-            }));
+            return Ok(answer_saved(saved, request));
         }
-        let total: i64 = db
-            .prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
-            .query_row([request.amount], |row| row.get(0))?;
+        let total = add(db, request.amount)?;
         ctx.point("after-effect")?;
-        db.prepare_cached("INSERT INTO records VALUES (?1, ?2, ?3, ?4)")?
-            .execute(params![request.key, request.amount, request.amount, total])?;
+        save_record(
+            db,
+            request,
+            total,
+            "INSERT INTO records VALUES (?1, ?2, ?3, ?4)",
+        )?;
         ctx.point("before-commit")?;
         execute_cached(db, "COMMIT")?;
         ctx.point("after-commit")?;
-        Ok(Reply::Applied(Accepted {
-            amount: request.amount,
-            total,
-        }))
+        Ok(applied(request, total))
     }
+}
+
+/// What a record saved under a key holds: the amount sent, and the response given.
+pub(super) struct Saved {
+    amount: i64,
+    response: Accepted,
+}
+
+/// The record saved under the request's key, if any.
+pub(super) fn saved_record(
+    db: &Connection,
+    request: &CounterRequest,
+) -> rusqlite::Result<Option<Saved>> {
+    db.prepare_cached("SELECT amount, accepted_amount, total FROM records WHERE key = ?1")?
+        .query_row([&request.key], |row| {
+            Ok(Saved {
+                amount: row.get(0)?,
+                response: Accepted {
+                    amount: row.get(1)?,
+                    total: row.get(2)?,
+                },
+            })
+        })
+        .optional()
+}
+
+/// The answer to a request whose key has a record: the saved response as a replay, or a
+/// key-reuse refusal when the amount differs.
+pub(super) fn answer_saved(saved: Saved, request: &CounterRequest) -> Reply<Accepted> {
+    if saved.amount != request.amount {
+        return Reply::KeyReuse;
+    }
+    Reply::Replayed(saved.response)
+}
+
+/// Adds `amount` to the total (the effect); returns the new total.
+pub(super) fn add(db: &Connection, amount: i64) -> rusqlite::Result<i64> {
+    db.prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
+        .query_row([amount], |row| row.get(0))
+}
+
+/// Saves the request's record with `insert`, an `INSERT INTO records` of four parameters.
+pub(super) fn save_record(
+    db: &Connection,
+    request: &CounterRequest,
+    total: i64,
+    insert: &str,
+) -> rusqlite::Result<usize> {
+    db.prepare_cached(insert)?
+        .execute(params![request.key, request.amount, request.amount, total])
+}
+
+/// The response to a request applied now.
+pub(super) fn applied(request: &CounterRequest, total: i64) -> Reply<Accepted> {
+    Reply::Applied(Accepted {
+        amount: request.amount,
+        total,
+    })
 }

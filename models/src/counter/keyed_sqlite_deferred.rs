@@ -1,7 +1,8 @@
+use super::keyed_sqlite::{add, answer_saved, applied, save_record, saved_record};
 use super::{Accepted, CounterRequest, SqliteHandler};
 use retrysim_sim::sqlite::{execute_cached, Stop};
 use retrysim_sim::{Ctx, Reply};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::Connection;
 
 /// `keyed-sqlite-deferred` (faulty): looks the key up *before* its write transaction, then adds
 /// and saves the record in a second one, saving with `ON CONFLICT DO NOTHING` so that a record
@@ -18,37 +19,19 @@ impl SqliteHandler for KeyedSqliteDeferred {
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Stop> {
         // The mistake: this read is its own transaction; nothing holds what it saw.
-        let saved = db
-            .prepare_cached("SELECT amount, accepted_amount, total FROM records WHERE key = ?1")?
-            .query_row([&request.key], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get(1)?, row.get(2)?))
-            })
-            .optional()?;
+        let saved = saved_record(db, request)?;
         ctx.point("after-lookup")?;
-        if let Some((amount, accepted_amount, total)) = saved {
-            if amount != request.amount {
-                return Ok(Reply::KeyReuse);
-            }
-            return Ok(Reply::Replayed(Accepted {
-                amount: accepted_amount,
-                total,
-            }));
+        if let Some(saved) = saved {
+            return Ok(answer_saved(saved, request));
         }
         execute_cached(db, "BEGIN IMMEDIATE")?;
-        let total: i64 = db
-            .prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
-            .query_row([request.amount], |row| row.get(0))?;
+        let total = add(db, request.amount)?;
         ctx.point("after-effect")?;
-        db.prepare_cached(
-            "INSERT INTO records VALUES (?1, ?2, ?3, ?4) ON CONFLICT (key) DO NOTHING",
-        )?
-        .execute(params![request.key, request.amount, request.amount, total])?;
+        let insert = "INSERT INTO records VALUES (?1, ?2, ?3, ?4) ON CONFLICT (key) DO NOTHING";
+        save_record(db, request, total, insert)?;
         ctx.point("before-commit")?;
         execute_cached(db, "COMMIT")?;
         ctx.point("after-commit")?;
-        Ok(Reply::Applied(Accepted {
-            amount: request.amount,
-            total,
-        }))
+        Ok(applied(request, total))
     }
 }
