@@ -171,11 +171,10 @@ fn state_hashing_finds_every_violation_plain_enumeration_finds() {
     }
 }
 
-/// With invocations in progress, states hash their histories and a client's own steps wait
-/// for the server's (a partial-order reduction); without faults, the plain enumeration is
-/// small enough to compare final outcomes against.
+/// With invocations in progress, states hash each invocation's history; without faults, the
+/// plain enumeration is small enough to compare verdicts against.
 #[test]
-fn reductions_with_overlapping_invocations_lose_nothing() {
+fn state_hashing_with_overlapping_invocations_loses_nothing() {
     for (domain, handler) in [
         ("counter", "keyed-sqlite"),
         ("counter", "keyed-sqlite-deferred"),

@@ -86,10 +86,6 @@ impl<S: System> Execution<'_, '_, S> {
                 .points
                 .decider
                 .choose(ChoiceKind::Schedule, actions.len() as u32);
-            if self.deferred(&actions, actions[answer as usize]) {
-                self.end_invocations();
-                return RunEnd::Pruned;
-            }
             self.world.steps += 1;
             match actions[answer as usize] {
                 Action::Resume(index) => self.resume(index),

@@ -102,28 +102,6 @@ impl<S: System> Execution<'_, '_, S> {
         actions.splice(0..0, resumable);
     }
 
-    /// Partial-order reduction of an exhaustive check, while invocations are in progress:
-    /// whether the newly chosen `action` is a client's own step (a send, a timeout, a reply
-    /// or status delivered to it) taken while some step touching the server's store (an
-    /// invocation's turn, a request delivered) is enabled. A client's step commutes with every
-    /// such step, so each of its orders with them is explored with the server's step first;
-    /// the run is pruned here. The choice stays on the tape, so tapes replay alike with and
-    /// without the reduction.
-    pub(super) fn deferred(&self, enabled: &[Action], action: Action) -> bool {
-        let Some(pruning) = &self.pruning else {
-            return false;
-        };
-        if self.tasks.is_empty() || self.points.decider.answers().len() < pruning.replayed_answers {
-            return false;
-        }
-        let touches_store = |action: &Action| match *action {
-            Action::Resume(_) => true,
-            Action::Deliver(index) => matches!(self.world.network[index].body, Body::Request(..)),
-            Action::Send(_) | Action::Timeout(_) | Action::Event(_) => false,
-        };
-        !touches_store(&action) && enabled.iter().any(touches_store)
-    }
-
     /// Starts an invocation of `request` and runs it to its first pause.
     pub(super) fn start_invocation(
         &mut self,
