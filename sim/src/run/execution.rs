@@ -65,8 +65,10 @@ impl<S: System> Execution<'_, '_, S> {
                 return RunEnd::Completed;
             }
             if self.world.steps >= self.points.bounds.steps_max {
-                self.end_invocations();
-                self.read_truth();
+                if !self.tasks.is_empty() {
+                    self.end_invocations();
+                    self.read_truth();
+                }
                 return RunEnd::StepLimit;
             }
             if self.seen_before() {
