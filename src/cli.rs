@@ -303,6 +303,7 @@ fn list(json: bool) -> ExitCode {
                     "name": h.handler,
                     "summary": h.summary,
                     "declared": h.declared.to_string(),
+                    "invocations_max": h.invocations_max,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "invariants": Invariant::ALL.iter().map(|i| json!({
@@ -319,8 +320,13 @@ fn list(json: bool) -> ExitCode {
             .iter()
             .filter(|h| h.domain == domain.name)
         {
+            let overlapping = if handler.invocations_max > 1 {
+                format!(" (invocations_max={})", handler.invocations_max)
+            } else {
+                String::new()
+            };
             println!(
-                "  {:<14} {:<34} {}",
+                "  {:<22} {:<34} {}{overlapping}",
                 handler.handler,
                 handler.declared.to_string(),
                 handler.summary

@@ -200,6 +200,8 @@ fn list_names_domains_handlers_and_invariants() {
     let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     let handlers = value["domains"][0]["handlers"].as_array().unwrap();
     assert_eq!(handlers.len(), 4);
+    assert_eq!(handlers[3]["name"], "keyed-sqlite-deferred");
+    assert_eq!(handlers[3]["invocations_max"], 2);
     assert_eq!(
         value["invariants"].as_array().unwrap().len(),
         retrysim::Invariant::ALL.len()
