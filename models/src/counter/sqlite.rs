@@ -94,8 +94,7 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         _memory: &mut (),
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash> {
-        let result = self.0.submit(ctx, store.db.server(), request);
-        settle(result, store.db.server())
+        self.handle_on(ctx, store, store.db.server(), request)
     }
 
     fn connect(&self, store: &SqliteCounter) -> Option<Connection> {

@@ -254,11 +254,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         _memory: &mut (),
         request: &IntervalRequest,
     ) -> Result<Reply<EditResult>, Crash> {
-        let principal = store.principal(request.identity);
-        let result = self
-            .0
-            .set_interval(ctx, store.db.server(), &principal, &request.args);
-        settle(result, store.db.server())
+        self.handle_on(ctx, store, store.db.server(), request)
     }
 
     fn connect(&self, store: &IntervalStore) -> Option<Connection> {

@@ -17,6 +17,7 @@ use crate::timeline::Lane;
 use crate::{Invariant, Violation};
 use rusqlite::Connection;
 use std::collections::hash_map::DefaultHasher;
+use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 
@@ -45,11 +46,51 @@ pub(crate) struct Invocation<S: System> {
 }
 
 impl<S: System> Invocation<S> {
-    fn label(&self) -> String {
-        format!(
+    fn label(&self) -> Label {
+        Label {
+            number: self.number,
+            intent: self.intent,
+            attempt: self.attempt,
+        }
+    }
+}
+
+/// An invocation as the timeline names it, formatted only when a row is written.
+#[derive(Clone, Copy)]
+struct Label {
+    number: u32,
+    intent: IntentId,
+    attempt: u32,
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
             "invocation {} ({}#{})",
             self.number, self.intent, self.attempt
         )
+    }
+}
+
+/// Where a turn of an invocation begins.
+#[derive(Clone, Copy)]
+enum Begins {
+    /// Its request was just delivered.
+    Start,
+    /// Past the crash point it paused at.
+    Point(&'static str),
+    /// It tries the lock it waited on again.
+    LockWait,
+}
+
+impl fmt::Display for Begins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Begins::Start => f.write_str("starts"),
+            Begins::Point(point) => write!(f, "goes on from {point}"),
+            Begins::LockWait => f.write_str("tries the lock again"),
+        }
     }
 }
 
@@ -145,19 +186,18 @@ impl<S: System> Execution<'_, '_, S> {
             history: 0,
         });
         let index = self.tasks.len() - 1;
-        self.take_turn(index, Go::Continue, "starts");
+        self.take_turn(index, Begins::Start);
     }
 
     /// Lets the invocation at `index` go on: past its crash point (where the server may crash
     /// instead), or to try its lock again.
     pub(super) fn resume(&mut self, index: usize) {
-        let invocation = &self.tasks[index];
-        let Some(point) = invocation.paused_at else {
-            self.take_turn(index, Go::Continue, "tries the lock again");
+        let Some(point) = self.tasks[index].paused_at else {
+            self.take_turn(index, Begins::LockWait);
             return;
         };
         match self.points.at(point) {
-            Ok(()) => self.take_turn(index, Go::Continue, &format!("goes on from {point}")),
+            Ok(()) => self.take_turn(index, Begins::Point(point)),
             Err(crash) => {
                 let label = format!("{} at {point}", self.tasks[index].label());
                 self.crash_server(&label, crash);
@@ -165,7 +205,8 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    fn take_turn(&mut self, index: usize, go: Go, what: &str) {
+    /// Runs the invocation at `index` until it pauses or ends, and records what came of it.
+    fn take_turn(&mut self, index: usize, what: Begins) {
         if self.pruning.is_some() {
             let print = self.committed_print();
             let history = &mut self.tasks[index].history;
@@ -173,7 +214,7 @@ impl<S: System> Execution<'_, '_, S> {
         }
         let invocation = &mut self.tasks[index];
         self.tag.set(Some(invocation.intent));
-        let turn = invocation.task.resume(go, self.stacks);
+        let turn = invocation.task.resume(Go::Continue, self.stacks);
         self.tag.set(None);
         self.read_truth_after(index);
         let invocation = &mut self.tasks[index];
@@ -214,7 +255,7 @@ impl<S: System> Execution<'_, '_, S> {
                     invocation.committed,
                 );
             }
-            Turn::Finished(Err(crash)) => self.crash_server(&label, crash),
+            Turn::Finished(Err(crash)) => self.crash_server(&label.to_string(), crash),
         }
     }
 
@@ -246,7 +287,11 @@ impl<S: System> Execution<'_, '_, S> {
     /// Every invocation in progress waits on a lock none of them will release: the run
     /// breaks `no-deadlock` and ends.
     pub(super) fn deadlock(&mut self) -> RunEnd {
-        let waiting: Vec<String> = self.tasks.iter().map(Invocation::label).collect();
+        let waiting: Vec<String> = self
+            .tasks
+            .iter()
+            .map(|invocation| invocation.label().to_string())
+            .collect();
         let detail = format!(
             "every invocation in progress waits on a database lock and nothing else can run: {}",
             waiting.join(", ")
