@@ -66,16 +66,8 @@ enum Command {
     Check {
         #[command(flatten)]
         target: Target,
-        /// Skip states already explored (states), or enumerate every tape (none).
-        #[arg(long, value_enum, default_value_t = ReductionArg::States)]
-        reduction: ReductionArg,
-        /// Runs after which the check stops without exhausting the bound.
-        #[arg(long, default_value_t = CHECK_RUNS_MAX)]
-        runs_max: u64,
-        /// After the first violation, finish its fault level to find the first counterexample
-        /// of every invariant broken there.
-        #[arg(long)]
-        all_invariants: bool,
+        #[command(flatten)]
+        search: SearchArgs,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -171,6 +163,26 @@ impl BoundsArgs {
     }
 }
 
+/// How `check` searches.
+#[derive(Args)]
+struct SearchArgs {
+    /// Skip states already explored (states), or enumerate every tape (none).
+    #[arg(long, value_enum, default_value_t = ReductionArg::States)]
+    reduction: ReductionArg,
+    /// Runs after which the check stops without exhausting the bound.
+    #[arg(long, default_value_t = CHECK_RUNS_MAX)]
+    runs_max: u64,
+    /// After the first violation, finish its fault level to find the first counterexample
+    /// of every invariant broken there.
+    #[arg(long)]
+    all_invariants: bool,
+    /// Replay every run from its start instead of resuming it from a copy of the state its
+    /// path shares with the run before (same runs and verdicts, slower; for checking the
+    /// checker).
+    #[arg(long)]
+    no_checkpoints: bool,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ReductionArg {
     States,
@@ -251,17 +263,10 @@ where
         }) => run_explore(&target, seeds, (json, check_determinism), threads, &bounds),
         Some(Command::Check {
             target,
-            reduction,
-            runs_max,
-            all_invariants,
+            search,
             json,
             bounds,
-        }) => run_check(
-            &target,
-            (reduction, runs_max, all_invariants),
-            json,
-            &bounds,
-        ),
+        }) => run_check(&target, &search, json, &bounds),
         Some(Command::Replay {
             target,
             seed,
@@ -378,20 +383,21 @@ fn shrink_first(
 
 fn run_check(
     target: &Target,
-    (reduction, runs_max, all_invariants): (ReductionArg, u64, bool),
+    search: &SearchArgs,
     json: bool,
     bounds: &BoundsArgs,
 ) -> Result<ExitCode, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
     let options = CheckOptions {
         bounds: bounds.bounds(entry)?,
-        reduction: match reduction {
+        reduction: match search.reduction {
             ReductionArg::States => Reduction::States,
             ReductionArg::None => Reduction::None,
         },
-        runs_max,
-        stop_at_first: !all_invariants,
+        runs_max: search.runs_max,
+        stop_at_first: !search.all_invariants,
         only: None,
+        checkpoints: !search.no_checkpoints,
     };
     let mut subject = (entry.build)();
     let (report, elapsed_seconds) = timed(|| exhaust(&mut *subject, &options));

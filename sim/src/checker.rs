@@ -2,8 +2,8 @@
 //! state hashing to skip states already explored.
 
 use crate::bounds::Bounds;
-use crate::choices::{Enumerator, Tape};
-use crate::run::{Pruning, RunEnd, Visited};
+use crate::choices::Tape;
+use crate::run::{Enumeration, RunEnd, RunOutcome};
 use crate::subject::Subject;
 use crate::Invariant;
 use serde::Serialize;
@@ -37,6 +37,10 @@ pub struct CheckOptions {
     pub stop_at_first: bool,
     /// Look for this invariant only (others are ignored), or for all.
     pub only: Option<Invariant>,
+    /// Resume each run from a copy of the state its path shares with the run before (when the
+    /// system's store can be copied, [`crate::System::save`]), instead of replaying it from
+    /// its start. The runs and the report are the same either way; only the time differs.
+    pub checkpoints: bool,
 }
 
 impl CheckOptions {
@@ -48,6 +52,7 @@ impl CheckOptions {
             runs_max: CHECK_RUNS_MAX,
             stop_at_first: true,
             only: None,
+            checkpoints: true,
         }
     }
 }
@@ -212,31 +217,23 @@ fn check_level(
         unique_states: 0,
         final_states: 0,
     };
-    let mut visited = Visited::new();
+    if *runs_left == 0 {
+        return level;
+    }
     let mut finals = BTreeSet::new();
-    let mut enumerator = Enumerator::new();
-    loop {
-        if *runs_left == 0 {
-            break;
-        }
-        let Some(mut source) = enumerator.next_run() else {
-            break;
-        };
+    let enumeration = Enumeration {
+        hash_states: options.reduction == Reduction::States,
+        checkpoints: options.checkpoints,
+    };
+    let mut each = |outcome: &RunOutcome| {
         *runs_left -= 1;
-        let replayed_answers = source.replayed_answers();
-        let pruning = (options.reduction == Reduction::States).then_some(Pruning {
-            visited: &mut visited,
-            replayed_answers,
-        });
-        let outcome = subject.run_with(&mut source, bounds, false, pruning);
-        drop(source);
         level.runs += 1;
         level.pruned += u64::from(outcome.end == RunEnd::Pruned);
         report.step_limited += u64::from(outcome.end == RunEnd::StepLimit);
         if let Some(state) = outcome.final_state {
             finals.insert(state);
         }
-        tally(&mut report.coverage, &outcome);
+        tally(&mut report.coverage, outcome);
         for violation in &outcome.violations {
             let wanted = options.only.is_none_or(|only| only == violation.invariant);
             if wanted && report.violation(violation.invariant).is_none() {
@@ -247,16 +244,16 @@ fn check_level(
                 });
             }
         }
-        if options.stop_at_first && !report.violations.is_empty() {
-            break;
-        }
-    }
-    level.unique_states = visited.len() as u64;
+        let stop = options.stop_at_first && !report.violations.is_empty();
+        *runs_left > 0 && !stop
+    };
+    let unique_states = subject.enumerate(bounds, enumeration, &mut each);
+    level.unique_states = unique_states;
     level.final_states = finals.len() as u64;
     level
 }
 
-fn tally(coverage: &mut Coverage, outcome: &crate::RunOutcome) {
+fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
     let faults = outcome.faults;
     coverage.drops += u64::from(faults.drops > 0);
     coverage.duplicates += u64::from(faults.duplicates > 0);

@@ -38,12 +38,13 @@ pub use determinism::check_determinism;
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
 pub use run::{
-    ClientPolicy, Ctx, FaultCounts, Pruning, RunEnd, RunOutcome, Session, Simulator, Visited,
+    ClientPolicy, Ctx, Enumeration, FaultCounts, RunEnd, RunOutcome, Session, Simulator,
 };
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
-    Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, Status, System, Workload,
+    Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, Status, StoreCopy, System,
+    Workload,
 };
 pub use timeline::{IntentSummary, Lane, Row, Timeline};

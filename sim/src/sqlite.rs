@@ -13,6 +13,7 @@ use crate::system::{Crash, IntentId, IntentTag, Reply};
 /// connections are the engine's type.
 pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
+use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
@@ -37,6 +38,96 @@ pub struct HarnessDb {
     keeper: Connection,
     server: Connection,
     tag: IntentTag,
+    /// Every table of the database (ground truth included), for copies of its rows.
+    tables: Vec<TableCopier>,
+}
+
+/// The rows of every table of a [`HarnessDb`], rowids included: a copy of the committed
+/// database made by [`HarnessDb::save`] and put back by [`HarnessDb::restore`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DbImage {
+    /// For each table (in the database's order), its rows, each a list of column values.
+    tables: Vec<Vec<Vec<Value>>>,
+}
+
+/// How one table's rows are read and written back: with their rowids, unless the table has
+/// none (`WITHOUT ROWID`) or its `INTEGER PRIMARY KEY` column already is the rowid.
+#[derive(Debug)]
+struct TableCopier {
+    select: String,
+    delete: String,
+    insert: String,
+}
+
+impl TableCopier {
+    fn for_table(keeper: &Connection, table: &str) -> rusqlite::Result<Self> {
+        let mut columns = Vec::new();
+        let mut rowid_alias = false;
+        let mut statement = keeper.prepare(&format!("PRAGMA table_info(\"{table}\")"))?;
+        let mut rows = statement.query([])?;
+        let mut primary_keys = 0;
+        while let Some(row) = rows.next()? {
+            let name: String = row.get("name")?;
+            let kind: String = row.get("type")?;
+            let primary_key: i64 = row.get("pk")?;
+            if primary_key > 0 {
+                primary_keys += 1;
+                rowid_alias = kind.eq_ignore_ascii_case("INTEGER");
+            }
+            columns.push(format!("\"{name}\""));
+        }
+        let has_rowid = keeper
+            .prepare(&format!("SELECT rowid FROM \"{table}\""))
+            .is_ok();
+        if has_rowid && !(rowid_alias && primary_keys == 1) {
+            columns.insert(0, "rowid".to_string());
+        }
+        let list = columns.join(", ");
+        let slots = vec!["?"; columns.len()].join(", ");
+        let order = if has_rowid { " ORDER BY rowid" } else { "" };
+        Ok(TableCopier {
+            select: format!("SELECT {list} FROM \"{table}\"{order}"),
+            delete: format!("DELETE FROM \"{table}\""),
+            insert: format!("INSERT INTO \"{table}\" ({list}) VALUES ({slots})"),
+        })
+    }
+
+    fn read(&self, keeper: &Connection) -> rusqlite::Result<Vec<Vec<Value>>> {
+        let mut statement = keeper.prepare_cached(&self.select)?;
+        let columns = statement.column_count();
+        let mut rows = statement.query([])?;
+        let mut copy = Vec::new();
+        while let Some(row) = rows.next()? {
+            let values = (0..columns)
+                .map(|column| row.get::<_, Value>(column))
+                .collect::<rusqlite::Result<Vec<Value>>>()?;
+            copy.push(values);
+        }
+        Ok(copy)
+    }
+
+    fn write(&self, keeper: &Connection, rows: &[Vec<Value>]) -> rusqlite::Result<()> {
+        execute_cached(keeper, &self.delete)?;
+        let mut insert = keeper.prepare_cached(&self.insert)?;
+        for row in rows {
+            insert.execute(rusqlite::params_from_iter(row))?;
+        }
+        Ok(())
+    }
+}
+
+fn table_copiers(keeper: &Connection) -> rusqlite::Result<Vec<TableCopier>> {
+    let names: Vec<String> = keeper
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' \
+             AND (name NOT LIKE 'sqlite%' OR name = 'sqlite_sequence') ORDER BY name",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    names
+        .iter()
+        .map(|name| TableCopier::for_table(keeper, name))
+        .collect()
 }
 
 impl HarnessDb {
@@ -54,11 +145,13 @@ impl HarnessDb {
             keeper.execute_batch(&ground_truth_triggers(table))?;
         }
         let server = open_connection(&uri, tag)?;
+        let tables = table_copiers(&keeper)?;
         Ok(HarnessDb {
             uri,
             keeper,
             server,
             tag: tag.clone(),
+            tables,
         })
     }
 
@@ -67,10 +160,19 @@ impl HarnessDb {
         &self.server
     }
 
-    /// Restarts the server after a crash: its connection is closed — SQLite rolls back the
-    /// open transaction — and a new one is opened on the durable database.
+    /// Restarts the server after a crash: the transaction its connection had open is rolled
+    /// back, as closing the connection would, so only committed data survives.
+    ///
+    /// The connection itself is kept, with its prepared statements: a reopened one would parse
+    /// the schema and prepare every statement again, which cost more than all the rest of a
+    /// run. Nothing a handler reads through SQL differs; connection-local state (TEMP tables,
+    /// PRAGMAs) does survive, so a handler must not keep request state there.
     pub fn restart_server(&mut self) {
-        self.server = self.connect().expect("a server connection reopens");
+        if !self.server.is_autocommit() {
+            self.server
+                .execute_batch("ROLLBACK")
+                .expect("the server's transaction rolls back");
+        }
     }
 
     /// Opens another connection to the database (a server connection), with
@@ -126,6 +228,32 @@ impl HarnessDb {
         }
         execute_cached(&self.keeper, "DELETE FROM retrysim_effects")?;
         execute_cached(&self.keeper, "COMMIT").map(drop)
+    }
+}
+
+impl HarnessDb {
+    /// Copies every committed row of every table (ground truth included), rowids too, so that
+    /// [`HarnessDb::restore`] can put the database back exactly as it is now.
+    pub fn save(&self) -> DbImage {
+        let tables = self
+            .tables
+            .iter()
+            .map(|table| table.read(&self.keeper).expect("a table copies"))
+            .collect();
+        DbImage { tables }
+    }
+
+    /// Puts the database back to `image` (made by [`HarnessDb::save`] of this database), in
+    /// one transaction on the keeper connection. No other connection may be in a transaction.
+    pub fn restore(&self, image: &DbImage) {
+        let restored = (|| {
+            execute_cached(&self.keeper, "BEGIN IMMEDIATE")?;
+            for (table, rows) in self.tables.iter().zip(&image.tables) {
+                table.write(&self.keeper, rows)?;
+            }
+            execute_cached(&self.keeper, "COMMIT").map(drop)
+        })();
+        restored.expect("the database restores from its own image");
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::bounds::Bounds;
 use crate::choices::{Choices, SeededChoices, Tape, TapeChoices, TapeError};
-use crate::run::{Pruning, RunOutcome, Simulator};
+use crate::run::{Enumeration, RunOutcome, Simulator};
 use crate::system::System;
 use crate::Invariant;
 
@@ -12,15 +12,14 @@ pub trait Subject {
     /// Runs once, asking every choice of `source`; with `trace` the outcome has a timeline.
     fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome;
 
-    /// Runs once like [`Subject::run`]; with `pruning`, stops at the first new state already
-    /// explored (see [`Simulator::run_with`]).
-    fn run_with(
+    /// Enumerates every run within `bounds`, depth first, handing each outcome to `each` until
+    /// it returns `false`; returns the distinct states met (see [`Simulator::enumerate`]).
+    fn enumerate(
         &mut self,
-        source: &mut dyn Choices,
         bounds: &Bounds,
-        trace: bool,
-        pruning: Option<Pruning<'_>>,
-    ) -> RunOutcome;
+        enumeration: Enumeration,
+        each: &mut dyn FnMut(&RunOutcome) -> bool,
+    ) -> u64;
 
     /// The invariants that apply to the system.
     fn invariants(&self) -> &'static [Invariant];
@@ -31,14 +30,13 @@ impl<S: System> Subject for Simulator<S> {
         Simulator::run(self, source, bounds, trace)
     }
 
-    fn run_with(
+    fn enumerate(
         &mut self,
-        source: &mut dyn Choices,
         bounds: &Bounds,
-        trace: bool,
-        pruning: Option<Pruning<'_>>,
-    ) -> RunOutcome {
-        Simulator::run_with(self, source, bounds, trace, pruning)
+        enumeration: Enumeration,
+        each: &mut dyn FnMut(&RunOutcome) -> bool,
+    ) -> u64 {
+        Simulator::enumerate(self, bounds, enumeration, each)
     }
 
     fn invariants(&self) -> &'static [Invariant] {

@@ -3,6 +3,7 @@
 use crate::choices::Decider;
 use crate::run::Ctx;
 use crate::{Bounds, Invariant, Violation};
+use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -90,6 +91,12 @@ impl Ledger {
     /// Forgets every effect (for a fresh run).
     pub fn clear(&mut self) {
         self.effects.clear();
+    }
+
+    /// Puts the recorded effects back to `effects` (a copy of [`Ledger::effects`]).
+    pub fn restore(&mut self, effects: &[IntentId]) {
+        self.effects.clear();
+        self.effects.extend_from_slice(effects);
     }
 }
 
@@ -179,6 +186,28 @@ pub struct Crash {
     pub point: &'static str,
 }
 
+/// A copy of a committed store, made by [`System::save`] and given back to
+/// [`System::restore`]: whatever the system needs to put its store back.
+pub struct StoreCopy(Box<dyn Any>);
+
+impl StoreCopy {
+    /// Wraps a system's own copy of its store.
+    pub fn new<T: Any>(copy: T) -> Self {
+        StoreCopy(Box::new(copy))
+    }
+
+    /// The system's copy, if it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl fmt::Debug for StoreCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StoreCopy(..)")
+    }
+}
+
 /// The clients of a run and the intents each will carry out, in order, plus the outside
 /// events (an administrator's changes) that the scheduler may interleave with them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -242,9 +271,9 @@ pub trait System {
     /// Durable state: survives a server crash (committed data only).
     type Store;
     /// Volatile server memory: lost on a crash.
-    type Memory: Default + Hash;
+    type Memory: Default + Hash + Clone;
     /// An outside change to the store (an administrator's action), or [`NoEvent`].
-    type Event: Hash + fmt::Display;
+    type Event: Hash + Clone + fmt::Display;
     /// What the harness notes about the committed state just before an invocation, to judge
     /// its reply against (`()` when the system has no per-reply invariants).
     type Observation;
@@ -254,6 +283,20 @@ pub trait System {
 
     /// Returns the store to its initial contents, for the next run.
     fn reset(&self, store: &mut Self::Store);
+
+    /// Copies the committed store, so that an exhaustive check can go back to this point of a
+    /// run instead of replaying the run from its start. `None`, the default, means the store
+    /// cannot be copied: exhaustive checks then replay every run from its start (slower, with
+    /// the same results). Only called when no invocation is in progress.
+    fn save(&self, _store: &Self::Store) -> Option<StoreCopy> {
+        None
+    }
+
+    /// Puts the committed store back to `copy`, made by [`System::save`] of this system. Only
+    /// called when no invocation is in progress.
+    fn restore(&self, _store: &mut Self::Store, _copy: &StoreCopy) {
+        unreachable!("restore is called only for a system whose save gives copies")
+    }
 
     /// Restarts after a crash: close every connection (rolling back what was uncommitted) and
     /// reopen on the durable store.

@@ -2,13 +2,14 @@
 
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, System, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, StoreCopy, System,
+    Workload,
 };
 
 /// A counter handler over an in-memory durable total.
 pub trait MemoryHandler {
     /// Volatile server memory, lost on a crash.
-    type Memory: Default + std::hash::Hash;
+    type Memory: Default + std::hash::Hash + Clone;
 
     /// Handles one submission; call `ctx.point(name)?` at crash points.
     fn handle(
@@ -41,6 +42,14 @@ impl<H: MemoryHandler> System for OnMemory<H> {
     }
 
     fn restart(&self, _store: &mut MemoryTotal) {}
+
+    fn save(&self, store: &MemoryTotal) -> Option<StoreCopy> {
+        Some(store.save())
+    }
+
+    fn restore(&self, store: &mut MemoryTotal, copy: &StoreCopy) {
+        store.restore(copy);
+    }
 
     fn workload(
         &self,
@@ -113,5 +122,19 @@ impl MemoryTotal {
     pub fn reset(&mut self) {
         self.total = 0;
         self.ledger.clear();
+    }
+
+    /// A copy of the total and the ledger.
+    fn save(&self) -> StoreCopy {
+        StoreCopy::new((self.total, self.ledger.effects().to_vec()))
+    }
+
+    /// Back to a copy made by [`MemoryTotal::save`].
+    fn restore(&mut self, copy: &StoreCopy) {
+        let (total, effects) = copy
+            .get::<(i64, Vec<IntentId>)>()
+            .expect("a copy of a memory total");
+        self.total = *total;
+        self.ledger.restore(effects);
     }
 }

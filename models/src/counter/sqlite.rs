@@ -4,7 +4,7 @@
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, System, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, StoreCopy, System, Workload,
 };
 use rusqlite::Connection;
 
@@ -71,6 +71,14 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
 
     fn restart(&self, store: &mut SqliteCounter) {
         store.db.restart_server();
+    }
+
+    fn save(&self, store: &SqliteCounter) -> Option<StoreCopy> {
+        Some(StoreCopy::new(store.db.save()))
+    }
+
+    fn restore(&self, store: &mut SqliteCounter, copy: &StoreCopy) {
+        store.db.restore(copy.get().expect("a copy of the counter database"));
     }
 
     fn workload(

@@ -4,9 +4,9 @@
 use super::types::{AdminEvent, EditResult, Identity, IntervalRequest, Principal, ToolArgs};
 use super::types::{Arg, TOOL, WRITE_SCOPE};
 use super::workload::workload;
-use retrysim_sim::sqlite::{execute_cached, settle, HarnessDb, Stop};
+use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, System, Violation,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, StoreCopy, System, Violation,
     Workload,
 };
 use rusqlite::{params, Connection, OptionalExtension};
@@ -149,6 +149,18 @@ impl<H: IntervalHandler> System for OnInterval<H> {
 
     fn restart(&self, store: &mut IntervalStore) {
         store.db.restart_server();
+    }
+
+    fn save(&self, store: &IntervalStore) -> Option<StoreCopy> {
+        Some(StoreCopy::new((store.db.save(), store.revoked.clone())))
+    }
+
+    fn restore(&self, store: &mut IntervalStore, copy: &StoreCopy) {
+        let (image, revoked) = copy
+            .get::<(DbImage, BTreeSet<&'static str>)>()
+            .expect("a copy of the interval store");
+        store.db.restore(image);
+        store.revoked.clone_from(revoked);
     }
 
     fn workload(

@@ -5,7 +5,7 @@ use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::workload;
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, System,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, StoreCopy, System,
     Violation, Workload,
 };
 use rusqlite::{params, Connection, OptionalExtension};
@@ -128,6 +128,16 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn restart(&self, store: &mut ReservationStore) {
         store.db.restart_server();
+    }
+
+    fn save(&self, store: &ReservationStore) -> Option<StoreCopy> {
+        Some(StoreCopy::new(store.db.save()))
+    }
+
+    fn restore(&self, store: &mut ReservationStore, copy: &StoreCopy) {
+        store
+            .db
+            .restore(copy.get().expect("a copy of the reservation database"));
     }
 
     fn workload(

@@ -63,6 +63,13 @@ impl EnumeratedRun<'_> {
     pub fn replayed_answers(&self) -> usize {
         self.enumerator.replayed
     }
+
+    /// Goes on from the `position`th answer of the path: the run resumes from a state that
+    /// its first `position` answers led to.
+    pub(crate) fn skip_to(&mut self, position: usize) {
+        assert!(position <= self.enumerator.path.len(), "skip within the path");
+        self.position = position;
+    }
 }
 
 impl Choices for EnumeratedRun<'_> {

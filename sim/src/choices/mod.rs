@@ -54,6 +54,11 @@ impl<'s> Decider<'s> {
         }
     }
 
+    /// Wraps `source` for a run that resumes after `answers`, given before.
+    pub(crate) fn resumed(source: &'s mut dyn Choices, answers: Vec<u32>) -> Self {
+        Decider { source, answers }
+    }
+
     /// Answers a choice among `options` alternatives; 0 when there is no alternative.
     pub fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
         if options <= 1 {

@@ -1,6 +1,7 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
+use super::checkpoint::{Checkpoint, Checkpoints};
 use super::overlap::Invocation;
 use super::world::{Action, Body, Message, ServerReply, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
@@ -14,6 +15,7 @@ use corosensei::stack::DefaultStack;
 use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -55,6 +57,12 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) progress: u64,
     /// The store's description as last noted in a traced run.
     pub(super) store_seen: Option<String>,
+    /// Where the run keeps its checkpoints, when it is one of an exhaustive check's.
+    pub(super) checkpoints: Option<&'a mut Checkpoints<S>>,
+    /// The version of the store's contents (see [`Checkpoints`]), until it may have changed.
+    pub(super) store_version: Option<u64>,
+    /// Whether the run resumed from a checkpoint of the state it is in now.
+    pub(super) at_checkpoint: bool,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -75,6 +83,7 @@ impl<S: System> Execution<'_, '_, S> {
                 self.end_invocations();
                 return RunEnd::Pruned;
             }
+            self.checkpoint();
             self.world.enabled(&mut actions);
             self.overlap_actions(&mut actions);
             if actions.is_empty() {
@@ -114,6 +123,44 @@ impl<S: System> Execution<'_, '_, S> {
         }
         let pruning = self.pruning.as_mut().expect("hashing states");
         pruning.visited.seen(state, steps, faults)
+    }
+
+    /// Something that can change the committed store is about to run.
+    pub(super) fn store_changes(&mut self) {
+        self.store_print.set(None);
+        self.store_version = None;
+    }
+
+    /// Keeps a copy of the run's state at the start of this step, when the run keeps
+    /// checkpoints and no invocation is in progress.
+    fn checkpoint(&mut self) {
+        if std::mem::take(&mut self.at_checkpoint) || !self.tasks.is_empty() {
+            return;
+        }
+        let Some(checkpoints) = self.checkpoints.as_deref_mut() else {
+            return;
+        };
+        let store = match checkpoints.store_at(self.store_version) {
+            Some(store) => store,
+            None => {
+                let copy = self.system.save(self.store).expect("the store copies");
+                self.store_version = Some(checkpoints.fresh_version());
+                Rc::new(copy)
+            }
+        };
+        checkpoints.push(Checkpoint {
+            answers: self.points.decider.answers().len(),
+            world: self.world.clone(),
+            memory: self.memory.clone(),
+            faults: self.points.faults,
+            points_seen: self.points.seen.clone(),
+            crashed_at: self.points.crashed_at.clone(),
+            invocations_started: self.invocations_started,
+            progress: self.progress,
+            store_print: self.store_print.get(),
+            store: store,
+            store_version: self.store_version.expect("a version was given"),
+        });
     }
 
     /// Hashes the whole state but the faults spent reaching it: everything that decides the
@@ -238,7 +285,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     fn invoke(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
-        self.store_print.set(None);
+        self.store_changes();
         let store_before = self.trace_store();
         let observation = self.system.observe(self.store, request);
         self.tag.set(Some(intent));
@@ -321,7 +368,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// Serves a status lookup; a `completed` answer is recorded as a replay of the saved
     /// result, so the invariants judge it like one.
     fn look_up(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
-        self.store_print.set(None);
+        self.store_changes();
         let result = {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
@@ -363,7 +410,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     fn apply_event(&mut self, index: usize) {
-        self.store_print.set(None);
+        self.store_changes();
         let event = self.world.events[index]
             .take()
             .expect("only pending events are enabled");

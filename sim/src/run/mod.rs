@@ -1,6 +1,7 @@
 //! One run: clients, a lossy transport, a crashing server and a simulated clock, driven by
 //! the run's choices.
 
+mod checkpoint;
 mod client;
 mod execution;
 mod overlap;
@@ -10,11 +11,12 @@ pub(crate) mod world;
 pub use client::ClientPolicy;
 
 use crate::bounds::Bounds;
-use crate::choices::{ChoiceKind, Choices, Decider, Tape};
+use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
 use crate::system::{Crash, IntentTag, System};
 use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
 use corosensei::stack::DefaultStack;
+use checkpoint::{Checkpoints, WorldOf};
 use execution::Execution;
 use serde::Serialize;
 use std::cell::Cell;
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use world::World;
 
 /// State hashing for one run of an exhaustive check.
-pub struct Pruning<'v> {
+pub(crate) struct Pruning<'v> {
     /// The states explored so far.
     pub visited: &'v mut Visited,
     /// How many answers the run's path fixes; the states it meets before it has given them
@@ -39,7 +41,7 @@ pub struct Pruning<'v> {
 /// more faults of any kind: everything ahead of the new visit was ahead of the earlier one,
 /// with at least as much budget left. Drops are not counted when they are unbounded.
 #[derive(Debug, Default)]
-pub struct Visited {
+pub(crate) struct Visited {
     states: BTreeMap<u64, Vec<Visit>>,
 }
 
@@ -64,11 +66,6 @@ impl Visited {
     /// Distinct states explored (fingerprints, whatever the faults spent reaching them).
     pub fn len(&self) -> usize {
         self.states.len()
-    }
-
-    /// Whether no state was explored.
-    pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
     }
 
     /// Whether `state`, reached now in `steps` with `faults` spent, was explored before with
@@ -260,52 +257,211 @@ impl<S: System> Simulator<S> {
 
     /// Runs once, asking every choice of `source`. With `trace`, the outcome has a timeline.
     pub fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome {
-        self.run_with(source, bounds, trace, None)
+        self.run_from_start(source, bounds, trace, None, None)
     }
 
-    /// Runs once; with `pruning`, the run stops (ends [`RunEnd::Pruned`], unchecked) at the
+    /// Enumerates every run within `bounds` depth first, smallest answers first (see
+    /// [`Enumerator`]), handing each run's outcome to `each` until it returns `false`.
+    /// Returns how many distinct states the runs met (0 without state hashing).
+    ///
+    /// With `enumeration.hash_states`, a run stops (ends [`RunEnd::Pruned`], unchecked) at the
     /// first step past its replayed prefix whose whole state — clients, messages, server
-    /// memory, store, history — was explored before, and records every new state.
-    pub fn run_with(
+    /// memory, store, history — was explored before. With `enumeration.checkpoints` (and a
+    /// system whose store [`System::save`] can copy), each run resumes from the last step its
+    /// path shares with the run before instead of replaying from its start; the runs and
+    /// their outcomes are the same either way.
+    pub fn enumerate(
+        &mut self,
+        bounds: &Bounds,
+        enumeration: Enumeration,
+        each: &mut dyn FnMut(&RunOutcome) -> bool,
+    ) -> u64 {
+        let mut visited = Visited::new();
+        let mut enumerator = Enumerator::new();
+        let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
+        let mut checkpoints = copies.then(Checkpoints::new);
+        while let Some(mut source) = enumerator.next_run() {
+            let replayed_answers = source.replayed_answers();
+            let pruning = enumeration.hash_states.then_some(Pruning {
+                visited: &mut visited,
+                replayed_answers,
+            });
+            let resumed = match (checkpoints.as_mut(), replayed_answers.checked_sub(1)) {
+                (Some(checkpoints), Some(changed)) => self.resume(checkpoints, changed),
+                _ => None,
+            };
+            let outcome = match resumed {
+                Some(start) => {
+                    let answers = start.answers;
+                    source.skip_to(answers);
+                    let answers = checkpoints.as_ref().expect("resumed").answers_before(answers);
+                    let decider = Decider::resumed(&mut source, answers);
+                    self.run_from(start.begin(decider), bounds, pruning, checkpoints.as_mut())
+                }
+                None => {
+                    self.run_from_start(&mut source, bounds, false, pruning, checkpoints.as_mut())
+                }
+            };
+            drop(source);
+            if !each(&outcome) {
+                break;
+            }
+        }
+        visited.len() as u64
+    }
+
+    /// The state at the newest checkpoint before the answer at `changed`, with the store put
+    /// back to it.
+    fn resume(&mut self, checkpoints: &mut Checkpoints<S>, changed: usize) -> Option<Resume<S>> {
+        let store_now = checkpoints.store_now;
+        let checkpoint = checkpoints.before(changed)?;
+        let resume = Resume {
+            answers: checkpoint.answers,
+            world: checkpoint.world.clone(),
+            memory: checkpoint.memory.clone(),
+            faults: checkpoint.faults,
+            points_seen: checkpoint.points_seen.clone(),
+            crashed_at: checkpoint.crashed_at.clone(),
+            invocations_started: checkpoint.invocations_started,
+            progress: checkpoint.progress,
+            store_print: checkpoint.store_print,
+            store_version: checkpoint.store_version,
+        };
+        if store_now != Some(checkpoint.store_version) {
+            self.system.restore(&mut self.store, &checkpoint.store);
+        }
+        Some(resume)
+    }
+
+    fn run_from_start(
         &mut self,
         source: &mut dyn Choices,
         bounds: &Bounds,
         trace: bool,
         pruning: Option<Pruning<'_>>,
+        checkpoints: Option<&mut Checkpoints<S>>,
     ) -> RunOutcome {
         self.system.reset(&mut self.store);
-        let mut points = Points {
-            decider: Decider::new(source),
-            bounds: *bounds,
-            faults: FaultCounts::default(),
-            seen: Vec::new(),
-            crashed_at: Vec::new(),
-        };
-        let workload = self.system.workload(&mut points.decider, bounds);
+        let mut decider = Decider::new(source);
+        let workload = self.system.workload(&mut decider, bounds);
         for event in &workload.setup {
             self.system.apply_event(&mut self.store, event);
         }
+        let start = Start {
+            decider,
+            world: World::new(workload, trace),
+            memory: S::Memory::default(),
+            faults: FaultCounts::default(),
+            points_seen: Vec::new(),
+            crashed_at: Vec::new(),
+            invocations_started: 0,
+            progress: 0,
+            store_print: None,
+            store_version: None,
+            at_checkpoint: false,
+        };
+        self.run_from(start, bounds, pruning, checkpoints)
+    }
+
+    fn run_from(
+        &mut self,
+        start: Start<'_, S>,
+        bounds: &Bounds,
+        pruning: Option<Pruning<'_>>,
+        mut checkpoints: Option<&mut Checkpoints<S>>,
+    ) -> RunOutcome {
         let mut execution = Execution::<S> {
             system: &self.system,
             store: &mut self.store,
             tag: &self.tag,
-            memory: S::Memory::default(),
-            points,
-            world: World::new(workload, trace),
+            memory: start.memory,
+            points: Points {
+                decider: start.decider,
+                bounds: *bounds,
+                faults: start.faults,
+                seen: start.points_seen,
+                crashed_at: start.crashed_at,
+            },
+            world: start.world,
             pruning,
-            store_print: Cell::new(None),
+            store_print: Cell::new(start.store_print),
             overlapping: self.overlaps && bounds.invocations_max > 1,
             tasks: Vec::new(),
-            invocations_started: 0,
+            invocations_started: start.invocations_started,
             stacks: &mut self.stacks,
             connections: &mut self.connections,
             commits: Arc::clone(&self.commits),
             commits_read: self.commits.load(std::sync::atomic::Ordering::Relaxed),
-            progress: 0,
+            progress: start.progress,
             store_seen: None,
+            checkpoints: checkpoints.as_deref_mut(),
+            store_version: start.store_version,
+            at_checkpoint: start.at_checkpoint,
         };
         let end = execution.run_to_end();
-        execution.finish(end)
+        let store_version = execution.store_version;
+        let outcome = execution.finish(end);
+        if let Some(checkpoints) = checkpoints {
+            checkpoints.ended(outcome.tape.answers(), store_version);
+        }
+        outcome
+    }
+}
+
+/// How [`Simulator::enumerate`] goes through the runs within a bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Enumeration {
+    /// Stop each run at the first state explored before.
+    pub hash_states: bool,
+    /// Resume each run from a checkpoint instead of replaying it from its start.
+    pub checkpoints: bool,
+}
+
+/// Where a run begins: its decider and the state of everything the engine keeps.
+struct Start<'s, S: System> {
+    decider: Decider<'s>,
+    world: WorldOf<S>,
+    memory: S::Memory,
+    faults: FaultCounts,
+    points_seen: Vec<&'static str>,
+    crashed_at: Vec<&'static str>,
+    invocations_started: u32,
+    progress: u64,
+    store_print: Option<u64>,
+    store_version: Option<u64>,
+    /// Whether the state is a checkpoint's already (the run resumed from it).
+    at_checkpoint: bool,
+}
+
+/// A checkpoint's state, copied out for a run to resume from (the store is back to it).
+struct Resume<S: System> {
+    answers: usize,
+    world: WorldOf<S>,
+    memory: S::Memory,
+    faults: FaultCounts,
+    points_seen: Vec<&'static str>,
+    crashed_at: Vec<&'static str>,
+    invocations_started: u32,
+    progress: u64,
+    store_print: Option<u64>,
+    store_version: u64,
+}
+
+impl<S: System> Resume<S> {
+    fn begin(self, decider: Decider<'_>) -> Start<'_, S> {
+        Start {
+            decider,
+            world: self.world,
+            memory: self.memory,
+            faults: self.faults,
+            points_seen: self.points_seen,
+            crashed_at: self.crashed_at,
+            invocations_started: self.invocations_started,
+            progress: self.progress,
+            store_print: self.store_print,
+            store_version: Some(self.store_version),
+            at_checkpoint: true,
+        }
     }
 }
 

@@ -281,7 +281,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.tasks.clear();
         self.connections.clear();
         self.progress += 1;
-        self.store_print.set(None);
+        self.store_changes();
     }
 
     /// Every invocation in progress waits on a lock none of them will release: the run
@@ -336,7 +336,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// it returns; notes the store's new contents in a traced run.
     pub(super) fn read_truth(&mut self) -> Vec<IntentId> {
         self.commits_read = self.commits.load(Ordering::Relaxed);
-        self.store_print.set(None);
+        self.store_changes();
         let fresh = self.absorb_effects();
         if self.world.rows.is_some() {
             let now = self.system.describe_store(self.store);

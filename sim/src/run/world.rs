@@ -10,7 +10,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 
 /// One intended operation and everything that happened to it.
-#[derive(Hash)]
+#[derive(Clone, Hash)]
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
     /// The request as planned (its key is the intent's key).
@@ -32,7 +32,7 @@ pub(crate) struct IntentState<R, V> {
 
 /// One answer of the server: a reply to a submission, or a status lookup's `completed` answer
 /// (recorded as a replay of the saved result) or `pending`.
-#[derive(Hash)]
+#[derive(Clone, Hash)]
 pub(crate) struct ServerReply<V> {
     pub(crate) reply: Reply<V>,
     /// Whether the invocation committed an effect for the intent.
@@ -69,7 +69,7 @@ pub(crate) enum NextSend {
     Lookup,
 }
 
-#[derive(Hash)]
+#[derive(Clone, Hash)]
 pub(crate) struct ClientState {
     pub(crate) intents: Vec<IntentId>,
     pub(crate) position: usize,
@@ -88,7 +88,7 @@ impl ClientState {
     }
 }
 
-#[derive(Hash)]
+#[derive(Clone, Hash)]
 pub(crate) enum Body<R, V> {
     Request(R, Session),
     Response(Reply<V>),
@@ -96,7 +96,7 @@ pub(crate) enum Body<R, V> {
     Status(Status<V>),
 }
 
-#[derive(Hash)]
+#[derive(Clone, Hash)]
 pub(crate) struct Message<R, V> {
     pub(crate) intent: IntentId,
     pub(crate) attempt: u32,
@@ -127,6 +127,7 @@ pub(crate) enum Action {
 
 /// The engine-side state of a run: clients, intents, outside events, the network and the
 /// clock.
+#[derive(Clone)]
 pub(crate) struct World<R, V, E> {
     pub(crate) intents: Vec<IntentState<R, V>>,
     pub(crate) clients: Vec<ClientState>,

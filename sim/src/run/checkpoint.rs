@@ -1,0 +1,112 @@
+//! Checkpoints: copies of a run's whole state at the start of its steps, so that an
+//! exhaustive check resumes each run from the last step its path shares with the run before,
+//! instead of replaying the run from its start.
+//!
+//! Depth-first enumeration changes one answer per run: the deepest one with an untried
+//! alternative. Every step before that answer is the same as in the previous run, so the state
+//! at the start of the last such step is restored — clients, messages in flight, server
+//! memory, faults spent and the committed store — and the run goes on from there. The result
+//! is the run a replay from the start would give (a step depends on its state and its
+//! answers only); only the work of getting there is saved.
+
+use super::world::World;
+use super::FaultCounts;
+use crate::system::{StoreCopy, System};
+use std::rc::Rc;
+
+/// The world of a system's runs.
+pub(super) type WorldOf<S> =
+    World<<S as System>::Request, <S as System>::Value, <S as System>::Event>;
+
+/// A run's state at the start of a step, with no invocation in progress.
+pub(super) struct Checkpoint<S: System> {
+    /// Answers the run had given before this step.
+    pub(super) answers: usize,
+    pub(super) world: WorldOf<S>,
+    pub(super) memory: S::Memory,
+    pub(super) faults: FaultCounts,
+    pub(super) points_seen: Vec<&'static str>,
+    pub(super) crashed_at: Vec<&'static str>,
+    pub(super) invocations_started: u32,
+    pub(super) progress: u64,
+    pub(super) store_print: Option<u64>,
+    /// The committed store, shared by the checkpoints between which it did not change.
+    pub(super) store: Rc<StoreCopy>,
+    /// Names the store's contents: equal versions are equal stores.
+    pub(super) store_version: u64,
+}
+
+/// The checkpoints along the current run's path, and what is needed to go back to one.
+pub(super) struct Checkpoints<S: System> {
+    /// Checkpoints in the order of the run's steps (strictly increasing `answers`).
+    stack: Vec<Checkpoint<S>>,
+    /// The answers of the run that made the newest checkpoints.
+    answers: Vec<u32>,
+    /// The version of the store's contents now, when known.
+    pub(super) store_now: Option<u64>,
+    versions_issued: u64,
+}
+
+impl<S: System> Checkpoints<S> {
+    pub(super) fn new() -> Self {
+        Checkpoints {
+            stack: Vec::new(),
+            answers: Vec::new(),
+            store_now: None,
+            versions_issued: 0,
+        }
+    }
+
+    /// A version for store contents never seen before.
+    pub(super) fn fresh_version(&mut self) -> u64 {
+        self.versions_issued += 1;
+        self.versions_issued
+    }
+
+    /// The copy of the store and its version from the newest checkpoint, if the store is
+    /// still at that version.
+    pub(super) fn store_at(&self, version: Option<u64>) -> Option<Rc<StoreCopy>> {
+        let newest = self.stack.last()?;
+        (Some(newest.store_version) == version).then(|| Rc::clone(&newest.store))
+    }
+
+    /// Keeps `checkpoint` as the newest; one with as many answers as the newest replaces it
+    /// (a step that asked nothing: the later state is as early in the path, and nearer).
+    pub(super) fn push(&mut self, checkpoint: Checkpoint<S>) {
+        if self
+            .stack
+            .last()
+            .is_some_and(|newest| newest.answers == checkpoint.answers)
+        {
+            self.stack.pop();
+        }
+        self.stack.push(checkpoint);
+    }
+
+    /// Notes the answers of the run that just ended (its tape, trailing zeros trimmed).
+    pub(super) fn ended(&mut self, answers: &[u32], store_now: Option<u64>) {
+        self.answers.clear();
+        self.answers.extend_from_slice(answers);
+        self.store_now = store_now;
+    }
+
+    /// The newest checkpoint before the answer at `changed` (the one the next run changes),
+    /// dropping the newer ones: their states lie past the change.
+    pub(super) fn before(&mut self, changed: usize) -> Option<&Checkpoint<S>> {
+        while self
+            .stack
+            .last()
+            .is_some_and(|newest| newest.answers > changed)
+        {
+            self.stack.pop();
+        }
+        self.stack.last()
+    }
+
+    /// The first `count` answers of the previous run.
+    pub(super) fn answers_before(&self, count: usize) -> Vec<u32> {
+        let mut answers: Vec<u32> = self.answers.iter().copied().take(count).collect();
+        answers.resize(count, 0);
+        answers
+    }
+}
