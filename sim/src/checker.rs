@@ -3,7 +3,7 @@
 
 use crate::bounds::Bounds;
 use crate::choices::Tape;
-use crate::run::{Enumeration, RunEnd, RunOutcome};
+use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
 use crate::Invariant;
 use serde::Serialize;
@@ -66,7 +66,8 @@ pub struct Level {
     pub runs: u64,
     /// Runs stopped at a state already explored.
     pub pruned: u64,
-    /// Distinct states met.
+    /// Distinct states met for the first time in this level (state hashing carries the states
+    /// of lower levels over, and does not explore them again unless with more budget left).
     pub unique_states: u64,
     /// Distinct states at the end of completed runs.
     pub final_states: u64,
@@ -184,12 +185,20 @@ pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport
         violations: Vec::new(),
     };
     let mut runs_left = options.runs_max;
+    // One set of visits serves every level: a state explored at a lower level with as much
+    // budget left is not explored again.
+    let mut visited = (options.reduction == Reduction::States).then(Visited::new);
     for faults_max in 0..=options.bounds.faults_max {
         let bounds = Bounds {
             faults_max,
             ..options.bounds
         };
-        let level = check_level(subject, &bounds, options, &mut runs_left, &mut report);
+        let search = Search {
+            options,
+            visited: visited.as_mut(),
+            runs_left: &mut runs_left,
+        };
+        let level = check_level(subject, &bounds, search, &mut report);
         report.levels.push(level);
         if !report.violations.is_empty() {
             report.stopped = Stopped::Violation;
@@ -203,13 +212,24 @@ pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport
     report
 }
 
+/// What one level of a check searches with.
+struct Search<'s> {
+    options: &'s CheckOptions,
+    visited: Option<&'s mut Visited>,
+    runs_left: &'s mut u64,
+}
+
 fn check_level(
     subject: &mut dyn Subject,
     bounds: &Bounds,
-    options: &CheckOptions,
-    runs_left: &mut u64,
+    search: Search<'_>,
     report: &mut CheckReport,
 ) -> Level {
+    let Search {
+        options,
+        visited,
+        runs_left,
+    } = search;
     let mut level = Level {
         faults_max: bounds.faults_max,
         runs: 0,
@@ -221,8 +241,10 @@ fn check_level(
         return level;
     }
     let mut finals = BTreeSet::new();
+    let states_before = visited.as_deref().map_or(0, Visited::len);
+    let mut visited = visited;
     let enumeration = Enumeration {
-        hash_states: options.reduction == Reduction::States,
+        visited: visited.as_deref_mut(),
         checkpoints: options.checkpoints,
     };
     let mut each = |outcome: &RunOutcome| {
@@ -247,8 +269,9 @@ fn check_level(
         let stop = options.stop_at_first && !report.violations.is_empty();
         *runs_left > 0 && !stop
     };
-    let unique_states = subject.enumerate(bounds, enumeration, &mut each);
-    level.unique_states = unique_states;
+    subject.enumerate(bounds, enumeration, &mut each);
+    let states_after = visited.as_deref().map_or(0, Visited::len);
+    level.unique_states = (states_after - states_before) as u64;
     level.final_states = finals.len() as u64;
     level
 }

@@ -38,7 +38,7 @@ pub use determinism::check_determinism;
 pub use explore::{explore, Exploration, Failure, SubjectFactory};
 pub use invariant::{Invariant, Violation};
 pub use run::{
-    ClientPolicy, Ctx, Enumeration, FaultCounts, RunEnd, RunOutcome, Session, Simulator,
+    ClientPolicy, Ctx, Enumeration, FaultCounts, RunEnd, RunOutcome, Session, Simulator, Visited,
 };
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};

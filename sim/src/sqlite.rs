@@ -15,6 +15,7 @@ pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,7 @@ pub struct DbImage {
 /// none (`WITHOUT ROWID`) or its `INTEGER PRIMARY KEY` column already is the rowid.
 #[derive(Debug)]
 struct TableCopier {
+    name: String,
     select: String,
     delete: String,
     insert: String,
@@ -86,6 +88,7 @@ impl TableCopier {
         let slots = vec!["?"; columns.len()].join(", ");
         let order = if has_rowid { " ORDER BY rowid" } else { "" };
         Ok(TableCopier {
+            name: table.to_string(),
             select: format!("SELECT {list} FROM \"{table}\"{order}"),
             delete: format!("DELETE FROM \"{table}\""),
             insert: format!("INSERT INTO \"{table}\" ({list}) VALUES ({slots})"),
@@ -203,9 +206,15 @@ impl HarnessDb {
     /// A fingerprint of every row of `tables` and of the ground truth, for state hashing.
     pub fn fingerprint(&self, tables: &[&str]) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        // One read transaction for every table: a lock taken once.
+        execute_cached(&self.keeper, "BEGIN").expect("a read transaction begins");
         for table in tables.iter().chain(&["retrysim_effects"]) {
             table.hash(&mut hasher);
-            let sql = format!("SELECT * FROM {table} ORDER BY rowid");
+            let copier = self.tables.iter().find(|copier| copier.name == *table);
+            let sql = match copier {
+                Some(copier) => Cow::Borrowed(copier.select.as_str()),
+                None => Cow::Owned(format!("SELECT * FROM {table} ORDER BY rowid")),
+            };
             let mut statement = self.keeper.prepare_cached(&sql).expect("the table exists");
             let columns = statement.column_count();
             let mut rows = statement.query([]).expect("the table is readable");
@@ -215,6 +224,7 @@ impl HarnessDb {
                 }
             }
         }
+        execute_cached(&self.keeper, "COMMIT").expect("a read transaction ends");
         hasher.finish()
     }
 

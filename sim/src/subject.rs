@@ -13,13 +13,13 @@ pub trait Subject {
     fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome;
 
     /// Enumerates every run within `bounds`, depth first, handing each outcome to `each` until
-    /// it returns `false`; returns the distinct states met (see [`Simulator::enumerate`]).
+    /// it returns `false` (see [`Simulator::enumerate`]).
     fn enumerate(
         &mut self,
         bounds: &Bounds,
-        enumeration: Enumeration,
+        enumeration: Enumeration<'_>,
         each: &mut dyn FnMut(&RunOutcome) -> bool,
-    ) -> u64;
+    );
 
     /// The invariants that apply to the system.
     fn invariants(&self) -> &'static [Invariant];
@@ -33,9 +33,9 @@ impl<S: System> Subject for Simulator<S> {
     fn enumerate(
         &mut self,
         bounds: &Bounds,
-        enumeration: Enumeration,
+        enumeration: Enumeration<'_>,
         each: &mut dyn FnMut(&RunOutcome) -> bool,
-    ) -> u64 {
+    ) {
         Simulator::enumerate(self, bounds, enumeration, each)
     }
 

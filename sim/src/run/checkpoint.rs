@@ -29,11 +29,11 @@ pub(super) struct Checkpoint<S: System> {
     pub(super) crashed_at: Vec<&'static str>,
     pub(super) invocations_started: u32,
     pub(super) progress: u64,
-    pub(super) store_print: Option<u64>,
+    /// The committed store's fingerprint ([`System::fingerprint`]): equal prints are equal
+    /// stores, as state hashing assumes.
+    pub(super) store_print: u64,
     /// The committed store, shared by the checkpoints between which it did not change.
     pub(super) store: Rc<StoreCopy>,
-    /// Names the store's contents: equal versions are equal stores.
-    pub(super) store_version: u64,
 }
 
 /// The checkpoints along the current run's path, and what is needed to go back to one.
@@ -42,9 +42,8 @@ pub(super) struct Checkpoints<S: System> {
     stack: Vec<Checkpoint<S>>,
     /// The answers of the run that made the newest checkpoints.
     answers: Vec<u32>,
-    /// The version of the store's contents now, when known.
+    /// The fingerprint of the store's contents now.
     pub(super) store_now: Option<u64>,
-    versions_issued: u64,
 }
 
 impl<S: System> Checkpoints<S> {
@@ -53,21 +52,13 @@ impl<S: System> Checkpoints<S> {
             stack: Vec::new(),
             answers: Vec::new(),
             store_now: None,
-            versions_issued: 0,
         }
     }
 
-    /// A version for store contents never seen before.
-    pub(super) fn fresh_version(&mut self) -> u64 {
-        self.versions_issued += 1;
-        self.versions_issued
-    }
-
-    /// The copy of the store and its version from the newest checkpoint, if the store is
-    /// still at that version.
-    pub(super) fn store_at(&self, version: Option<u64>) -> Option<Rc<StoreCopy>> {
+    /// The newest checkpoint's copy of the store, if the store's fingerprint is `print` there.
+    pub(super) fn store_at(&self, print: u64) -> Option<Rc<StoreCopy>> {
         let newest = self.stack.last()?;
-        (Some(newest.store_version) == version).then(|| Rc::clone(&newest.store))
+        (newest.store_print == print).then(|| Rc::clone(&newest.store))
     }
 
     /// Keeps `checkpoint` as the newest; one with as many answers as the newest replaces it
@@ -84,10 +75,10 @@ impl<S: System> Checkpoints<S> {
     }
 
     /// Notes the answers of the run that just ended (its tape, trailing zeros trimmed).
-    pub(super) fn ended(&mut self, answers: &[u32], store_now: Option<u64>) {
+    pub(super) fn ended(&mut self, answers: &[u32], store_print: u64) {
         self.answers.clear();
         self.answers.extend_from_slice(answers);
-        self.store_now = store_now;
+        self.store_now = Some(store_print);
     }
 
     /// The newest checkpoint before the answer at `changed` (the one the next run changes),

@@ -4,7 +4,7 @@
 use super::checkpoint::{Checkpoint, Checkpoints};
 use super::overlap::Invocation;
 use super::world::{Action, Body, Message, ServerReply, World};
-use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
+use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
 use crate::bounds::Bounds;
 use crate::check::check;
 use crate::choices::ChoiceKind;
@@ -59,8 +59,6 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) store_seen: Option<String>,
     /// Where the run keeps its checkpoints, when it is one of an exhaustive check's.
     pub(super) checkpoints: Option<&'a mut Checkpoints<S>>,
-    /// The version of the store's contents (see [`Checkpoints`]), until it may have changed.
-    pub(super) store_version: Option<u64>,
     /// Whether the run resumed from a checkpoint of the state it is in now.
     pub(super) at_checkpoint: bool,
 }
@@ -116,38 +114,41 @@ impl<S: System> Execution<'_, '_, S> {
             _ => return false,
         }
         let state = self.state_fingerprint();
-        let steps = self.world.steps;
+        let bounds = &self.points.bounds;
         let mut faults = self.points.faults;
-        if self.points.bounds.drops_max == Bounds::UNBOUNDED {
+        if bounds.drops_max == Bounds::UNBOUNDED {
             faults.drops = 0;
         }
+        let visit = Visit {
+            steps: self.world.steps,
+            faults,
+            budget_left: bounds.faults_max.saturating_sub(faults.counted(bounds)),
+        };
         let pruning = self.pruning.as_mut().expect("hashing states");
-        pruning.visited.seen(state, steps, faults)
+        pruning.visited.seen(state, visit)
     }
 
     /// Something that can change the committed store is about to run.
     pub(super) fn store_changes(&mut self) {
         self.store_print.set(None);
-        self.store_version = None;
     }
 
     /// Keeps a copy of the run's state at the start of this step, when the run keeps
     /// checkpoints and no invocation is in progress.
     fn checkpoint(&mut self) {
-        if std::mem::take(&mut self.at_checkpoint) || !self.tasks.is_empty() {
+        if std::mem::take(&mut self.at_checkpoint)
+            || !self.tasks.is_empty()
+            || self.checkpoints.is_none()
+        {
             return;
         }
+        let store_print = self.committed_print();
         let Some(checkpoints) = self.checkpoints.as_deref_mut() else {
             return;
         };
-        let store = match checkpoints.store_at(self.store_version) {
-            Some(store) => store,
-            None => {
-                let copy = self.system.save(self.store).expect("the store copies");
-                self.store_version = Some(checkpoints.fresh_version());
-                Rc::new(copy)
-            }
-        };
+        let store = checkpoints.store_at(store_print).unwrap_or_else(|| {
+            Rc::new(self.system.save(self.store).expect("the store copies"))
+        });
         checkpoints.push(Checkpoint {
             answers: self.points.decider.answers().len(),
             world: self.world.clone(),
@@ -157,9 +158,8 @@ impl<S: System> Execution<'_, '_, S> {
             crashed_at: self.points.crashed_at.clone(),
             invocations_started: self.invocations_started,
             progress: self.progress,
-            store_print: self.store_print.get(),
-            store: store,
-            store_version: self.store_version.expect("a version was given"),
+            store_print,
+            store,
         });
     }
 
@@ -186,11 +186,11 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
         let final_state =
             (self.pruning.is_some() && end != RunEnd::Pruned).then(|| self.state_fingerprint());
-        let effects = self.system.effects(self.store);
         let applicable = self.system.invariants();
         let mut violations = if end == RunEnd::Pruned {
             Vec::new()
         } else {
+            let effects = self.system.effects(self.store);
             check(&self.world.intents, &effects, applicable)
         };
         if end == RunEnd::Pruned {

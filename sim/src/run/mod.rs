@@ -26,7 +26,7 @@ use std::sync::Arc;
 use world::World;
 
 /// State hashing for one run of an exhaustive check.
-pub(crate) struct Pruning<'v> {
+struct Pruning<'v> {
     /// The states explored so far.
     pub visited: &'v mut Visited,
     /// How many answers the run's path fixes; the states it meets before it has given them
@@ -35,13 +35,16 @@ pub(crate) struct Pruning<'v> {
 }
 
 /// The states an exhaustive check has explored: for each fingerprint of a state (everything
-/// but the faults spent reaching it), the ways it was reached — steps taken and faults spent.
+/// but the faults spent reaching it), the ways it was reached — steps taken, faults spent of
+/// each kind, and fault budget left.
 ///
-/// A state met again is skipped when an earlier visit reached it in no more steps with no
-/// more faults of any kind: everything ahead of the new visit was ahead of the earlier one,
-/// with at least as much budget left. Drops are not counted when they are unbounded.
+/// A state met again is skipped when an earlier visit reached it in no more steps, with no
+/// more faults of any kind and at least as much budget left: everything ahead of the new visit
+/// was ahead of the earlier one. Drops are not counted when they are unbounded. One set can
+/// serve a whole check, level after level: a state explored at a lower fault level with as
+/// much budget left is not explored again.
 #[derive(Debug, Default)]
-pub(crate) struct Visited {
+pub struct Visited {
     states: BTreeMap<u64, Vec<Visit>>,
 }
 
@@ -49,11 +52,14 @@ pub(crate) struct Visited {
 struct Visit {
     steps: u32,
     faults: FaultCounts,
+    budget_left: u32,
 }
 
 impl Visit {
     fn covers(&self, other: &Visit) -> bool {
-        self.steps <= other.steps && self.faults.within(&other.faults)
+        self.steps <= other.steps
+            && self.faults.within(&other.faults)
+            && self.budget_left >= other.budget_left
     }
 }
 
@@ -68,10 +74,14 @@ impl Visited {
         self.states.len()
     }
 
-    /// Whether `state`, reached now in `steps` with `faults` spent, was explored before with
-    /// at least as much left; records the visit if not.
-    fn seen(&mut self, state: u64, steps: u32, faults: FaultCounts) -> bool {
-        let visit = Visit { steps, faults };
+    /// Whether no state was explored.
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
+
+    /// Whether `visit`'s state was explored before with at least as much ahead; records the
+    /// visit if not.
+    fn seen(&mut self, state: u64, visit: Visit) -> bool {
         let visits = self.states.entry(state).or_default();
         if visits.iter().any(|earlier| earlier.covers(&visit)) {
             return true;
@@ -262,9 +272,8 @@ impl<S: System> Simulator<S> {
 
     /// Enumerates every run within `bounds` depth first, smallest answers first (see
     /// [`Enumerator`]), handing each run's outcome to `each` until it returns `false`.
-    /// Returns how many distinct states the runs met (0 without state hashing).
     ///
-    /// With `enumeration.hash_states`, a run stops (ends [`RunEnd::Pruned`], unchecked) at the
+    /// With `enumeration.visited`, a run stops (ends [`RunEnd::Pruned`], unchecked) at the
     /// first step past its replayed prefix whose whole state — clients, messages, server
     /// memory, store, history — was explored before. With `enumeration.checkpoints` (and a
     /// system whose store [`System::save`] can copy), each run resumes from the last step its
@@ -273,17 +282,17 @@ impl<S: System> Simulator<S> {
     pub fn enumerate(
         &mut self,
         bounds: &Bounds,
-        enumeration: Enumeration,
+        enumeration: Enumeration<'_>,
         each: &mut dyn FnMut(&RunOutcome) -> bool,
-    ) -> u64 {
-        let mut visited = Visited::new();
+    ) {
+        let mut visited = enumeration.visited;
         let mut enumerator = Enumerator::new();
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         let mut checkpoints = copies.then(Checkpoints::new);
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
-            let pruning = enumeration.hash_states.then_some(Pruning {
-                visited: &mut visited,
+            let pruning = visited.as_deref_mut().map(|visited| Pruning {
+                visited,
                 replayed_answers,
             });
             let resumed = match (checkpoints.as_mut(), replayed_answers.checked_sub(1)) {
@@ -307,7 +316,6 @@ impl<S: System> Simulator<S> {
                 break;
             }
         }
-        visited.len() as u64
     }
 
     /// The state at the newest checkpoint before the answer at `changed`, with the store put
@@ -325,9 +333,8 @@ impl<S: System> Simulator<S> {
             invocations_started: checkpoint.invocations_started,
             progress: checkpoint.progress,
             store_print: checkpoint.store_print,
-            store_version: checkpoint.store_version,
         };
-        if store_now != Some(checkpoint.store_version) {
+        if store_now != Some(checkpoint.store_print) {
             self.system.restore(&mut self.store, &checkpoint.store);
         }
         Some(resume)
@@ -357,7 +364,6 @@ impl<S: System> Simulator<S> {
             invocations_started: 0,
             progress: 0,
             store_print: None,
-            store_version: None,
             at_checkpoint: false,
         };
         self.run_from(start, bounds, pruning, checkpoints)
@@ -395,24 +401,27 @@ impl<S: System> Simulator<S> {
             progress: start.progress,
             store_seen: None,
             checkpoints: checkpoints.as_deref_mut(),
-            store_version: start.store_version,
             at_checkpoint: start.at_checkpoint,
         };
         let end = execution.run_to_end();
-        let store_version = execution.store_version;
+        let store_print = execution
+            .checkpoints
+            .is_some()
+            .then(|| execution.committed_print());
         let outcome = execution.finish(end);
-        if let Some(checkpoints) = checkpoints {
-            checkpoints.ended(outcome.tape.answers(), store_version);
+        if let (Some(checkpoints), Some(store_print)) = (checkpoints, store_print) {
+            checkpoints.ended(outcome.tape.answers(), store_print);
         }
         outcome
     }
 }
 
 /// How [`Simulator::enumerate`] goes through the runs within a bound.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Enumeration {
-    /// Stop each run at the first state explored before.
-    pub hash_states: bool,
+#[derive(Debug)]
+pub struct Enumeration<'v> {
+    /// State hashing: stop each run at the first state these visits explored before, and
+    /// record the new ones.
+    pub visited: Option<&'v mut Visited>,
     /// Resume each run from a checkpoint instead of replaying it from its start.
     pub checkpoints: bool,
 }
@@ -428,7 +437,6 @@ struct Start<'s, S: System> {
     invocations_started: u32,
     progress: u64,
     store_print: Option<u64>,
-    store_version: Option<u64>,
     /// Whether the state is a checkpoint's already (the run resumed from it).
     at_checkpoint: bool,
 }
@@ -443,8 +451,7 @@ struct Resume<S: System> {
     crashed_at: Vec<&'static str>,
     invocations_started: u32,
     progress: u64,
-    store_print: Option<u64>,
-    store_version: u64,
+    store_print: u64,
 }
 
 impl<S: System> Resume<S> {
@@ -458,8 +465,7 @@ impl<S: System> Resume<S> {
             crashed_at: self.crashed_at,
             invocations_started: self.invocations_started,
             progress: self.progress,
-            store_print: self.store_print,
-            store_version: Some(self.store_version),
+            store_print: Some(self.store_print),
             at_checkpoint: true,
         }
     }
