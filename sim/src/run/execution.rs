@@ -333,7 +333,7 @@ impl<S: System> Execution<'_, '_, S> {
         {
             state.original = Some(value.clone());
         }
-        state.replies.push(ServerReply {
+        state.add_reply(ServerReply {
             reply: reply.clone(),
             committed,
             lookup: false,
@@ -393,7 +393,7 @@ impl<S: System> Execution<'_, '_, S> {
             Status::NotFound => None,
         };
         if let Some(reply) = recorded {
-            self.world.intent_mut(intent).replies.push(ServerReply {
+            self.world.intent_mut(intent).add_reply(ServerReply {
                 reply,
                 committed: false,
                 lookup: true,

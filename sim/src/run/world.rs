@@ -24,10 +24,23 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) verdict: Option<Verdict<V>>,
     /// Every answer the server produced for this intent (delivered or not).
     pub(crate) replies: Vec<ServerReply<V>>,
+    /// The hashes of `replies`, sorted and without repeats: the set state hashing uses.
+    reply_hashes: Vec<u64>,
     /// Committed effects, by the ground truth.
     pub(crate) effects: u32,
     /// The reply of the invocation that committed the intent's first effect.
     pub(crate) original: Option<V>,
+}
+
+impl<R, V: Hash> IntentState<R, V> {
+    /// Records one more answer of the server for this intent.
+    pub(crate) fn add_reply(&mut self, reply: ServerReply<V>) {
+        let hash = hash_of(&reply);
+        if let Err(position) = self.reply_hashes.binary_search(&hash) {
+            self.reply_hashes.insert(position, hash);
+        }
+        self.replies.push(reply);
+    }
 }
 
 /// One answer of the server: a reply to a submission, or a status lookup's `completed` answer
@@ -142,25 +155,18 @@ pub(crate) struct World<R, V, E> {
     pub(crate) rows: Option<Vec<Row>>,
 }
 
-/// The hashes of `items`, sorted: equal for any order of the same items.
-fn multiset<T: Hash>(items: &[T]) -> Vec<u64> {
-    let mut hashes: Vec<u64> = items
-        .iter()
-        .map(|item| {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            item.hash(&mut hasher);
-            hasher.finish()
-        })
-        .collect();
-    hashes.sort_unstable();
-    hashes
+fn hash_of<T: Hash>(item: &T) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    item.hash(&mut hasher);
+    hasher.finish()
 }
 
-/// The hashes of `items`, sorted and deduplicated: equal for any order or repetition.
-fn set<T: Hash>(items: &[T]) -> Vec<u64> {
-    let mut hashes = multiset(items);
-    hashes.dedup();
-    hashes
+/// A hash of `items` that is equal for any order of the same items (the wrapping sum of their
+/// hashes, and their number).
+fn multiset<T: Hash>(items: impl Iterator<Item = T>) -> (u64, usize) {
+    items.fold((0u64, 0usize), |(sum, count), item| {
+        (sum.wrapping_add(hash_of(&item)), count + 1)
+    })
 }
 
 impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
@@ -183,6 +189,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     attempts: 0,
                     verdict: None,
                     replies: Vec::new(),
+                    reply_hashes: Vec::new(),
                     effects: 0,
                     original: None,
                 });
@@ -231,7 +238,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             intent.effects.hash(hasher);
             intent.original.hash(hasher);
             // The checks ask whether some reply breaks a rule: a set of replies suffices.
-            set(&intent.replies).hash(hasher);
+            intent.reply_hashes.hash(hasher);
             // How a concluded intent was sent no longer matters.
             if intent.verdict.is_none() {
                 intent.sending.hash(hasher);
@@ -253,17 +260,20 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         // A reply to an intent its client has concluded can only be ignored (or dropped, to
         // the same effect): it does not change what can happen next.
         // The attempt number is a label for timelines: neither side acts on it.
-        let live: Vec<(IntentId, &Body<R, V>)> = self
+        let live = self
             .network
             .iter()
             .filter(|message| {
                 let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
                 !to_client || self.intent(message.intent).verdict.is_none()
             })
-            .map(|message| (message.intent, &message.body))
-            .collect();
-        multiset(&live).hash(hasher);
-        set(&self.audit).hash(hasher);
+            .map(|message| (message.intent, &message.body));
+        multiset(live).hash(hasher);
+        // Violations found so far, whatever their order and repetition.
+        let mut audit: Vec<u64> = self.audit.iter().map(hash_of).collect();
+        audit.sort_unstable();
+        audit.dedup();
+        audit.hash(hasher);
     }
 
     pub(crate) fn finished(&self) -> bool {
