@@ -19,7 +19,7 @@ use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
 /// Distinguishes the memdb names of the databases opened by this process. The name never
 /// reaches a run's behaviour or output.
@@ -41,6 +41,8 @@ pub struct HarnessDb {
     tag: IntentTag,
     /// Every table of the database (ground truth included), for copies of its rows.
     tables: Vec<TableCopier>,
+    /// Commits that changed rows, on any connection this database opened.
+    writes: Arc<AtomicU64>,
 }
 
 /// The rows of every table of a [`HarnessDb`], rowids included: a copy of the committed
@@ -141,13 +143,14 @@ impl HarnessDb {
         configure_sqlite();
         let number = DATABASES_OPENED.fetch_add(1, Ordering::Relaxed);
         let uri = format!("file:/retrysim-{number}?vfs=memdb");
-        let keeper = open_connection(&uri, tag)?;
+        let writes = Arc::new(AtomicU64::new(0));
+        let keeper = open_connection(&uri, tag, &writes)?;
         keeper.execute_batch(schema)?;
         keeper.execute_batch(EFFECTS_SCHEMA)?;
         for table in effect_tables {
             keeper.execute_batch(&ground_truth_triggers(table))?;
         }
-        let server = open_connection(&uri, tag)?;
+        let server = open_connection(&uri, tag, &writes)?;
         let tables = table_copiers(&keeper)?;
         Ok(HarnessDb {
             uri,
@@ -155,6 +158,7 @@ impl HarnessDb {
             server,
             tag: tag.clone(),
             tables,
+            writes,
         })
     }
 
@@ -181,7 +185,14 @@ impl HarnessDb {
     /// Opens another connection to the database (a server connection), with
     /// `retrysim_intent()` registered.
     pub fn connect(&self) -> rusqlite::Result<Connection> {
-        open_connection(&self.uri, &self.tag)
+        open_connection(&self.uri, &self.tag, &self.writes)
+    }
+
+    /// A count that moves whenever a transaction that changed rows commits on a connection
+    /// this database opened (the keeper, the server, [`HarnessDb::connect`]): while it stays,
+    /// the committed database is as it was (see [`crate::System::store_version`]).
+    pub fn version(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
     }
 
     /// The harness's own connection: it sees committed data only, so it reads the durable
@@ -299,7 +310,11 @@ fn configure_sqlite() {
     });
 }
 
-fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
+fn open_connection(
+    uri: &str,
+    tag: &IntentTag,
+    writes: &Arc<AtomicU64>,
+) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI
@@ -312,7 +327,27 @@ fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
         FunctionFlags::SQLITE_UTF8,
         move |_| Ok(tag.raw()),
     )?;
+    count_writes(&connection, writes);
     Ok(connection)
+}
+
+/// Counts the commits on `connection` that changed rows (or followed a rolled-back change:
+/// SQLite's change count does not go back) into `writes`.
+fn count_writes(connection: &Connection, writes: &Arc<AtomicU64>) {
+    // SAFETY: the handle is only read by the commit hook, which SQLite calls on this
+    // connection while it is open; the hook goes with the connection.
+    let handle = unsafe { connection.handle() } as usize;
+    let writes = Arc::clone(writes);
+    let mut changes_seen = 0;
+    connection.commit_hook(Some(move || {
+        // SAFETY: see above; sqlite3_total_changes64 only reads a counter of the connection.
+        let changes = unsafe { rusqlite::ffi::sqlite3_total_changes64(handle as *mut _) };
+        if changes != changes_seen {
+            changes_seen = changes;
+            writes.fetch_add(1, Ordering::Relaxed);
+        }
+        false
+    }));
 }
 
 fn ground_truth_triggers(table: &str) -> String {

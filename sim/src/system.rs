@@ -298,6 +298,15 @@ pub trait System {
         unreachable!("restore is called only for a system whose save gives copies")
     }
 
+    /// A count that moves whenever the committed store may have changed (for a
+    /// [`crate::sqlite::HarnessDb`], [`crate::sqlite::HarnessDb::version`]); while it stays,
+    /// the engine does not read the store again for state hashing or ground truth. `None`, the
+    /// default, means unknown: the store is read again after every invocation, lookup and
+    /// event. It must move for every change, whoever makes it.
+    fn store_version(&self, _store: &Self::Store) -> Option<u64> {
+        None
+    }
+
     /// Restarts after a crash: close every connection (rolling back what was uncommitted) and
     /// reopen on the durable store.
     fn restart(&self, store: &mut Self::Store);

@@ -43,6 +43,10 @@ impl<H: MemoryHandler> System for OnMemory<H> {
 
     fn restart(&self, _store: &mut MemoryTotal) {}
 
+    fn store_version(&self, store: &MemoryTotal) -> Option<u64> {
+        Some(store.changes)
+    }
+
     fn save(&self, store: &MemoryTotal) -> Option<StoreCopy> {
         Some(store.save())
     }
@@ -90,6 +94,8 @@ impl<H: MemoryHandler> System for OnMemory<H> {
 pub struct MemoryTotal {
     total: i64,
     ledger: Ledger,
+    /// Changes so far (additions, resets, restores): the store's version.
+    changes: u64,
 }
 
 impl MemoryTotal {
@@ -98,6 +104,7 @@ impl MemoryTotal {
         MemoryTotal {
             total: 0,
             ledger: Ledger::new(tag),
+            changes: 0,
         }
     }
 
@@ -105,6 +112,7 @@ impl MemoryTotal {
     pub fn add(&mut self, amount: i64) -> i64 {
         self.total += amount;
         self.ledger.record();
+        self.changes += 1;
         self.total
     }
 
@@ -122,6 +130,7 @@ impl MemoryTotal {
     pub fn reset(&mut self) {
         self.total = 0;
         self.ledger.clear();
+        self.changes += 1;
     }
 
     /// A copy of the total and the ledger.
@@ -136,5 +145,6 @@ impl MemoryTotal {
             .expect("a copy of a memory total");
         self.total = *total;
         self.ledger.restore(effects);
+        self.changes += 1;
     }
 }

@@ -73,6 +73,10 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         store.db.restart_server();
     }
 
+    fn store_version(&self, store: &SqliteCounter) -> Option<u64> {
+        Some(store.db.version())
+    }
+
     fn save(&self, store: &SqliteCounter) -> Option<StoreCopy> {
         Some(StoreCopy::new(store.db.save()))
     }

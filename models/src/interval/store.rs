@@ -50,6 +50,8 @@ const NO_SCOPES: &[&str] = &[];
 pub struct IntervalStore {
     db: HarnessDb,
     revoked: BTreeSet<&'static str>,
+    /// Changes to `revoked` so far (with the database's version, the store's version).
+    revocations_changed: u64,
 }
 
 impl IntervalStore {
@@ -139,16 +141,23 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         IntervalStore {
             db,
             revoked: BTreeSet::new(),
+            revocations_changed: 0,
         }
     }
 
     fn reset(&self, store: &mut IntervalStore) {
         store.db.reset(RESET).expect("the interval store resets");
         store.revoked.clear();
+        store.revocations_changed += 1;
     }
 
     fn restart(&self, store: &mut IntervalStore) {
         store.db.restart_server();
+    }
+
+    fn store_version(&self, store: &IntervalStore) -> Option<u64> {
+        // Both counts only grow, so their sum moves whenever either does.
+        Some(store.db.version() + store.revocations_changed)
     }
 
     fn save(&self, store: &IntervalStore) -> Option<StoreCopy> {
@@ -161,6 +170,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
             .expect("a copy of the interval store");
         store.db.restore(image);
         store.revoked.clone_from(revoked);
+        store.revocations_changed += 1;
     }
 
     fn workload(
@@ -176,6 +186,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         let changed = match *event {
             AdminEvent::Revoke { user_id } => {
                 store.revoked.insert(user_id);
+                store.revocations_changed += 1;
                 Ok(1)
             }
             AdminEvent::Move {

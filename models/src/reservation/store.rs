@@ -130,6 +130,10 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         store.db.restart_server();
     }
 
+    fn store_version(&self, store: &ReservationStore) -> Option<u64> {
+        Some(store.db.version())
+    }
+
     fn save(&self, store: &ReservationStore) -> Option<StoreCopy> {
         Some(StoreCopy::new(store.db.save()))
     }

@@ -35,9 +35,16 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) world: World<S::Request, S::Value, S::Event>,
     /// States already explored, when an exhaustive check hashes states.
     pub(super) pruning: Option<Pruning<'a>>,
-    /// The store's fingerprint, kept until something that can change the store runs (an
-    /// invocation, a lookup, an outside event): most steps only move messages.
-    pub(super) store_print: Cell<Option<u64>>,
+    /// The store's fingerprint and the store's version when it was taken (see
+    /// [`System::store_version`]); kept while the version stays, or, for a store without
+    /// versions, until something that can change the store runs (an invocation, a lookup, an
+    /// outside event): most steps only move messages.
+    pub(super) store_print: Cell<Option<(u64, Option<u64>)>>,
+    /// Whether the store's version tells when it changed (a system with versions, in a run
+    /// whose invocations do not overlap).
+    pub(super) versioned: bool,
+    /// The store's version when the ground truth was last read.
+    pub(super) effects_read_at: Option<u64>,
     /// Whether invocations overlap in this run.
     pub(super) overlapping: bool,
     /// Invocations in progress, in the order they started.
@@ -130,7 +137,18 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// Something that can change the committed store is about to run.
     pub(super) fn store_changes(&mut self) {
-        self.store_print.set(None);
+        if !self.versioned {
+            self.store_print.set(None);
+        }
+    }
+
+    /// The store's version, when it tells when the store changed.
+    pub(super) fn store_version(&self) -> Option<u64> {
+        if self.versioned {
+            self.system.store_version(self.store)
+        } else {
+            None
+        }
     }
 
     /// Keeps a copy of the run's state at the start of this step, when the run keeps
@@ -176,11 +194,15 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// The fingerprint of the committed store, kept until a step may have changed it.
     pub(super) fn committed_print(&self) -> u64 {
-        self.store_print.get().unwrap_or_else(|| {
-            let print = self.system.fingerprint(self.store);
-            self.store_print.set(Some(print));
-            print
-        })
+        let version = self.store_version();
+        match self.store_print.get() {
+            Some((print, taken_at)) if taken_at == version => print,
+            _ => {
+                let print = self.system.fingerprint(self.store);
+                self.store_print.set(Some((print, version)));
+                print
+            }
+        }
     }
 
     pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
@@ -452,6 +474,11 @@ impl<S: System> Execution<'_, '_, S> {
     /// Reads the ground truth and counts the effects committed since it was last read;
     /// returns their intents.
     pub(super) fn absorb_effects(&mut self) -> Vec<IntentId> {
+        let version = self.store_version();
+        if version.is_some() && version == self.effects_read_at {
+            return Vec::new();
+        }
+        self.effects_read_at = version;
         let effects = self.system.effects(self.store);
         let fresh = effects[self.world.effects_seen..].to_vec();
         for effect in &fresh {

@@ -20,7 +20,8 @@ use checkpoint::{Checkpoints, WorldOf};
 use execution::Execution;
 use serde::Serialize;
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use world::World;
@@ -45,7 +46,30 @@ struct Pruning<'v> {
 /// much budget left is not explored again.
 #[derive(Debug, Default)]
 pub struct Visited {
-    states: BTreeMap<u64, Vec<Visit>>,
+    /// Looked up only, never iterated: its order cannot reach a run. The keys are hashes
+    /// already, so they are their own hash.
+    states: HashMap<u64, Vec<Visit>, BuildHasherDefault<PrintHasher>>,
+}
+
+/// The hasher of fingerprints, which are uniform 64-bit hashes already: it keeps them as
+/// they are.
+#[derive(Debug, Default)]
+struct PrintHasher(u64);
+
+impl Hasher for PrintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -376,6 +400,8 @@ impl<S: System> Simulator<S> {
         pruning: Option<Pruning<'_>>,
         mut checkpoints: Option<&mut Checkpoints<S>>,
     ) -> RunOutcome {
+        let overlapping = self.overlaps && bounds.invocations_max > 1;
+        let versioned = !overlapping && self.system.store_version(&self.store).is_some();
         let mut execution = Execution::<S> {
             system: &self.system,
             store: &mut self.store,
@@ -390,8 +416,10 @@ impl<S: System> Simulator<S> {
             },
             world: start.world,
             pruning,
-            store_print: Cell::new(start.store_print),
-            overlapping: self.overlaps && bounds.invocations_max > 1,
+            store_print: Cell::new(None),
+            versioned,
+            effects_read_at: None,
+            overlapping,
             tasks: Vec::new(),
             invocations_started: start.invocations_started,
             stacks: &mut self.stacks,
@@ -403,6 +431,12 @@ impl<S: System> Simulator<S> {
             checkpoints: checkpoints.as_deref_mut(),
             at_checkpoint: start.at_checkpoint,
         };
+        if let Some(print) = start.store_print {
+            // The store is the checkpoint's, as it is now: so is its ground truth.
+            let version = execution.store_version();
+            execution.store_print.set(Some((print, version)));
+            execution.effects_read_at = version;
+        }
         let end = execution.run_to_end();
         let store_print = execution
             .checkpoints
