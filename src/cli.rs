@@ -4,8 +4,8 @@
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    check_determinism, exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions,
-    ClientPolicy, Exploration, Invariant, Reduction, Tape, CHECK_RUNS_MAX,
+    check_determinism, exhaust, explore, replay, run_seed, shrink, workload_answers, Bounds,
+    CheckOptions, ClientPolicy, Exploration, Invariant, Reduction, StopAt, Tape, CHECK_RUNS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
@@ -176,11 +176,19 @@ struct SearchArgs {
     /// of every invariant broken there.
     #[arg(long)]
     all_invariants: bool,
+    /// Explore every fault level even after a violation: every invariant's fewest-fault
+    /// counterexample, and the whole bound's state count.
+    #[arg(long)]
+    whole_bound: bool,
     /// Replay every run from its start instead of resuming it from a copy of the state its
     /// path shares with the run before (same runs and verdicts, slower; for checking the
     /// checker).
     #[arg(long)]
     no_checkpoints: bool,
+    /// Check only the runs with the workload this tape draws (its first answers, e.g. from a
+    /// reproduction command), instead of every workload within the bounds.
+    #[arg(long, value_name = "TAPE")]
+    workload: Option<Tape>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -388,18 +396,31 @@ fn run_check(
     bounds: &BoundsArgs,
 ) -> Result<ExitCode, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
+    let mut subject = (entry.build)();
+    let bounds = bounds.bounds(entry)?;
+    let prefix = match &search.workload {
+        Some(tape) => workload_answers(&mut *subject, tape, &bounds)
+            .map_err(|error| UsageError(format!("--workload {tape}: {error}")))?,
+        None => Vec::new(),
+    };
     let options = CheckOptions {
-        bounds: bounds.bounds(entry)?,
+        bounds,
         reduction: match search.reduction {
             ReductionArg::States => Reduction::States,
             ReductionArg::None => Reduction::None,
         },
         runs_max: search.runs_max,
-        stop_at_first: !search.all_invariants,
+        stop: if search.whole_bound {
+            StopAt::EndOfBound
+        } else if search.all_invariants {
+            StopAt::EndOfLevel
+        } else {
+            StopAt::FirstViolation
+        },
         only: None,
         checkpoints: !search.no_checkpoints,
+        prefix,
     };
-    let mut subject = (entry.build)();
     let (report, elapsed_seconds) = timed(|| exhaust(&mut *subject, &options));
     // A counterexample replays under the bounds of the level that found it.
     let found_bounds = Bounds {

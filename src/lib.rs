@@ -85,10 +85,13 @@
 //!   new request reaches the server only while no invocation is writing. Systems with
 //!   in-memory stores, and those that give no connection per invocation, run each invocation
 //!   to its end.
-//! - Exhaustive checking replays each run from the start; with state hashing it covers small
-//!   bounds (one or two clients, one or two intents each, two or three attempts, one or two
-//!   faults) in seconds to minutes, not large ones. With overlapping invocations, one client
-//!   with one intent is exhausted in seconds; two clients take minutes.
+//! - Exhaustive checking covers small bounds (two clients with one intent each, three
+//!   attempts, two or three faults) in seconds to minutes, not large ones. Each run resumes
+//!   from a checkpoint of the state its path shares with the run before (a copy of the store
+//!   made by [`System::save`]); a system that cannot copy its store is replayed from the
+//!   start of every run, which is several times slower. Runs with invocations in progress
+//!   keep no checkpoints mid-invocation: with overlapping invocations, one client with one
+//!   intent is exhausted in seconds; two clients take minutes.
 //! - When a client times out is chosen by the schedule, not by a clock: simulated time only
 //!   dates timeline rows.
 //!
@@ -105,10 +108,11 @@ pub use testing::{check, Check};
 pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
-    check_determinism, exhaust, explore, replay, run_seed, shrink, shrink_by, Bounds, CheckOptions,
-    CheckReport, ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider,
-    Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane,
-    Ledger, Level, NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
-    SeededChoices, Session, Shrunk, Simulator, Status, Stopped, Subject, SubjectFactory, System,
-    Tape, TapeChoices, TapeError, Timeline, Violation, Workload, CHECK_RUNS_MAX, SHRINK_RUNS_MAX,
+    check_determinism, exhaust, explore, replay, run_seed, shrink, shrink_by, workload_answers,
+    Bounds, CheckOptions, CheckReport, ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage,
+    Crash, Ctx, Decider, Enumeration, Exploration, Failure, FaultCounts, Intent, IntentId,
+    IntentSummary, IntentTag, Invariant, Lane, Ledger, Level, NoEvent, Odds, Reduction, Reply,
+    Request, Row, RunEnd, RunOutcome, Sandbox, SeededChoices, Session, Shrunk, Simulator, Status,
+    StopAt, Stopped, StoreCopy, Subject, SubjectFactory, System, Tape, TapeChoices, TapeError,
+    Timeline, Violation, Visited, Workload, CHECK_RUNS_MAX, SHRINK_RUNS_MAX,
 };

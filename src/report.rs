@@ -253,9 +253,18 @@ pub fn check_report(
     let _ = writeln!(out, "bounds: {bounds}");
     let _ = writeln!(
         out,
-        "reduction: {:?}; runs_max: {}\n",
+        "reduction: {:?}; runs_max: {}",
         options.reduction, options.runs_max
     );
+    if !options.prefix.is_empty() {
+        let answers: Vec<String> = options.prefix.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            out,
+            "workload: one (every run begins {})",
+            answers.join(",")
+        );
+    }
+    out.push('\n');
     out.push_str("faults_max      runs    pruned  unique states  final states\n");
     for level in &report.levels {
         let _ = writeln!(

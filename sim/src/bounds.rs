@@ -62,6 +62,24 @@ impl Bounds {
     /// A per-kind fault limit meaning "no limit".
     pub const UNBOUNDED: u32 = u32::MAX;
 
+    /// The most faults that count toward `faults_max` a run can have, whatever `faults_max`:
+    /// the sum of the per-kind budgets (drops left out when unbounded, as they do not count).
+    pub fn faults_reachable(&self) -> u32 {
+        let drops = if self.drops_max == Self::UNBOUNDED {
+            0
+        } else {
+            self.drops_max
+        };
+        [
+            drops,
+            self.duplicates_max,
+            self.crashes_max,
+            self.reconnects_max,
+        ]
+        .iter()
+        .fold(0u32, |sum, &kind| sum.saturating_add(kind))
+    }
+
     /// Checks that the limits describe a possible run.
     pub fn validate(&self) -> Result<(), String> {
         if self.clients_max == 0 {

@@ -2,7 +2,7 @@
 //! state hashing to skip states already explored.
 
 use crate::bounds::Bounds;
-use crate::choices::Tape;
+use crate::choices::{ChoiceKind, Choices, Tape, TapeChoices, TapeError};
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
 use crate::Invariant;
@@ -24,7 +24,7 @@ pub enum Reduction {
 }
 
 /// What an exhaustive check explores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CheckOptions {
     /// The bounds; `faults_max` is reached by levels 0, 1, ... `faults_max`.
     pub bounds: Bounds,
@@ -32,15 +32,17 @@ pub struct CheckOptions {
     pub reduction: Reduction,
     /// Runs after which the check stops, reporting that the bound was not exhausted.
     pub runs_max: u64,
-    /// Stop at the first violation (true), or finish its level to find the first
-    /// counterexample of every invariant broken at that fault count (false).
-    pub stop_at_first: bool,
+    /// When a violation ends the check.
+    pub stop: StopAt,
     /// Look for this invariant only (others are ignored), or for all.
     pub only: Option<Invariant>,
     /// Resume each run from a copy of the state its path shares with the run before (when the
     /// system's store can be copied, [`crate::System::save`]), instead of replaying it from
     /// its start. The runs and the report are the same either way; only the time differs.
     pub checkpoints: bool,
+    /// Answers every run begins with (see [`workload_answers`]: the answers that draw one
+    /// workload), or none: every workload within the bounds.
+    pub prefix: Vec<u32>,
 }
 
 impl CheckOptions {
@@ -50,11 +52,26 @@ impl CheckOptions {
             bounds,
             reduction: Reduction::States,
             runs_max: CHECK_RUNS_MAX,
-            stop_at_first: true,
+            stop: StopAt::FirstViolation,
             only: None,
             checkpoints: true,
+            prefix: Vec::new(),
         }
     }
+}
+
+/// When a violation ends an exhaustive check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopAt {
+    /// At once: the first counterexample found, with the fewest faults any has.
+    FirstViolation,
+    /// At the end of its fault level: the first counterexample of every invariant broken
+    /// with that few faults.
+    EndOfLevel,
+    /// Never: every level is explored, for every invariant's fewest-fault counterexample and
+    /// the whole state space.
+    EndOfBound,
 }
 
 /// One level of the check: every run with at most `faults_max` faults.
@@ -173,6 +190,59 @@ impl CheckReport {
     }
 }
 
+/// The answers that draw the workload of `tape`'s run (its first answers, as many as the
+/// workload's choices, zeros included): a prefix that confines a check to that workload
+/// ([`CheckOptions::prefix`]). Fails if one of them is out of range for its choice.
+pub fn workload_answers(
+    subject: &mut dyn Subject,
+    tape: &Tape,
+    bounds: &Bounds,
+) -> Result<Vec<u32>, TapeError> {
+    let mut source = WorkloadAnswers {
+        tape: TapeChoices::lenient(tape.answers()),
+        answers: tape.answers(),
+        drawn: Vec::new(),
+        drawing: true,
+        error: None,
+    };
+    subject.run(&mut source, bounds, false);
+    match source.error {
+        Some(error) => Err(error),
+        None => Ok(source.drawn),
+    }
+}
+
+/// Replays a tape, keeping the answers of the workload's choices.
+struct WorkloadAnswers<'t> {
+    tape: TapeChoices<'t>,
+    answers: &'t [u32],
+    drawn: Vec<u32>,
+    drawing: bool,
+    error: Option<TapeError>,
+}
+
+impl Choices for WorkloadAnswers<'_> {
+    fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
+        let position = self.drawn.len();
+        self.drawing &= kind == ChoiceKind::Workload;
+        if self.drawing {
+            let given = self.answers.get(position).copied().unwrap_or(0);
+            if given >= options && self.error.is_none() {
+                self.error = Some(TapeError::AnswerOutOfRange {
+                    position: position + 1,
+                    answer: given,
+                    options,
+                });
+            }
+        }
+        let answer = self.tape.choose(kind, options);
+        if self.drawing {
+            self.drawn.push(answer);
+        }
+        answer
+    }
+}
+
 /// Explores every run of `subject` within `options.bounds`: first with no fault, then with at
 /// most one, and so on up to `faults_max`, stopping after the first level with a violation,
 /// so every counterexample has the fewest faults any counterexample has.
@@ -188,7 +258,12 @@ pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport
     // One set of visits serves every level: a state explored at a lower level with as much
     // budget left is not explored again.
     let mut visited = (options.reduction == Reduction::States).then(Visited::new);
-    for faults_max in 0..=options.bounds.faults_max {
+    // Above the sum of the per-kind budgets, a level would be the same as the one below.
+    let levels = options
+        .bounds
+        .faults_max
+        .min(options.bounds.faults_reachable());
+    for faults_max in 0..=levels {
         let bounds = Bounds {
             faults_max,
             ..options.bounds
@@ -200,7 +275,7 @@ pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport
         };
         let level = check_level(subject, &bounds, search, &mut report);
         report.levels.push(level);
-        if !report.violations.is_empty() {
+        if !report.violations.is_empty() && options.stop != StopAt::EndOfBound {
             report.stopped = Stopped::Violation;
             break;
         }
@@ -246,6 +321,7 @@ fn check_level(
     let enumeration = Enumeration {
         visited: visited.as_deref_mut(),
         checkpoints: options.checkpoints,
+        prefix: &options.prefix,
     };
     let mut each = |outcome: &RunOutcome| {
         *runs_left -= 1;
@@ -266,7 +342,7 @@ fn check_level(
                 });
             }
         }
-        let stop = options.stop_at_first && !report.violations.is_empty();
+        let stop = options.stop == StopAt::FirstViolation && !report.violations.is_empty();
         *runs_left > 0 && !stop
     };
     subject.enumerate(bounds, enumeration, &mut each);

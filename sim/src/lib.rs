@@ -27,8 +27,8 @@ mod timeline;
 
 pub use bounds::Bounds;
 pub use checker::{
-    exhaust, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction, Stopped,
-    CHECK_RUNS_MAX,
+    exhaust, workload_answers, CheckOptions, CheckReport, Counterexample, Coverage, Level,
+    Reduction, StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,

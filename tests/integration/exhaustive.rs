@@ -4,7 +4,8 @@
 
 use retrysim::models::{self, Declared, HandlerEntry};
 use retrysim::{
-    exhaust, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction, Stopped,
+    exhaust, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction, StopAt,
+    Stopped,
 };
 use std::collections::BTreeSet;
 
@@ -37,7 +38,7 @@ fn run_check(
     let options = CheckOptions {
         reduction,
         runs_max,
-        stop_at_first: false,
+        stop: StopAt::EndOfLevel,
         ..CheckOptions::new(bounds)
     };
     exhaust(&mut *(entry.build)(), &options)

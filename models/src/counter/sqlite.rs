@@ -82,7 +82,9 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
     }
 
     fn restore(&self, store: &mut SqliteCounter, copy: &StoreCopy) {
-        store.db.restore(copy.get().expect("a copy of the counter database"));
+        store
+            .db
+            .restore(copy.get().expect("a copy of the counter database"));
     }
 
     fn workload(

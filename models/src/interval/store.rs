@@ -6,8 +6,8 @@ use super::types::{Arg, TOOL, WRITE_SCOPE};
 use super::workload::workload;
 use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, StoreCopy, System, Violation,
-    Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, StoreCopy, System,
+    Violation, Workload,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeSet;

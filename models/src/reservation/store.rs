@@ -5,8 +5,8 @@ use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::workload;
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, StoreCopy, System,
-    Violation, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, StoreCopy,
+    System, Violation, Workload,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;

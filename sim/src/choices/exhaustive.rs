@@ -15,12 +15,24 @@ pub struct Enumerator {
     started: bool,
     /// How many answers the current path fixes (the last one is new to this run).
     replayed: usize,
+    /// Answers every run begins with; they are never changed.
+    prefix: Vec<u32>,
 }
 
 impl Enumerator {
     /// An enumerator at the first (all-zero) run.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An enumerator of the runs that begin with `prefix` (e.g. the answers that draw one
+    /// workload), the rest enumerated as by [`Enumerator::new`]. An answer of the prefix out
+    /// of range for its choice is answered with the choice's last option.
+    pub fn with_prefix(prefix: &[u32]) -> Self {
+        Enumerator {
+            prefix: prefix.to_vec(),
+            ..Self::default()
+        }
     }
 
     /// The source for the next run; `None` once every run has been enumerated.
@@ -40,7 +52,8 @@ impl Enumerator {
 
     /// Moves to the next path: the deepest choice with an untried alternative takes it.
     fn backtrack(&mut self) -> bool {
-        while let Some((answer, options)) = self.path.last_mut() {
+        while self.path.len() > self.prefix.len() {
+            let (answer, options) = self.path.last_mut().expect("a choice past the prefix");
             if *answer + 1 < *options {
                 *answer += 1;
                 return true;
@@ -67,7 +80,10 @@ impl EnumeratedRun<'_> {
     /// Goes on from the `position`th answer of the path: the run resumes from a state that
     /// its first `position` answers led to.
     pub(crate) fn skip_to(&mut self, position: usize) {
-        assert!(position <= self.enumerator.path.len(), "skip within the path");
+        assert!(
+            position <= self.enumerator.path.len(),
+            "skip within the path"
+        );
         self.position = position;
     }
 }
@@ -85,8 +101,10 @@ impl Choices for EnumeratedRun<'_> {
                 answer
             }
             None => {
-                path.push((0, options));
-                0
+                let first = self.enumerator.prefix.get(self.position).copied();
+                let answer = first.map_or(0, |answer| answer.min(options - 1));
+                path.push((answer, options));
+                answer
             }
         };
         self.position += 1;

@@ -164,9 +164,9 @@ impl<S: System> Execution<'_, '_, S> {
         let Some(checkpoints) = self.checkpoints.as_deref_mut() else {
             return;
         };
-        let store = checkpoints.store_at(store_print).unwrap_or_else(|| {
-            Rc::new(self.system.save(self.store).expect("the store copies"))
-        });
+        let store = checkpoints
+            .store_at(store_print)
+            .unwrap_or_else(|| Rc::new(self.system.save(self.store).expect("the store copies")));
         checkpoints.push(Checkpoint {
             answers: self.points.decider.answers().len(),
             world: self.world.clone(),

@@ -15,8 +15,8 @@ use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
 use crate::system::{Crash, IntentTag, System};
 use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
-use corosensei::stack::DefaultStack;
 use checkpoint::{Checkpoints, WorldOf};
+use corosensei::stack::DefaultStack;
 use execution::Execution;
 use serde::Serialize;
 use std::cell::Cell;
@@ -310,7 +310,7 @@ impl<S: System> Simulator<S> {
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) {
         let mut visited = enumeration.visited;
-        let mut enumerator = Enumerator::new();
+        let mut enumerator = Enumerator::with_prefix(enumeration.prefix);
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         let mut checkpoints = copies.then(Checkpoints::new);
         while let Some(mut source) = enumerator.next_run() {
@@ -327,7 +327,10 @@ impl<S: System> Simulator<S> {
                 Some(start) => {
                     let answers = start.answers;
                     source.skip_to(answers);
-                    let answers = checkpoints.as_ref().expect("resumed").answers_before(answers);
+                    let answers = checkpoints
+                        .as_ref()
+                        .expect("resumed")
+                        .answers_before(answers);
                     let decider = Decider::resumed(&mut source, answers);
                     self.run_from(start.begin(decider), bounds, pruning, checkpoints.as_mut())
                 }
@@ -458,6 +461,8 @@ pub struct Enumeration<'v> {
     pub visited: Option<&'v mut Visited>,
     /// Resume each run from a checkpoint instead of replaying it from its start.
     pub checkpoints: bool,
+    /// Answers every run begins with ([`Enumerator::with_prefix`]).
+    pub prefix: &'v [u32],
 }
 
 /// Where a run begins: its decider and the state of everything the engine keeps.
