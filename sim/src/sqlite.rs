@@ -41,8 +41,8 @@ pub struct HarnessDb {
     tag: IntentTag,
     /// Every table of the database (ground truth included), for copies of its rows.
     tables: Vec<TableCopier>,
-    /// Commits that changed rows, on any connection this database opened.
-    writes: Arc<AtomicU64>,
+    /// Commits on the connections [`HarnessDb::connect`] opened.
+    other_commits: Arc<AtomicU64>,
 }
 
 /// The rows of every table of a [`HarnessDb`], rowids included: a copy of the committed
@@ -143,14 +143,13 @@ impl HarnessDb {
         configure_sqlite();
         let number = DATABASES_OPENED.fetch_add(1, Ordering::Relaxed);
         let uri = format!("file:/retrysim-{number}?vfs=memdb");
-        let writes = Arc::new(AtomicU64::new(0));
-        let keeper = open_connection(&uri, tag, &writes)?;
+        let keeper = open_connection(&uri, tag)?;
         keeper.execute_batch(schema)?;
         keeper.execute_batch(EFFECTS_SCHEMA)?;
         for table in effect_tables {
             keeper.execute_batch(&ground_truth_triggers(table))?;
         }
-        let server = open_connection(&uri, tag, &writes)?;
+        let server = open_connection(&uri, tag)?;
         let tables = table_copiers(&keeper)?;
         Ok(HarnessDb {
             uri,
@@ -158,7 +157,7 @@ impl HarnessDb {
             server,
             tag: tag.clone(),
             tables,
-            writes,
+            other_commits: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -185,14 +184,28 @@ impl HarnessDb {
     /// Opens another connection to the database (a server connection), with
     /// `retrysim_intent()` registered.
     pub fn connect(&self) -> rusqlite::Result<Connection> {
-        open_connection(&self.uri, &self.tag, &self.writes)
+        let connection = open_connection(&self.uri, &self.tag)?;
+        let commits = Arc::clone(&self.other_commits);
+        connection.commit_hook(Some(move || {
+            commits.fetch_add(1, Ordering::Relaxed);
+            false
+        }));
+        Ok(connection)
     }
 
-    /// A count that moves whenever a transaction that changed rows commits on a connection
-    /// this database opened (the keeper, the server, [`HarnessDb::connect`]): while it stays,
-    /// the committed database is as it was (see [`crate::System::store_version`]).
+    /// A count that moves whenever the database may have changed (see
+    /// [`crate::System::store_version`]): rows changed on the keeper and server connections
+    /// (SQLite's change counts, which also count changes later rolled back), plus commits on
+    /// the connections [`HarnessDb::connect`] opened. While it stays, no connection of this
+    /// database changed a row.
     pub fn version(&self) -> u64 {
-        self.writes.load(Ordering::Relaxed)
+        let changes = |connection: &Connection| {
+            // SAFETY: the handle belongs to a connection open for as long as `self`;
+            // sqlite3_total_changes64 only reads its change counter.
+            let total = unsafe { rusqlite::ffi::sqlite3_total_changes64(connection.handle()) };
+            total as u64
+        };
+        changes(&self.keeper) + changes(&self.server) + self.other_commits.load(Ordering::Relaxed)
     }
 
     /// The harness's own connection: it sees committed data only, so it reads the durable
@@ -310,11 +323,7 @@ fn configure_sqlite() {
     });
 }
 
-fn open_connection(
-    uri: &str,
-    tag: &IntentTag,
-    writes: &Arc<AtomicU64>,
-) -> rusqlite::Result<Connection> {
+fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI
@@ -327,27 +336,7 @@ fn open_connection(
         FunctionFlags::SQLITE_UTF8,
         move |_| Ok(tag.raw()),
     )?;
-    count_writes(&connection, writes);
     Ok(connection)
-}
-
-/// Counts the commits on `connection` that changed rows (or followed a rolled-back change:
-/// SQLite's change count does not go back) into `writes`.
-fn count_writes(connection: &Connection, writes: &Arc<AtomicU64>) {
-    // SAFETY: the handle is only read by the commit hook, which SQLite calls on this
-    // connection while it is open; the hook goes with the connection.
-    let handle = unsafe { connection.handle() } as usize;
-    let writes = Arc::clone(writes);
-    let mut changes_seen = 0;
-    connection.commit_hook(Some(move || {
-        // SAFETY: see above; sqlite3_total_changes64 only reads a counter of the connection.
-        let changes = unsafe { rusqlite::ffi::sqlite3_total_changes64(handle as *mut _) };
-        if changes != changes_seen {
-            changes_seen = changes;
-            writes.fetch_add(1, Ordering::Relaxed);
-        }
-        false
-    }));
 }
 
 fn ground_truth_triggers(table: &str) -> String {

@@ -245,3 +245,35 @@ fn shrunk_random_counterexamples_have_no_more_faults_than_the_exhaustive_minimum
         }
     }
 }
+
+/// Resuming runs from checkpoints (copies of the state and the store) is only a way of getting
+/// there faster: every handler's report is the same as when each run is replayed from its
+/// start, run for run, with state hashing and without, and with overlapping invocations.
+#[test]
+fn checkpoints_change_nothing_but_speed() {
+    for entry in models::handlers() {
+        let mut cases = vec![
+            (small(1, 1), Reduction::States),
+            (small(1, 1), Reduction::None),
+            (small(2, 1), Reduction::States),
+        ];
+        if entry.invocations_max > 1 || entry.handler == "keyed-sqlite" {
+            cases.push((overlapping(small(1, 1)), Reduction::States));
+        }
+        for (bounds, reduction) in cases {
+            let report = |checkpoints| {
+                let options = CheckOptions {
+                    reduction,
+                    runs_max: 10_000,
+                    stop: StopAt::EndOfLevel,
+                    checkpoints,
+                    ..CheckOptions::new(entry.bounds_from(bounds))
+                };
+                exhaust(&mut *(entry.build)(), &options)
+            };
+            let resumed = report(true);
+            assert_eq!(resumed, report(false), "{entry:?} {bounds:?} {reduction:?}");
+            assert!(resumed.runs() > 10, "{entry:?}: too small to tell");
+        }
+    }
+}

@@ -10,6 +10,7 @@ mod interval;
 mod overlap;
 mod property;
 mod reservation;
+mod store;
 mod tape;
 mod timelines;
 
