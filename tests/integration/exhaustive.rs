@@ -134,6 +134,61 @@ fn correct_handlers_exhaust_their_bounds_clean() {
     }
 }
 
+/// The bound that must hold: two clients with one intent each, three attempts, two faults
+/// (the per-kind budgets at their defaults). A correct handler exhausts it clean, with every
+/// fault kind and crash point exercised.
+fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(domain: &str, handler: &str) {
+    let entry = models::find(domain, handler).unwrap();
+    assert_eq!(entry.declared, Declared::Correct);
+    let bounds = entry.bounds_from(Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 2,
+        ..Bounds::default()
+    });
+    let report = run_check(entry, bounds, Reduction::States, 20_000_000);
+    assert_eq!(report.stopped, Stopped::Exhausted, "{entry:?}");
+    assert!(report.clean(), "{entry:?}: {:?}", report.violations);
+    assert_eq!(report.step_limited, 0);
+    assert_eq!(report.levels.len(), 3);
+    assert_eq!(report.coverage.gaps(&bounds), Vec::<String>::new());
+}
+
+#[test]
+fn counter_keyed_sqlite_holds_at_two_clients_three_attempts_two_faults() {
+    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("counter", "keyed-sqlite");
+}
+
+#[test]
+fn reservation_action_record_holds_at_two_clients_three_attempts_two_faults() {
+    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("reservation", "action-record");
+}
+
+#[test]
+fn interval_receipt_holds_at_two_clients_three_attempts_two_faults() {
+    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("interval", "receipt");
+}
+
+/// Every built-in handler declared correct is held to the bound above by one of the tests
+/// above.
+#[test]
+fn every_correct_handler_is_held_to_the_bound_that_must_hold() {
+    let correct: Vec<_> = models::handlers()
+        .iter()
+        .filter(|entry| entry.declared == Declared::Correct)
+        .map(|entry| format!("{}/{}", entry.domain, entry.handler))
+        .collect();
+    assert_eq!(
+        correct,
+        [
+            "counter/keyed-sqlite",
+            "interval/receipt",
+            "reservation/action-record"
+        ]
+    );
+}
+
 #[test]
 fn keyed_memory_is_clean_exhaustively_without_crashes() {
     let entry = models::find("counter", "keyed-memory").unwrap();
