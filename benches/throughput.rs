@@ -1,9 +1,12 @@
 //! Exploration throughput: runs per second for every built-in handler on one thread, then
-//! exhaustive checks with and without state hashing.
+//! exhaustive checks: with and without state hashing and checkpoints, at the bound that must
+//! hold (two clients, three attempts, two faults), and at a peer model checker's bound.
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count).
 
-use retrysim::{exhaust, explore, models, Bounds, CheckOptions, Reduction};
+use retrysim::{
+    exhaust, explore, models, workload_answers, Bounds, CheckOptions, CheckReport, Reduction, Tape,
+};
 use std::time::Instant;
 
 fn main() {
@@ -64,17 +67,15 @@ fn random_exploration(seeds: u64) {
 }
 
 fn exhaustive_checks() {
-    // Larger bounds take minutes: counter/keyed-sqlite at (2, 1, 3, 2) exhausts in about
-    // 160 s with state hashing.
-    let cases = [
-        ("counter", "keyed-memory", 2, 1, 3, 2),
+    println!("\nexhaustive checks (clients, intents per client, attempts_max, faults_max):");
+    // Small bounds: state hashing against plain enumeration, and resuming runs from
+    // checkpoints against replaying each from its start.
+    let small = [
         ("counter", "keyed-sqlite", 2, 1, 2, 1),
         ("interval", "receipt", 1, 1, 2, 1),
         ("reservation", "action-record", 2, 1, 2, 1),
     ];
-    println!("\nexhaustive checks (clients, intents per client, attempts_max, faults_max):");
-    for (domain, handler, clients_max, intents_max, attempts_max, faults_max) in cases {
-        let entry = models::find(domain, handler).unwrap();
+    for (domain, handler, clients_max, intents_max, attempts_max, faults_max) in small {
         let bounds = Bounds {
             clients_max,
             intents_max,
@@ -82,25 +83,107 @@ fn exhaustive_checks() {
             faults_max,
             ..Bounds::default()
         };
-        for reduction in [Reduction::States, Reduction::None] {
+        for (reduction, checkpoints) in [
+            (Reduction::States, true),
+            (Reduction::States, false),
+            (Reduction::None, true),
+        ] {
             let options = CheckOptions {
                 reduction,
                 runs_max: 1_000_000,
+                checkpoints,
                 ..CheckOptions::new(bounds)
             };
-            let started = Instant::now();
-            let report = exhaust(&mut *(entry.build)(), &options);
-            let elapsed = started.elapsed().as_secs_f64();
-            println!(
-                "  {:<28} ({clients_max}, {intents_max}, {attempts_max}, {faults_max}) {:<7} {:>9} runs {:>8} states {:>8.2} s {:>8.0} runs/s  {:?}",
-                format!("{domain}/{handler}"),
-                format!("{reduction:?}"),
-                report.runs(),
-                report.unique_states(),
-                elapsed,
-                report.runs() as f64 / elapsed,
-                report.stopped,
-            );
+            let label = format!("{reduction:?}, checkpoints {checkpoints}");
+            timed_check(domain, handler, &options, &label);
         }
     }
+    // The bound that must hold: two clients with one intent each, three attempts, two faults;
+    // plain enumeration for the reduction ratio (it does not finish its first level).
+    println!();
+    for (domain, handler) in [("counter", "keyed-sqlite"), ("interval", "receipt")] {
+        let bounds = Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            attempts_max: 3,
+            faults_max: 2,
+            ..Bounds::default()
+        };
+        let must_hold = CheckOptions {
+            runs_max: 20_000_000,
+            ..CheckOptions::new(bounds)
+        };
+        let reduced = timed_check(domain, handler, &must_hold, "States");
+        let plain = CheckOptions {
+            reduction: Reduction::None,
+            ..CheckOptions::new(bounds)
+        };
+        let plain = timed_check(domain, handler, &plain, "None");
+        let first = |report: &CheckReport| report.levels.first().map_or(0, |l| l.runs);
+        println!(
+            "  {:<28} reduction at faults_max=0: {} plain runs unfinished against {} (more than {:.0}x)",
+            format!("{domain}/{handler}"),
+            first(&plain),
+            first(&reduced),
+            first(&plain) as f64 / first(&reduced).max(1) as f64,
+        );
+    }
+    peer_bound();
+}
+
+/// A peer model checker's bound: two clients with one intent each, up to three attempts, drops
+/// unbounded, at most two crashes and one duplicate. The peer checks one workload; so does the
+/// first line of each handler here (c1 sends e1 +5, c2 sends e2 +5), then every workload.
+fn peer_bound() {
+    let bounds = Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 3,
+        drops_max: Bounds::UNBOUNDED,
+        crashes_max: 2,
+        duplicates_max: 1,
+        reconnects_max: 0,
+        ..Bounds::default()
+    };
+    println!("\nthe peer bound: {bounds}");
+    for (domain, handler) in [("counter", "keyed-memory"), ("counter", "keyed-sqlite")] {
+        let entry = models::find(domain, handler).unwrap();
+        // The tape 1 draws two clients and, answering 0 after, the first events left.
+        let tape: Tape = "1".parse().unwrap();
+        let one_workload = CheckOptions {
+            prefix: workload_answers(&mut *(entry.build)(), &tape, &bounds).unwrap(),
+            runs_max: 20_000_000,
+            ..CheckOptions::new(bounds)
+        };
+        timed_check(domain, handler, &one_workload, "one workload");
+        let every_workload = CheckOptions {
+            runs_max: 20_000_000,
+            ..CheckOptions::new(bounds)
+        };
+        timed_check(domain, handler, &every_workload, "every workload");
+    }
+}
+
+fn timed_check(domain: &str, handler: &str, options: &CheckOptions, label: &str) -> CheckReport {
+    let entry = models::find(domain, handler).unwrap();
+    let bounds = &options.bounds;
+    let started = Instant::now();
+    let report = exhaust(&mut *(entry.build)(), options);
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "  {:<28} ({}, {}, {}, {}) {:<24} {:>9} runs {:>8} states {:>8.2} s {:>8.0} runs/s  {:?}",
+        format!("{domain}/{handler}"),
+        bounds.clients_max,
+        bounds.intents_max,
+        bounds.attempts_max,
+        bounds.faults_max,
+        label,
+        report.runs(),
+        report.unique_states(),
+        elapsed,
+        report.runs() as f64 / elapsed,
+        report.stopped,
+    );
+    report
 }

@@ -261,7 +261,7 @@ pub struct Simulator<S: System> {
     overlaps: bool,
     /// Stacks for overlapping invocations, reused from run to run.
     stacks: Vec<DefaultStack>,
-    /// Connections for overlapping invocations, reused while the server does not crash.
+    /// Idle connections for overlapping invocations, reused from run to run.
     connections: Vec<rusqlite::Connection>,
     /// Commits on those connections.
     commits: Arc<AtomicU64>,

@@ -259,8 +259,8 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    /// The server crashes: every invocation in progress stops where it is, its connection
-    /// closes (rolling back what it had not committed), memory is lost, the server restarts.
+    /// The server crashes: every invocation in progress stops where it is, what its connection
+    /// had not committed is rolled back, memory is lost, the server restarts.
     fn crash_server(&mut self, label: &str, crash: Crash) {
         self.end_invocations();
         self.memory = S::Memory::default();
@@ -269,17 +269,21 @@ impl<S: System> Execution<'_, '_, S> {
         self.note_crash(label, crash);
     }
 
-    /// Stops every invocation in progress (as a crash does) and closes its connection, and
-    /// the idle ones.
+    /// Stops every invocation in progress (as a crash does) and rolls back what its
+    /// connection had not committed, as closing it would. The connections are kept for later
+    /// invocations, with their prepared statements (see [`crate::sqlite::HarnessDb::restart_server`]).
     pub(super) fn end_invocations(&mut self) {
         if self.tasks.is_empty() {
             return;
         }
-        for invocation in &mut self.tasks {
+        for mut invocation in self.tasks.drain(..) {
             invocation.task.wind_down(self.stacks);
+            let connection = invocation.task.into_connection();
+            // One whose rollback failed is closed instead, which rolls it back.
+            if connection.is_autocommit() {
+                self.connections.push(connection);
+            }
         }
-        self.tasks.clear();
-        self.connections.clear();
         self.progress += 1;
         self.store_changes();
     }
