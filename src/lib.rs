@@ -44,6 +44,13 @@
 //! `Check::system("name", my_system).seeds(0..10_000).run()`. The integration test
 //! `tests/integration/api.rs` has a complete one written outside this crate.
 //!
+//! Exhaustive checks go faster when the engine can copy your store ([`System::save`] and
+//! [`System::restore`]; for SQLite, [`sqlite::HarnessDb::save`] and
+//! [`sqlite::HarnessDb::restore`]) and knows when it changed ([`System::store_version`],
+//! [`sqlite::HarnessDb::version`]): each run then resumes from a checkpoint of the state its
+//! path shares with the run before, instead of replaying from its start, with the same
+//! runs and verdicts.
+//!
 //! Keep failures as regressions with [`Check::regressions`]: a failing schedule is written to
 //! a human-readable file, and every stored schedule is replayed first on later runs (one that
 //! no longer fails is reported, not dropped).

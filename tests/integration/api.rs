@@ -1,7 +1,7 @@
 //! The `cargo test` API: built-in and user-written handlers, panics with reproductions,
 //! regressions files, and the determinism self-check.
 
-use retrysim::{check, check_determinism, Bounds, Check};
+use retrysim::{check, check_determinism, exhaust, Bounds, Check, CheckOptions, Simulator, StopAt};
 use std::path::PathBuf;
 
 fn small() -> Bounds {
@@ -127,7 +127,7 @@ mod outside {
 
     use retrysim::{
         Bounds, ChoiceKind, Crash, Ctx, Decider, Intent, IntentId, IntentTag, Ledger, NoEvent,
-        Reply, Request, System, Workload,
+        Reply, Request, StoreCopy, System, Workload,
     };
     use std::collections::BTreeMap;
 
@@ -188,6 +188,22 @@ mod outside {
             account.ledger.clear();
         }
         fn restart(&self, _account: &mut Account) {}
+        // Copies of the store let exhaustive checks resume runs from checkpoints.
+        fn save(&self, account: &Account) -> Option<StoreCopy> {
+            let effects = account.ledger.effects().to_vec();
+            Some(StoreCopy::new((
+                account.balance,
+                account.seen.clone(),
+                effects,
+            )))
+        }
+        fn restore(&self, account: &mut Account, copy: &StoreCopy) {
+            type Copy = (i64, BTreeMap<&'static str, i64>, Vec<IntentId>);
+            let (balance, seen, effects) = copy.get::<Copy>().expect("a copy of an account");
+            account.balance = *balance;
+            account.seen.clone_from(seen);
+            account.ledger.restore(effects);
+        }
         fn workload(
             &self,
             decider: &mut Decider<'_>,
@@ -228,6 +244,27 @@ mod outside {
         fn describe_store(&self, account: &Account) -> String {
             format!("balance={}", account.balance)
         }
+    }
+}
+
+/// A system written outside the crate that copies its store (and has no store version) gets
+/// the same exhaustive report resuming runs from checkpoints as replaying each from its start.
+#[test]
+fn a_system_outside_the_crate_resumes_runs_from_checkpoints() {
+    use outside::Bank;
+    for dedup in [true, false] {
+        let report = |checkpoints| {
+            let options = CheckOptions {
+                checkpoints,
+                stop: StopAt::EndOfBound,
+                ..CheckOptions::new(small())
+            };
+            exhaust(&mut Simulator::new(Bank { dedup }), &options)
+        };
+        let resumed = report(true);
+        assert_eq!(resumed, report(false));
+        assert!(resumed.runs() > 20, "{}", resumed.runs());
+        assert_eq!(resumed.clean(), dedup);
     }
 }
 
