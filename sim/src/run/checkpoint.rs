@@ -18,17 +18,39 @@ use std::rc::Rc;
 pub(super) type WorldOf<S> =
     World<<S as System>::Request, <S as System>::Value, <S as System>::Event>;
 
+/// What the engine keeps of a run between steps, when no invocation is in progress: where a
+/// run starts, and what a checkpoint copies (the store aside).
+pub(super) struct EngineState<S: System> {
+    pub(super) world: WorldOf<S>,
+    pub(super) memory: S::Memory,
+    pub(super) faults: FaultCounts,
+    /// Crash points passed, in first-seen order (coverage).
+    pub(super) points_seen: Vec<&'static str>,
+    /// Crash points where the server crashed (coverage).
+    pub(super) crashed_at: Vec<&'static str>,
+    pub(super) invocations_started: u32,
+    pub(super) progress: u64,
+}
+
+impl<S: System> Clone for EngineState<S> {
+    fn clone(&self) -> Self {
+        EngineState {
+            world: self.world.clone(),
+            memory: self.memory.clone(),
+            faults: self.faults,
+            points_seen: self.points_seen.clone(),
+            crashed_at: self.crashed_at.clone(),
+            invocations_started: self.invocations_started,
+            progress: self.progress,
+        }
+    }
+}
+
 /// A run's state at the start of a step, with no invocation in progress.
 pub(super) struct Checkpoint<S: System> {
     /// Answers the run had given before this step.
     pub(super) answers: usize,
-    pub(super) world: WorldOf<S>,
-    pub(super) memory: S::Memory,
-    pub(super) faults: FaultCounts,
-    pub(super) points_seen: Vec<&'static str>,
-    pub(super) crashed_at: Vec<&'static str>,
-    pub(super) invocations_started: u32,
-    pub(super) progress: u64,
+    pub(super) state: EngineState<S>,
     /// The committed store's fingerprint ([`System::fingerprint`]): equal prints are equal
     /// stores, as state hashing assumes.
     pub(super) store_print: u64,

@@ -1,7 +1,7 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
-use super::checkpoint::{Checkpoint, Checkpoints};
+use super::checkpoint::{Checkpoint, Checkpoints, EngineState};
 use super::overlap::Invocation;
 use super::world::{Action, Body, Message, ServerReply, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
@@ -167,8 +167,7 @@ impl<S: System> Execution<'_, '_, S> {
         let store = checkpoints
             .store_at(store_print)
             .unwrap_or_else(|| Rc::new(self.system.save(self.store).expect("the store copies")));
-        checkpoints.push(Checkpoint {
-            answers: self.points.decider.answers().len(),
+        let state = EngineState {
             world: self.world.clone(),
             memory: self.memory.clone(),
             faults: self.points.faults,
@@ -176,6 +175,10 @@ impl<S: System> Execution<'_, '_, S> {
             crashed_at: self.points.crashed_at.clone(),
             invocations_started: self.invocations_started,
             progress: self.progress,
+        };
+        checkpoints.push(Checkpoint {
+            answers: self.points.decider.answers().len(),
+            state,
             store_print,
             store,
         });

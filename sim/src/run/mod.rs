@@ -15,7 +15,7 @@ use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
 use crate::system::{Crash, IntentTag, System};
 use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
-use checkpoint::{Checkpoints, WorldOf};
+use checkpoint::{Checkpoints, EngineState};
 use corosensei::stack::DefaultStack;
 use execution::Execution;
 use serde::Serialize;
@@ -324,15 +324,18 @@ impl<S: System> Simulator<S> {
                 _ => None,
             };
             let outcome = match resumed {
-                Some(start) => {
-                    let answers = start.answers;
-                    source.skip_to(answers);
+                Some((answered, state, store_print)) => {
+                    source.skip_to(answered);
                     let answers = checkpoints
                         .as_ref()
                         .expect("resumed")
-                        .answers_before(answers);
-                    let decider = Decider::resumed(&mut source, answers);
-                    self.run_from(start.begin(decider), bounds, pruning, checkpoints.as_mut())
+                        .answers_before(answered);
+                    let start = Start {
+                        decider: Decider::resumed(&mut source, answers),
+                        state,
+                        store_print: Some(store_print),
+                    };
+                    self.run_from(start, bounds, pruning, checkpoints.as_mut())
                 }
                 None => {
                     self.run_from_start(&mut source, bounds, false, pruning, checkpoints.as_mut())
@@ -345,26 +348,20 @@ impl<S: System> Simulator<S> {
         }
     }
 
-    /// The state at the newest checkpoint before the answer at `changed`, with the store put
-    /// back to it.
-    fn resume(&mut self, checkpoints: &mut Checkpoints<S>, changed: usize) -> Option<Resume<S>> {
+    /// The newest checkpoint before the answer at `changed`, with the store put back to it:
+    /// its answers, state and store fingerprint.
+    fn resume(
+        &mut self,
+        checkpoints: &mut Checkpoints<S>,
+        changed: usize,
+    ) -> Option<(usize, EngineState<S>, u64)> {
         let store_now = checkpoints.store_now;
         let checkpoint = checkpoints.before(changed)?;
-        let resume = Resume {
-            answers: checkpoint.answers,
-            world: checkpoint.world.clone(),
-            memory: checkpoint.memory.clone(),
-            faults: checkpoint.faults,
-            points_seen: checkpoint.points_seen.clone(),
-            crashed_at: checkpoint.crashed_at.clone(),
-            invocations_started: checkpoint.invocations_started,
-            progress: checkpoint.progress,
-            store_print: checkpoint.store_print,
-        };
         if store_now != Some(checkpoint.store_print) {
             self.system.restore(&mut self.store, &checkpoint.store);
         }
-        Some(resume)
+        let state = checkpoint.state.clone();
+        Some((checkpoint.answers, state, checkpoint.store_print))
     }
 
     fn run_from_start(
@@ -381,8 +378,7 @@ impl<S: System> Simulator<S> {
         for event in &workload.setup {
             self.system.apply_event(&mut self.store, event);
         }
-        let start = Start {
-            decider,
+        let state = EngineState {
             world: World::new(workload, trace),
             memory: S::Memory::default(),
             faults: FaultCounts::default(),
@@ -390,8 +386,11 @@ impl<S: System> Simulator<S> {
             crashed_at: Vec::new(),
             invocations_started: 0,
             progress: 0,
+        };
+        let start = Start {
+            decider,
+            state,
             store_print: None,
-            at_checkpoint: false,
         };
         self.run_from(start, bounds, pruning, checkpoints)
     }
@@ -403,36 +402,37 @@ impl<S: System> Simulator<S> {
         pruning: Option<Pruning<'_>>,
         mut checkpoints: Option<&mut Checkpoints<S>>,
     ) -> RunOutcome {
+        let state = start.state;
         let overlapping = self.overlaps && bounds.invocations_max > 1;
         let versioned = !overlapping && self.system.store_version(&self.store).is_some();
         let mut execution = Execution::<S> {
             system: &self.system,
             store: &mut self.store,
             tag: &self.tag,
-            memory: start.memory,
+            memory: state.memory,
             points: Points {
                 decider: start.decider,
                 bounds: *bounds,
-                faults: start.faults,
-                seen: start.points_seen,
-                crashed_at: start.crashed_at,
+                faults: state.faults,
+                seen: state.points_seen,
+                crashed_at: state.crashed_at,
             },
-            world: start.world,
+            world: state.world,
             pruning,
             store_print: Cell::new(None),
             versioned,
             effects_read_at: None,
             overlapping,
             tasks: Vec::new(),
-            invocations_started: start.invocations_started,
+            invocations_started: state.invocations_started,
             stacks: &mut self.stacks,
             connections: &mut self.connections,
             commits: Arc::clone(&self.commits),
             commits_read: self.commits.load(std::sync::atomic::Ordering::Relaxed),
-            progress: start.progress,
+            progress: state.progress,
             store_seen: None,
             checkpoints: checkpoints.as_deref_mut(),
-            at_checkpoint: start.at_checkpoint,
+            at_checkpoint: start.store_print.is_some(),
         };
         if let Some(print) = start.store_print {
             // The store is the checkpoint's, as it is now: so is its ground truth.
@@ -465,49 +465,12 @@ pub struct Enumeration<'v> {
     pub prefix: &'v [u32],
 }
 
-/// Where a run begins: its decider and the state of everything the engine keeps.
+/// Where a run begins: its decider, the engine's state, and the store's fingerprint when the
+/// state is a checkpoint's (the run resumes from it, with the store put back).
 struct Start<'s, S: System> {
     decider: Decider<'s>,
-    world: WorldOf<S>,
-    memory: S::Memory,
-    faults: FaultCounts,
-    points_seen: Vec<&'static str>,
-    crashed_at: Vec<&'static str>,
-    invocations_started: u32,
-    progress: u64,
+    state: EngineState<S>,
     store_print: Option<u64>,
-    /// Whether the state is a checkpoint's already (the run resumed from it).
-    at_checkpoint: bool,
-}
-
-/// A checkpoint's state, copied out for a run to resume from (the store is back to it).
-struct Resume<S: System> {
-    answers: usize,
-    world: WorldOf<S>,
-    memory: S::Memory,
-    faults: FaultCounts,
-    points_seen: Vec<&'static str>,
-    crashed_at: Vec<&'static str>,
-    invocations_started: u32,
-    progress: u64,
-    store_print: u64,
-}
-
-impl<S: System> Resume<S> {
-    fn begin(self, decider: Decider<'_>) -> Start<'_, S> {
-        Start {
-            decider,
-            world: self.world,
-            memory: self.memory,
-            faults: self.faults,
-            points_seen: self.points_seen,
-            crashed_at: self.crashed_at,
-            invocations_started: self.invocations_started,
-            progress: self.progress,
-            store_print: Some(self.store_print),
-            at_checkpoint: true,
-        }
-    }
 }
 
 /// The crash-point side of a run: its decider and fault budget, lent to handlers through
