@@ -294,6 +294,13 @@ pub fn check_report(
         Stopped::RunsMax => "NOT exhausted: runs_max reached".to_string(),
     };
     let _ = writeln!(out, "bound: {bound}");
+    let last_level = report.levels.last().map_or(0, |l| l.faults_max);
+    if report.stopped == Stopped::Exhausted && last_level < bounds.faults_max {
+        let _ = writeln!(
+            out,
+            "(levels above faults_max={last_level} would repeat it: the per-kind budgets allow no more faults)"
+        );
+    }
     let coverage = &report.coverage;
     let _ = writeln!(
         out,

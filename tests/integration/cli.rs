@@ -284,6 +284,85 @@ fn check_exits_0_clean_1_caught_3_inconclusive() {
     assert!(stdout(&cut_short).contains("NOT exhausted"));
 }
 
+/// `--workload TAPE` checks only the runs with that tape's workload; a tape whose workload
+/// answers are out of range is bad input. `--whole-bound` goes on past violations.
+#[test]
+fn check_confines_itself_to_one_workload_or_explores_the_whole_bound() {
+    let check = |extra: &[&str]| {
+        let base = [
+            "check",
+            "--model",
+            "counter",
+            "--handler",
+            "keyed-sqlite",
+            "--clients",
+            "2",
+            "--intents",
+            "1",
+            "--attempts-max",
+            "2",
+            "--faults-max",
+            "1",
+        ];
+        retrysim(&[&base[..], extra].concat())
+    };
+    let runs = |text: &str| -> u64 {
+        let line = text
+            .lines()
+            .find_map(|line| line.strip_prefix("runs explored: "))
+            .expect("a runs line");
+        line.split(';').next().unwrap().parse().unwrap()
+    };
+    let every = check(&[]);
+    let one = check(&["--workload", "1"]);
+    let text = stdout(&one);
+    assert_eq!(one.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("workload: one (every run begins 1,0,0)"),
+        "{text}"
+    );
+    assert!(runs(&text) < runs(&stdout(&every)));
+    assert_bad_input(
+        &[
+            "check",
+            "--model",
+            "counter",
+            "--handler",
+            "keyed-sqlite",
+            "--workload",
+            "7",
+        ],
+        "--workload 7: ",
+    );
+
+    let whole = retrysim(&[
+        "check",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-memory",
+        "--clients",
+        "1",
+        "--intents",
+        "1",
+        "--attempts-max",
+        "2",
+        "--faults-max",
+        "2",
+        "--whole-bound",
+    ]);
+    let text = stdout(&whole);
+    assert_eq!(whole.status.code(), Some(1), "{text}");
+    assert!(text.contains("bound: exhausted"), "{text}");
+    let levels = text
+        .lines()
+        .skip_while(|line| !line.starts_with("faults_max"))
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .count();
+    assert_eq!(levels, 3, "{text}");
+}
+
 #[test]
 fn check_accepts_unbounded_drops_and_refuses_nonsense() {
     let output = retrysim(&[

@@ -189,6 +189,25 @@ fn every_correct_handler_is_held_to_the_bound_that_must_hold() {
     );
 }
 
+/// Levels above the sum of the per-kind budgets would repeat the last one: they are not run.
+#[test]
+fn levels_stop_where_the_per_kind_budgets_run_out() {
+    let entry = models::find("counter", "keyed-sqlite").unwrap();
+    let bounds = Bounds {
+        faults_max: 3,
+        drops_max: Bounds::UNBOUNDED,
+        duplicates_max: 1,
+        crashes_max: 0,
+        reconnects_max: 0,
+        ..small(2, 1)
+    };
+    let report = run_check(entry, bounds, Reduction::States, 1_000_000);
+    assert!(report.clean());
+    let levels: Vec<u32> = report.levels.iter().map(|l| l.faults_max).collect();
+    assert_eq!(levels, [0, 1]);
+    assert!(report.coverage.duplicates > 0 && report.coverage.drops > 0);
+}
+
 #[test]
 fn keyed_memory_is_clean_exhaustively_without_crashes() {
     let entry = models::find("counter", "keyed-memory").unwrap();
