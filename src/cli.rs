@@ -4,7 +4,7 @@
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    check_determinism, exhaust, explore, replay, run_seed, shrink, workload_answers, Bounds,
+    check_determinism, exhaust_on, explore, replay, run_seed, shrink, workload_answers, Bounds,
     CheckOptions, ClientPolicy, Exploration, Invariant, Reduction, StopAt, Tape, CHECK_RUNS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -185,6 +185,10 @@ struct SearchArgs {
     /// checker).
     #[arg(long)]
     no_checkpoints: bool,
+    /// Threads to explore on, each taking whole workloads (default: the machine's cores); the
+    /// report does not depend on it.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Check only the runs with the workload this tape draws (its first answers, e.g. from a
     /// reproduction command), instead of every workload within the bounds.
     #[arg(long, value_name = "TAPE")]
@@ -398,6 +402,10 @@ fn run_check(
     let entry = models::find(&target.model, &target.handler)?;
     let mut subject = (entry.build)();
     let bounds = bounds.bounds(entry)?;
+    let threads = search.threads.unwrap_or_else(threads_default);
+    if threads == 0 {
+        return Err(UsageError("--threads must be at least 1".into()));
+    }
     let prefix = match &search.workload {
         Some(tape) => workload_answers(&mut *subject, tape, &bounds)
             .map_err(|error| UsageError(format!("--workload {tape}: {error}")))?,
@@ -421,7 +429,7 @@ fn run_check(
         checkpoints: !search.no_checkpoints,
         prefix,
     };
-    let (report, elapsed_seconds) = timed(|| exhaust(&mut *subject, &options));
+    let (report, elapsed_seconds) = timed(|| exhaust_on(&entry.build, &options, threads));
     // A counterexample replays under the bounds of the level that found it.
     let found_bounds = Bounds {
         faults_max: report.levels.last().map_or(0, |level| level.faults_max),

@@ -12,8 +12,8 @@
 use crate::models::{self, HandlerEntry};
 use crate::report::{self, Schedule};
 use crate::{
-    check_determinism, exhaust, explore, replay, run_seed, shrink, Bounds, CheckOptions, Invariant,
-    RunOutcome, Shrunk, Simulator, Subject, System, Tape, TapeChoices,
+    check_determinism, exhaust_on, explore, replay, run_seed, shrink, Bounds, CheckOptions,
+    Invariant, RunOutcome, Shrunk, Simulator, Subject, System, Tape, TapeChoices,
 };
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -179,7 +179,8 @@ impl Check {
     fn find_failure(&self) -> Option<Shrunk> {
         let mut subject = (self.factory)();
         let (invariant, tape, bounds) = if self.exhaustive {
-            let report = exhaust(&mut *subject, &CheckOptions::new(self.bounds));
+            let options = CheckOptions::new(self.bounds);
+            let report = exhaust_on(&*self.factory, &options, threads());
             let found = report.violations.first()?;
             let level = report.levels.last().map_or(0, |l| l.faults_max);
             let bounds = Bounds {

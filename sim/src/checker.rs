@@ -2,12 +2,16 @@
 //! state hashing to skip states already explored.
 
 use crate::bounds::Bounds;
-use crate::choices::{ChoiceKind, Choices, Tape, TapeChoices, TapeError};
+use crate::choices::Tape;
+use crate::explore::SubjectFactory;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
+use crate::workloads::workload_prefixes;
 use crate::Invariant;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Runs an exhaustive check may spend before it stops, unless told otherwise.
 pub const CHECK_RUNS_MAX: u64 = 2_000_000;
@@ -30,7 +34,10 @@ pub struct CheckOptions {
     pub bounds: Bounds,
     /// The reduction.
     pub reduction: Reduction,
-    /// Runs after which the check stops, reporting that the bound was not exhausted.
+    /// Runs after which the check stops, reporting that the bound was not exhausted. It is
+    /// counted between workloads: each workload of a level may take as many runs as were left
+    /// when the level began (so that the report does not depend on how workloads are spread
+    /// over threads), and a check may explore up to twice as many.
     pub runs_max: u64,
     /// When a violation ends the check.
     pub stop: StopAt,
@@ -40,8 +47,8 @@ pub struct CheckOptions {
     /// system's store can be copied, [`crate::System::save`]), instead of replaying it from
     /// its start. The runs and the report are the same either way; only the time differs.
     pub checkpoints: bool,
-    /// Answers every run begins with (see [`workload_answers`]: the answers that draw one
-    /// workload), or none: every workload within the bounds.
+    /// Answers every run begins with (see [`crate::workload_answers`]: the answers that draw
+    /// one workload), or none: every workload within the bounds.
     pub prefix: Vec<u32>,
 }
 
@@ -106,6 +113,17 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Adds another coverage's runs to this one's.
+    pub fn add(&mut self, other: &Coverage) {
+        self.drops += other.drops;
+        self.duplicates += other.duplicates;
+        self.crashes += other.crashes;
+        self.reconnects += other.reconnects;
+        for (point, runs) in &other.crash_points {
+            *self.crash_points.entry(point).or_insert(0) += runs;
+        }
+    }
+
     /// The fault kinds and crash points that no explored run exercised.
     pub fn gaps(&self, bounds: &Bounds) -> Vec<String> {
         let mut gaps = Vec::new();
@@ -190,130 +208,210 @@ impl CheckReport {
     }
 }
 
-/// The answers that draw the workload of `tape`'s run (its first answers, as many as the
-/// workload's choices, zeros included): a prefix that confines a check to that workload
-/// ([`CheckOptions::prefix`]). Fails if one of them is out of range for its choice.
-pub fn workload_answers(
-    subject: &mut dyn Subject,
-    tape: &Tape,
-    bounds: &Bounds,
-) -> Result<Vec<u32>, TapeError> {
-    let mut source = WorkloadAnswers {
-        tape: TapeChoices::lenient(tape.answers()),
-        answers: tape.answers(),
-        drawn: Vec::new(),
-        drawing: true,
-        error: None,
-    };
-    subject.run(&mut source, bounds, false);
-    match source.error {
-        Some(error) => Err(error),
-        None => Ok(source.drawn),
-    }
-}
-
-/// Replays a tape, keeping the answers of the workload's choices.
-struct WorkloadAnswers<'t> {
-    tape: TapeChoices<'t>,
-    answers: &'t [u32],
-    drawn: Vec<u32>,
-    drawing: bool,
-    error: Option<TapeError>,
-}
-
-impl Choices for WorkloadAnswers<'_> {
-    fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
-        let position = self.drawn.len();
-        self.drawing &= kind == ChoiceKind::Workload;
-        if self.drawing {
-            let given = self.answers.get(position).copied().unwrap_or(0);
-            if given >= options && self.error.is_none() {
-                self.error = Some(TapeError::AnswerOutOfRange {
-                    position: position + 1,
-                    answer: given,
-                    options,
-                });
-            }
-        }
-        let answer = self.tape.choose(kind, options);
-        if self.drawing {
-            self.drawn.push(answer);
-        }
-        answer
-    }
-}
-
 /// Explores every run of `subject` within `options.bounds`: first with no fault, then with at
 /// most one, and so on up to `faults_max`, stopping after the first level with a violation,
 /// so every counterexample has the fewest faults any counterexample has.
 pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
-    let mut report = CheckReport {
-        levels: Vec::new(),
-        stopped: Stopped::Exhausted,
+    let workloads = workload_prefixes(subject, &options.bounds, &options.prefix);
+    let mut search = Search::new(options, workloads.len());
+    while let Some((bounds, runs_left)) = search.next_level() {
+        let mut parts = Vec::new();
+        for (index, prefix) in workloads.iter().enumerate() {
+            let visited = search.visited[index].as_mut();
+            let part = explore_part(subject, &bounds, options, (prefix, visited), runs_left);
+            let ends_level = search.ends_level(&part, &parts);
+            parts.push(part);
+            if ends_level {
+                break;
+            }
+        }
+        search.merge(&bounds, parts);
+    }
+    search.report
+}
+
+/// Explores like [`exhaust`] on `threads` threads, each with a subject of its own from
+/// `factory`. A check's workloads (the answers a run begins with, which draw its clients and
+/// intents) share no state, so each thread explores whole workloads; the parts are put
+/// together in workload order, and the report is the same for any thread count.
+pub fn exhaust_on(
+    factory: SubjectFactory<'_>,
+    options: &CheckOptions,
+    threads: usize,
+) -> CheckReport {
+    let workloads = workload_prefixes(&mut *factory(), &options.bounds, &options.prefix);
+    let mut search = Search::new(options, workloads.len());
+    while let Some((bounds, runs_left)) = search.next_level() {
+        let visited = Mutex::new(std::mem::take(&mut search.visited));
+        let parts: Mutex<Vec<Option<Part>>> = Mutex::new(vec![None; workloads.len()]);
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..threads.clamp(1, workloads.len().max(1)) {
+                scope.spawn(|| {
+                    let mut subject = factory();
+                    loop {
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(prefix) = workloads.get(index) else {
+                            break;
+                        };
+                        let mut own = lock(&visited)[index].take();
+                        let work = (prefix.as_slice(), own.as_mut());
+                        let part = explore_part(&mut *subject, &bounds, options, work, runs_left);
+                        lock(&visited)[index] = own;
+                        lock(&parts)[index] = Some(part);
+                    }
+                });
+            }
+        });
+        search.visited = visited.into_inner().expect("no exploring thread panicked");
+        let parts = parts.into_inner().expect("no exploring thread panicked");
+        // The parts a sequential check would have explored: up to the one that ends the level.
+        let mut kept = Vec::new();
+        for part in parts.into_iter().flatten() {
+            let ends_level = search.ends_level(&part, &kept);
+            kept.push(part);
+            if ends_level {
+                break;
+            }
+        }
+        search.merge(&bounds, kept);
+    }
+    search.report
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().expect("no exploring thread panicked")
+}
+
+/// A check in progress: its report, the levels left, each workload's explored states, and the
+/// runs left.
+struct Search<'o> {
+    options: &'o CheckOptions,
+    report: CheckReport,
+    /// For each workload, the states explored at lower levels (with state hashing).
+    visited: Vec<Option<Visited>>,
+    /// The next level's fault budget, while one is left.
+    next_faults_max: Option<u32>,
+    /// The last level's: above the sum of the per-kind budgets, a level would repeat the one
+    /// below.
+    last_faults_max: u32,
+    runs_left: u64,
+}
+
+impl<'o> Search<'o> {
+    fn new(options: &'o CheckOptions, workloads: usize) -> Self {
+        let hashing = options.reduction == Reduction::States;
+        Search {
+            options,
+            report: CheckReport {
+                levels: Vec::new(),
+                stopped: Stopped::Exhausted,
+                step_limited: 0,
+                coverage: Coverage::default(),
+                violations: Vec::new(),
+            },
+            visited: (0..workloads).map(|_| hashing.then(Visited::new)).collect(),
+            next_faults_max: Some(0),
+            last_faults_max: options
+                .bounds
+                .faults_max
+                .min(options.bounds.faults_reachable()),
+            runs_left: options.runs_max,
+        }
+    }
+
+    /// The bounds of the next level and the runs each of its workloads may take, if the check
+    /// goes on.
+    fn next_level(&mut self) -> Option<(Bounds, u64)> {
+        let faults_max = self.next_faults_max?;
+        let bounds = Bounds {
+            faults_max,
+            ..self.options.bounds
+        };
+        Some((bounds, self.runs_left))
+    }
+
+    /// Whether `part`, after `before` in the same level, ends the level: it found the first
+    /// violation a check stopping there looks for, or the runs left ran out.
+    fn ends_level(&self, part: &Part, before: &[Part]) -> bool {
+        let runs: u64 = before.iter().chain([part]).map(|p| p.level.runs).sum();
+        let first_violation =
+            self.options.stop == StopAt::FirstViolation && !part.violations.is_empty();
+        first_violation || runs >= self.runs_left
+    }
+
+    /// Adds a level made of `parts` (in workload order) to the report, and decides whether
+    /// another level follows.
+    fn merge(&mut self, bounds: &Bounds, parts: Vec<Part>) {
+        let report = &mut self.report;
+        let mut level = Level {
+            faults_max: bounds.faults_max,
+            runs: 0,
+            pruned: 0,
+            unique_states: 0,
+            final_states: 0,
+        };
+        for part in parts {
+            level.runs += part.level.runs;
+            level.pruned += part.level.pruned;
+            level.unique_states += part.level.unique_states;
+            level.final_states += part.level.final_states;
+            report.step_limited += part.step_limited;
+            report.coverage.add(&part.coverage);
+            for found in part.violations {
+                if report.violation(found.invariant).is_none() {
+                    report.violations.push(found);
+                }
+            }
+        }
+        self.runs_left = self.runs_left.saturating_sub(level.runs);
+        report.levels.push(level);
+        self.next_faults_max =
+            (bounds.faults_max < self.last_faults_max).then_some(bounds.faults_max + 1);
+        if !report.violations.is_empty() && self.options.stop != StopAt::EndOfBound {
+            report.stopped = Stopped::Violation;
+            self.next_faults_max = None;
+        } else if self.runs_left == 0 {
+            report.stopped = Stopped::RunsMax;
+            self.next_faults_max = None;
+        }
+    }
+}
+
+/// One workload's share of one level.
+#[derive(Clone, Debug)]
+struct Part {
+    /// Its runs, pruned runs, new states and final states (the fault budget is the level's).
+    level: Level,
+    step_limited: u64,
+    coverage: Coverage,
+    /// The first counterexample of each invariant looked for, in the order found.
+    violations: Vec<Counterexample>,
+}
+
+/// Explores one workload (the runs beginning with `prefix`) at one level, with the states of
+/// lower levels in `visited`, for at most `runs_max` runs.
+fn explore_part(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    options: &CheckOptions,
+    (prefix, visited): (&[u32], Option<&mut Visited>),
+    runs_max: u64,
+) -> Part {
+    let mut part = Part {
+        level: Level {
+            faults_max: bounds.faults_max,
+            runs: 0,
+            pruned: 0,
+            unique_states: 0,
+            final_states: 0,
+        },
         step_limited: 0,
         coverage: Coverage::default(),
         violations: Vec::new(),
     };
-    let mut runs_left = options.runs_max;
-    // One set of visits serves every level: a state explored at a lower level with as much
-    // budget left is not explored again.
-    let mut visited = (options.reduction == Reduction::States).then(Visited::new);
-    // Above the sum of the per-kind budgets, a level would be the same as the one below.
-    let levels = options
-        .bounds
-        .faults_max
-        .min(options.bounds.faults_reachable());
-    for faults_max in 0..=levels {
-        let bounds = Bounds {
-            faults_max,
-            ..options.bounds
-        };
-        let search = Search {
-            options,
-            visited: visited.as_mut(),
-            runs_left: &mut runs_left,
-        };
-        let level = check_level(subject, &bounds, search, &mut report);
-        report.levels.push(level);
-        if !report.violations.is_empty() && options.stop != StopAt::EndOfBound {
-            report.stopped = Stopped::Violation;
-            break;
-        }
-        if runs_left == 0 {
-            report.stopped = Stopped::RunsMax;
-            break;
-        }
-    }
-    report
-}
-
-/// What one level of a check searches with.
-struct Search<'s> {
-    options: &'s CheckOptions,
-    visited: Option<&'s mut Visited>,
-    runs_left: &'s mut u64,
-}
-
-fn check_level(
-    subject: &mut dyn Subject,
-    bounds: &Bounds,
-    search: Search<'_>,
-    report: &mut CheckReport,
-) -> Level {
-    let Search {
-        options,
-        visited,
-        runs_left,
-    } = search;
-    let mut level = Level {
-        faults_max: bounds.faults_max,
-        runs: 0,
-        pruned: 0,
-        unique_states: 0,
-        final_states: 0,
-    };
-    if *runs_left == 0 {
-        return level;
+    if runs_max == 0 {
+        return part;
     }
     let mut finals = BTreeSet::new();
     let states_before = visited.as_deref().map_or(0, Visited::len);
@@ -321,35 +419,38 @@ fn check_level(
     let enumeration = Enumeration {
         visited: visited.as_deref_mut(),
         checkpoints: options.checkpoints,
-        prefix: &options.prefix,
+        prefix,
     };
     let mut each = |outcome: &RunOutcome| {
-        *runs_left -= 1;
-        level.runs += 1;
-        level.pruned += u64::from(outcome.end == RunEnd::Pruned);
-        report.step_limited += u64::from(outcome.end == RunEnd::StepLimit);
+        part.level.runs += 1;
+        part.level.pruned += u64::from(outcome.end == RunEnd::Pruned);
+        part.step_limited += u64::from(outcome.end == RunEnd::StepLimit);
         if let Some(state) = outcome.final_state {
             finals.insert(state);
         }
-        tally(&mut report.coverage, outcome);
+        tally(&mut part.coverage, outcome);
         for violation in &outcome.violations {
             let wanted = options.only.is_none_or(|only| only == violation.invariant);
-            if wanted && report.violation(violation.invariant).is_none() {
-                report.violations.push(Counterexample {
+            let known = part
+                .violations
+                .iter()
+                .any(|v| v.invariant == violation.invariant);
+            if wanted && !known {
+                part.violations.push(Counterexample {
                     invariant: violation.invariant,
                     tape: outcome.tape.clone(),
                     faults: outcome.faults.total(),
                 });
             }
         }
-        let stop = options.stop == StopAt::FirstViolation && !report.violations.is_empty();
-        *runs_left > 0 && !stop
+        let stop = options.stop == StopAt::FirstViolation && !part.violations.is_empty();
+        part.level.runs < runs_max && !stop
     };
     subject.enumerate(bounds, enumeration, &mut each);
     let states_after = visited.as_deref().map_or(0, Visited::len);
-    level.unique_states = (states_after - states_before) as u64;
-    level.final_states = finals.len() as u64;
-    level
+    part.level.unique_states = (states_after - states_before) as u64;
+    part.level.final_states = finals.len() as u64;
+    part
 }
 
 fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {

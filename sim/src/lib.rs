@@ -24,11 +24,12 @@ pub mod sqlite;
 mod subject;
 mod system;
 mod timeline;
+mod workloads;
 
 pub use bounds::Bounds;
 pub use checker::{
-    exhaust, workload_answers, CheckOptions, CheckReport, Counterexample, Coverage, Level,
-    Reduction, StopAt, Stopped, CHECK_RUNS_MAX,
+    exhaust, exhaust_on, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction,
+    StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
@@ -48,3 +49,4 @@ pub use system::{
     Workload,
 };
 pub use timeline::{IntentSummary, Lane, Row, Timeline};
+pub use workloads::workload_answers;

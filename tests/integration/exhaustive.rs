@@ -4,8 +4,8 @@
 
 use retrysim::models::{self, Declared, HandlerEntry};
 use retrysim::{
-    exhaust, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction, StopAt,
-    Stopped,
+    exhaust, exhaust_on, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction,
+    StopAt, Stopped,
 };
 use std::collections::BTreeSet;
 
@@ -147,7 +147,11 @@ fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(domain: &str, 
         faults_max: 2,
         ..Bounds::default()
     });
-    let report = run_check(entry, bounds, Reduction::States, 20_000_000);
+    let options = CheckOptions {
+        runs_max: 20_000_000,
+        ..CheckOptions::new(bounds)
+    };
+    let report = exhaust_on(&entry.build, &options, 2);
     assert_eq!(report.stopped, Stopped::Exhausted, "{entry:?}");
     assert!(report.clean(), "{entry:?}: {:?}", report.violations);
     assert_eq!(report.step_limited, 0);
@@ -349,5 +353,57 @@ fn checkpoints_change_nothing_but_speed() {
             assert_eq!(resumed, report(false), "{entry:?} {bounds:?} {reduction:?}");
             assert!(resumed.runs() > 10, "{entry:?}: too small to tell");
         }
+    }
+}
+
+/// Workloads share no state: a check split across threads by workload gives the report a
+/// single thread gives, run for run: clean or caught, stopped at the first violation or at the
+/// end of its level, or cut short by `runs_max`.
+#[test]
+fn a_check_on_threads_reports_what_one_thread_reports() {
+    use Stopped::{Exhausted, RunsMax, Violation};
+    let cases = [
+        (
+            "counter",
+            "keyed-sqlite",
+            StopAt::FirstViolation,
+            1_000_000,
+            Exhausted,
+        ),
+        (
+            "counter",
+            "keyed-memory",
+            StopAt::FirstViolation,
+            1_000_000,
+            Violation,
+        ),
+        (
+            "interval",
+            "split-commit",
+            StopAt::EndOfLevel,
+            1_000_000,
+            Violation,
+        ),
+        (
+            "reservation",
+            "action-record",
+            StopAt::FirstViolation,
+            5_000,
+            RunsMax,
+        ),
+    ];
+    for (domain, handler, stop, runs_max, stopped) in cases {
+        let entry = models::find(domain, handler).unwrap();
+        let options = CheckOptions {
+            stop,
+            runs_max,
+            ..CheckOptions::new(entry.bounds_from(small(2, 1)))
+        };
+        let alone = exhaust(&mut *(entry.build)(), &options);
+        for threads in [1, 2, 3] {
+            let split = exhaust_on(&entry.build, &options, threads);
+            assert_eq!(split, alone, "{entry:?} on {threads} threads");
+        }
+        assert_eq!(alone.stopped, stopped, "{entry:?}");
     }
 }
