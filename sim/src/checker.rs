@@ -213,19 +213,21 @@ impl CheckReport {
 /// so every counterexample has the fewest faults any counterexample has.
 pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
     let workloads = workload_prefixes(subject, &options.bounds, &options.prefix);
-    let mut search = Search::new(options, workloads.len());
+    let mut visits = visits(options, workloads.len());
+    let mut search = Search::new(options);
     while let Some((bounds, runs_left)) = search.next_level() {
-        let mut parts = Vec::new();
-        for (index, prefix) in workloads.iter().enumerate() {
-            let visited = search.visited[index].as_mut();
-            let part = explore_part(subject, &bounds, options, (prefix, visited), runs_left);
-            let ends_level = search.ends_level(&part, &parts);
-            parts.push(part);
-            if ends_level {
-                break;
-            }
-        }
-        search.merge(&bounds, parts);
+        // Lazily: the workloads after the one that ends the level are not explored.
+        let parts = workloads.iter().zip(&mut visits).map(|(prefix, visited)| {
+            explore_part(
+                subject,
+                &bounds,
+                options,
+                (prefix, visited.as_mut()),
+                runs_left,
+            )
+        });
+        let kept = search.level_of(parts);
+        search.merge(&bounds, kept);
     }
     search.report
 }
@@ -240,9 +242,10 @@ pub fn exhaust_on(
     threads: usize,
 ) -> CheckReport {
     let workloads = workload_prefixes(&mut *factory(), &options.bounds, &options.prefix);
-    let mut search = Search::new(options, workloads.len());
+    let mut visits = visits(options, workloads.len());
+    let mut search = Search::new(options);
     while let Some((bounds, runs_left)) = search.next_level() {
-        let visited = Mutex::new(std::mem::take(&mut search.visited));
+        let visited = Mutex::new(std::mem::take(&mut visits));
         let parts: Mutex<Vec<Option<Part>>> = Mutex::new(vec![None; workloads.len()]);
         let next = AtomicUsize::new(0);
         std::thread::scope(|scope| {
@@ -263,33 +266,29 @@ pub fn exhaust_on(
                 });
             }
         });
-        search.visited = visited.into_inner().expect("no exploring thread panicked");
+        visits = visited.into_inner().expect("no exploring thread panicked");
         let parts = parts.into_inner().expect("no exploring thread panicked");
-        // The parts a sequential check would have explored: up to the one that ends the level.
-        let mut kept = Vec::new();
-        for part in parts.into_iter().flatten() {
-            let ends_level = search.ends_level(&part, &kept);
-            kept.push(part);
-            if ends_level {
-                break;
-            }
-        }
+        // The parts one thread would have explored: the others are dropped.
+        let kept = search.level_of(parts.into_iter().flatten());
         search.merge(&bounds, kept);
     }
     search.report
+}
+
+/// For each workload, the states explored at lower levels (with state hashing).
+fn visits(options: &CheckOptions, workloads: usize) -> Vec<Option<Visited>> {
+    let hashing = options.reduction == Reduction::States;
+    (0..workloads).map(|_| hashing.then(Visited::new)).collect()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().expect("no exploring thread panicked")
 }
 
-/// A check in progress: its report, the levels left, each workload's explored states, and the
-/// runs left.
+/// A check in progress: its report, the levels left and the runs left.
 struct Search<'o> {
     options: &'o CheckOptions,
     report: CheckReport,
-    /// For each workload, the states explored at lower levels (with state hashing).
-    visited: Vec<Option<Visited>>,
     /// The next level's fault budget, while one is left.
     next_faults_max: Option<u32>,
     /// The last level's: above the sum of the per-kind budgets, a level would repeat the one
@@ -299,8 +298,7 @@ struct Search<'o> {
 }
 
 impl<'o> Search<'o> {
-    fn new(options: &'o CheckOptions, workloads: usize) -> Self {
-        let hashing = options.reduction == Reduction::States;
+    fn new(options: &'o CheckOptions) -> Self {
         Search {
             options,
             report: CheckReport {
@@ -310,7 +308,6 @@ impl<'o> Search<'o> {
                 coverage: Coverage::default(),
                 violations: Vec::new(),
             },
-            visited: (0..workloads).map(|_| hashing.then(Visited::new)).collect(),
             next_faults_max: Some(0),
             last_faults_max: options
                 .bounds
@@ -331,13 +328,21 @@ impl<'o> Search<'o> {
         Some((bounds, self.runs_left))
     }
 
-    /// Whether `part`, after `before` in the same level, ends the level: it found the first
-    /// violation a check stopping there looks for, or the runs left ran out.
-    fn ends_level(&self, part: &Part, before: &[Part]) -> bool {
-        let runs: u64 = before.iter().chain([part]).map(|p| p.level.runs).sum();
-        let first_violation =
-            self.options.stop == StopAt::FirstViolation && !part.violations.is_empty();
-        first_violation || runs >= self.runs_left
+    /// The parts of a level, taken in workload order up to the one that ends it: it found
+    /// the first violation a check stopping there looks for, or the runs left ran out.
+    fn level_of(&self, parts: impl Iterator<Item = Part>) -> Vec<Part> {
+        let mut kept = Vec::new();
+        let mut runs = 0;
+        for part in parts {
+            runs += part.level.runs;
+            let first_violation =
+                self.options.stop == StopAt::FirstViolation && !part.violations.is_empty();
+            kept.push(part);
+            if first_violation || runs >= self.runs_left {
+                break;
+            }
+        }
+        kept
     }
 
     /// Adds a level made of `parts` (in workload order) to the report, and decides whether
