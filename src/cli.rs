@@ -169,7 +169,8 @@ struct SearchArgs {
     /// Skip states already explored (states), or enumerate every tape (none).
     #[arg(long, value_enum, default_value_t = ReductionArg::States)]
     reduction: ReductionArg,
-    /// Runs after which the check stops without exhausting the bound.
+    /// Runs after which the check stops without exhausting the bound (counted between
+    /// workloads: the last workload begun may take up to as many again).
     #[arg(long, default_value_t = CHECK_RUNS_MAX)]
     runs_max: u64,
     /// After the first violation, finish its fault level to find the first counterexample
