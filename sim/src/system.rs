@@ -285,7 +285,8 @@ pub trait System {
     fn reset(&self, store: &mut Self::Store);
 
     /// Copies the committed store, so that an exhaustive check can go back to this point of a
-    /// run instead of replaying the run from its start. `None`, the default, means the store
+    /// run instead of replaying the run from its start (copies are told apart by
+    /// [`System::fingerprint`]). `None`, the default, means the store
     /// cannot be copied: exhaustive checks then replay every run from its start (slower, with
     /// the same results). Only called when no invocation is in progress.
     fn save(&self, _store: &Self::Store) -> Option<StoreCopy> {
@@ -395,9 +396,11 @@ pub trait System {
     /// A one-line summary of the committed store for timelines, e.g. `total=5 records=[e1]`.
     fn describe_store(&self, store: &Self::Store) -> String;
 
-    /// A fingerprint of the whole committed store, for state hashing in exhaustive checks:
-    /// two stores with equal fingerprints must behave alike from here on. The default hashes
-    /// [`System::describe_store`]; override it when the description leaves state out.
+    /// A fingerprint of the whole committed store, for exhaustive checks: two stores with
+    /// equal fingerprints must behave alike from here on. State hashing skips a state met
+    /// again, and checkpoints put back a copy of a store only when its fingerprint differs
+    /// from the store's now. The default hashes [`System::describe_store`]; override it when
+    /// the description leaves state out.
     fn fingerprint(&self, store: &Self::Store) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.describe_store(store).hash(&mut hasher);

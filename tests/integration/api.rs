@@ -130,6 +130,7 @@ mod outside {
         Reply, Request, StoreCopy, System, Workload,
     };
     use std::collections::BTreeMap;
+    use std::hash::{Hash, Hasher};
 
     #[derive(Clone, Debug, PartialEq, Eq, Hash)]
     pub struct Deposit {
@@ -243,6 +244,12 @@ mod outside {
         }
         fn describe_store(&self, account: &Account) -> String {
             format!("balance={}", account.balance)
+        }
+        // The description leaves the deposits seen out; exhaustive checks need them.
+        fn fingerprint(&self, account: &Account) -> u64 {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            (account.balance, &account.seen, account.ledger.effects()).hash(&mut hasher);
+            hasher.finish()
         }
     }
 }
