@@ -97,6 +97,19 @@ pub struct Level {
     pub final_states: u64,
 }
 
+impl Level {
+    /// A level with nothing explored yet.
+    fn nothing_at(faults_max: u32) -> Self {
+        Level {
+            faults_max,
+            runs: 0,
+            pruned: 0,
+            unique_states: 0,
+            final_states: 0,
+        }
+    }
+}
+
 /// For each fault kind and crash point, how many explored runs exercised it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Coverage {
@@ -349,13 +362,7 @@ impl<'o> Search<'o> {
     /// another level follows.
     fn merge(&mut self, bounds: &Bounds, parts: Vec<Part>) {
         let report = &mut self.report;
-        let mut level = Level {
-            faults_max: bounds.faults_max,
-            runs: 0,
-            pruned: 0,
-            unique_states: 0,
-            final_states: 0,
-        };
+        let mut level = Level::nothing_at(bounds.faults_max);
         for part in parts {
             level.runs += part.level.runs;
             level.pruned += part.level.pruned;
@@ -404,13 +411,7 @@ fn explore_part(
     runs_max: u64,
 ) -> Part {
     let mut part = Part {
-        level: Level {
-            faults_max: bounds.faults_max,
-            runs: 0,
-            pruned: 0,
-            unique_states: 0,
-            final_states: 0,
-        },
+        level: Level::nothing_at(bounds.faults_max),
         step_limited: 0,
         coverage: Coverage::default(),
         violations: Vec::new(),

@@ -33,7 +33,7 @@ const EFFECTS_SCHEMA: &str = "CREATE TABLE retrysim_effects (
 );";
 
 /// A shared in-memory SQLite database with ground-truth triggers on its effect tables, the
-/// harness's keeper connection, and the server's connection (closed and reopened by a crash).
+/// harness's keeper connection, and the server's connection (rolled back by a crash).
 pub struct HarnessDb {
     uri: String,
     keeper: Connection,
@@ -263,9 +263,7 @@ impl HarnessDb {
         execute_cached(&self.keeper, "DELETE FROM retrysim_effects")?;
         execute_cached(&self.keeper, "COMMIT").map(drop)
     }
-}
 
-impl HarnessDb {
     /// Copies every committed row of every table (ground truth included), rowids too, so that
     /// [`HarnessDb::restore`] can put the database back exactly as it is now.
     pub fn save(&self) -> DbImage {

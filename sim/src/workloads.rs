@@ -13,48 +13,12 @@ pub fn workload_answers(
     tape: &Tape,
     bounds: &Bounds,
 ) -> Result<Vec<u32>, TapeError> {
-    let mut source = WorkloadAnswers {
-        tape: TapeChoices::lenient(tape.answers()),
-        answers: tape.answers(),
-        drawn: Vec::new(),
-        drawing: true,
-        error: None,
-    };
-    subject.run(&mut source, bounds, false);
-    match source.error {
-        Some(error) => Err(error),
-        None => Ok(source.drawn),
-    }
-}
-
-/// Replays a tape, keeping the answers of the workload's choices.
-struct WorkloadAnswers<'t> {
-    tape: TapeChoices<'t>,
-    answers: &'t [u32],
-    drawn: Vec<u32>,
-    drawing: bool,
-    error: Option<TapeError>,
-}
-
-impl Choices for WorkloadAnswers<'_> {
-    fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
-        let position = self.drawn.len();
-        self.drawing &= kind == ChoiceKind::Workload;
-        if self.drawing {
-            let given = self.answers.get(position).copied().unwrap_or(0);
-            if given >= options && self.error.is_none() {
-                self.error = Some(TapeError::AnswerOutOfRange {
-                    position: position + 1,
-                    answer: given,
-                    options,
-                });
-            }
-        }
-        let answer = self.tape.choose(kind, options);
-        if self.drawing {
-            self.drawn.push(answer);
-        }
-        answer
+    let mut source = TapeChoices::strict(tape);
+    let drawn = draw(subject, &mut source, bounds);
+    // The answers after the workload's are not asked: only a workload answer can be wrong.
+    match source.error() {
+        Some(error @ TapeError::AnswerOutOfRange { .. }) => Err(error),
+        _ => Ok(drawn),
     }
 }
 
@@ -69,19 +33,25 @@ pub(crate) fn workload_prefixes(
     let mut enumerator = Enumerator::with_prefix(prefix);
     let mut workloads = Vec::new();
     while let Some(mut source) = enumerator.next_run() {
-        let mut drawing = WorkloadOnly {
-            source: &mut source,
-            drawn: Vec::new(),
-            drawing: true,
-        };
-        subject.run(&mut drawing, bounds, false);
-        let drawn = drawing.drawn;
+        let drawn = draw(subject, &mut source, bounds);
         if drawn.len() < prefix.len() {
             return vec![prefix.to_vec()];
         }
         workloads.push(drawn);
     }
     workloads
+}
+
+/// Runs once with the workload's choices answered by `source` (the rest 0, unasked), and
+/// returns their answers.
+fn draw(subject: &mut dyn Subject, source: &mut dyn Choices, bounds: &Bounds) -> Vec<u32> {
+    let mut drawing = WorkloadOnly {
+        source,
+        drawn: Vec::new(),
+        drawing: true,
+    };
+    subject.run(&mut drawing, bounds, false);
+    drawing.drawn
 }
 
 /// Passes a run's workload choices to `source` and answers 0 to the rest, unasked.

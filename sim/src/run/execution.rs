@@ -161,9 +161,7 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         let store_print = self.committed_print();
-        let Some(checkpoints) = self.checkpoints.as_deref_mut() else {
-            return;
-        };
+        let checkpoints = self.checkpoints.as_deref_mut().expect("checked above");
         let store = checkpoints
             .store_at(store_print)
             .unwrap_or_else(|| Rc::new(self.system.save(self.store).expect("the store copies")));

@@ -10,13 +10,12 @@
 
 use super::execution::Execution;
 use super::tasks::{prepare_connection, Go, Pause, Task, Turn};
-use super::world::{Action, Body};
+use super::world::{hash_of, Action, Body};
 use super::{CrashPoints, RunEnd, Session};
 use crate::system::{Crash, IntentId, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
 use rusqlite::Connection;
-use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
@@ -352,10 +351,4 @@ impl<S: System> Execution<'_, '_, S> {
         }
         fresh
     }
-}
-
-fn hash_of(value: &impl Hash) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
 }

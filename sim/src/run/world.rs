@@ -155,7 +155,8 @@ pub(crate) struct World<R, V, E> {
     pub(crate) rows: Option<Vec<Row>>,
 }
 
-fn hash_of<T: Hash>(item: &T) -> u64 {
+/// The hash of one value, for fingerprints.
+pub(crate) fn hash_of<T: Hash>(item: &T) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     item.hash(&mut hasher);
     hasher.finish()
