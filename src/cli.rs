@@ -1,22 +1,31 @@
 //! The `retrysim` command line. Every command is a client of the library.
 //!
-//! Exit status: 0 clean (or as declared), 1 a violation was found, 2 bad input.
+//! Exit status: 0 clean (or every handler as declared), 1 a violation was found, 2 bad input
+//! or an output error, 3 (`check` only) inconclusive.
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    check_determinism, exhaust_on, explore, replay, run_seed, shrink, workload_answers, Bounds,
-    CheckOptions, ClientPolicy, Exploration, Invariant, Reduction, StopAt, Tape, CHECK_RUNS_MAX,
+    check_determinism, exhaust_on_reporting, explore, replay, run_seed, shrink, workload_answers,
+    Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant, Level, Reduction,
+    StopAt, Subject, Tape, CHECK_RUNS_MAX, THREADS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
 use serde_json::json;
 use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::ops::Range;
 use std::process::ExitCode;
 use std::time::Instant;
 
 /// Seeds the no-argument run explores per handler.
 pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
+
+const EXIT_STATUS: &str = "Exit status: 0 clean (or every handler as declared), 1 a violation \
+                           was found, 2 bad input or an output error, 3 (check only) \
+                           inconclusive: the bound was not exhausted, or a fault kind, crash \
+                           point or situation was never exercised.";
 
 #[derive(Parser)]
 #[command(
@@ -25,8 +34,8 @@ pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
     about = "Deterministic simulation of retry contracts: lost replies, duplicates, crashes.",
     long_about = "Deterministic simulation of retry contracts: lost replies, duplicate deliveries, \
                   crashes between writes.\n\nWith no command, explores every built-in handler and \
-                  prints a handlers x invariants matrix. Exit status: 0 clean or as declared, 1 \
-                  violation, 2 bad input."
+                  prints a handlers x invariants matrix.",
+    after_help = EXIT_STATUS
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,8 +60,9 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
-        /// Threads to explore on (default: the machine's cores); verdicts do not depend on it.
-        #[arg(long)]
+        /// Threads to explore on (default and most: the machine's cores); verdicts do not
+        /// depend on it.
+        #[arg(long, value_parser = parse_threads)]
         threads: Option<usize>,
         /// Run every seed twice first and fail (exit 1) at the first diverging timeline row.
         #[arg(long)]
@@ -78,12 +88,8 @@ enum Command {
     Replay {
         #[command(flatten)]
         target: Target,
-        /// The seed of the run.
-        #[arg(long, conflicts_with = "tape", required_unless_present = "tape")]
-        seed: Option<u64>,
-        /// The run's tape: comma-separated answers, e.g. 0,2,1.
-        #[arg(long, value_parser = parse_tape)]
-        tape: Option<Tape>,
+        #[command(flatten)]
+        schedule: ScheduleArgs,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -100,6 +106,18 @@ struct Target {
     /// The handler, e.g. keyed-sqlite.
     #[arg(long)]
     handler: String,
+}
+
+/// The run to replay: exactly one of a seed and a tape.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct ScheduleArgs {
+    /// The seed of the run.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// The run's tape: comma-separated answers, e.g. 0,2,1.
+    #[arg(long, value_parser = parse_tape)]
+    tape: Option<Tape>,
 }
 
 #[derive(Args)]
@@ -143,7 +161,8 @@ struct BoundsArgs {
 }
 
 impl BoundsArgs {
-    fn bounds(&self, entry: &HandlerEntry) -> Result<Bounds, String> {
+    /// The bounds in force for `entry`, refused when no run could reach them.
+    fn bounds(&self, entry: &HandlerEntry, subject: &dyn Subject) -> Result<Bounds, UsageError> {
         let bounds = Bounds {
             invocations_max: self.invocations_max.unwrap_or(entry.invocations_max),
             steps_max: self.steps_max,
@@ -158,8 +177,25 @@ impl BoundsArgs {
             client: self.client,
             ..Bounds::default()
         };
-        bounds.validate()?;
+        bounds
+            .validate_for(subject.workload_limits())
+            .map_err(|error| UsageError(flag_error(&error, entry.domain)))?;
         Ok(bounds)
+    }
+}
+
+/// A bounds error in the words of the command line: `--clients must be at least 1`.
+fn flag_error(error: &BoundsError, domain: &str) -> String {
+    let flag = match error.field() {
+        "clients_max" => "--clients".to_string(),
+        "intents_max" => "--intents".to_string(),
+        field => format!("--{}", field.replace('_', "-")),
+    };
+    match error {
+        BoundsError::AboveWorkload { value, most, .. } => {
+            format!("{flag} {value} is more than {domain}'s workloads draw (at most {most})")
+        }
+        BoundsError::Zero { .. } => format!("{flag} {}", error.problem()),
     }
 }
 
@@ -186,9 +222,9 @@ struct SearchArgs {
     /// checker).
     #[arg(long)]
     no_checkpoints: bool,
-    /// Threads to explore on, each taking whole workloads (default: the machine's cores); the
-    /// report does not depend on it.
-    #[arg(long)]
+    /// Threads to explore on, each taking whole workloads (default and most: the machine's
+    /// cores); the report does not depend on it.
+    #[arg(long, value_parser = parse_threads)]
     threads: Option<usize>,
     /// Check only the runs with the workload this tape draws (its first answers, e.g. from a
     /// reproduction command), instead of every workload within the bounds.
@@ -225,8 +261,26 @@ fn parse_limit(text: &str) -> Result<u32, String> {
     if text == "unbounded" {
         return Ok(Bounds::UNBOUNDED);
     }
-    text.parse()
-        .map_err(|_| format!("{text:?} is not a count or `unbounded`"))
+    let count: u32 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a count or `unbounded`"))?;
+    if count == Bounds::UNBOUNDED {
+        return Err(format!(
+            "{count} is past the largest count, {}; write `unbounded` for no limit",
+            Bounds::UNBOUNDED - 1
+        ));
+    }
+    Ok(count)
+}
+
+fn parse_threads(text: &str) -> Result<usize, String> {
+    let threads: usize = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a thread count"))?;
+    if !(1..=THREADS_MAX).contains(&threads) {
+        return Err(format!("{threads} is not between 1 and {THREADS_MAX}"));
+    }
+    Ok(threads)
 }
 
 fn parse_client(text: &str) -> Result<ClientPolicy, String> {
@@ -246,24 +300,57 @@ impl<E: std::fmt::Display> From<E> for UsageError {
     }
 }
 
+/// What a command prints on standard output, and the status it ends with. Commands write
+/// here, and [`main`] writes it out once, so that a closed pipe or a full disk is one error
+/// in one place.
+struct Printed {
+    text: String,
+    status: ExitCode,
+}
+
+impl Printed {
+    fn new() -> Self {
+        Printed {
+            text: String::new(),
+            status: ExitCode::SUCCESS,
+        }
+    }
+
+    fn ending(mut self, status: ExitCode) -> Self {
+        self.status = status;
+        self
+    }
+}
+
 /// Runs the CLI on `args` (the program name first) and returns its exit status.
 pub fn main<I, T>(args: I) -> ExitCode
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    let result = match Cli::try_parse_from(args) {
+        Ok(cli) => run(cli.command),
         Err(error) if !error.use_stderr() => {
-            print!("{}", error.render());
-            return ExitCode::SUCCESS;
+            // Help and version: clap trims the last line's newline in some of them.
+            let text = format!("{}\n", error.render().to_string().trim_end());
+            Ok(Printed {
+                text,
+                status: ExitCode::SUCCESS,
+            })
         }
-        Err(error) => {
-            eprintln!("{}", one_line(&error.render().to_string()));
-            return ExitCode::from(2);
-        }
+        Err(error) => Err(UsageError(one_line(&error.render().to_string()))),
     };
-    let result = match cli.command {
+    match result {
+        Ok(printed) => write_out(printed),
+        Err(UsageError(message)) => {
+            note(&format!("error: {message}"));
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(command: Option<Command>) -> Result<Printed, UsageError> {
+    match command {
         None => Ok(run_matrix()),
         Some(Command::List { json }) => Ok(list(json)),
         Some(Command::Explore {
@@ -282,19 +369,34 @@ where
         }) => run_check(&target, &search, json, &bounds),
         Some(Command::Replay {
             target,
-            seed,
-            tape,
+            schedule,
             format,
             bounds,
-        }) => run_replay(&target, seed, tape, format, &bounds),
-    };
-    match result {
-        Ok(code) => code,
-        Err(UsageError(message)) => {
-            eprintln!("error: {message}");
+        }) => run_replay(&target, &schedule, format, &bounds),
+    }
+}
+
+/// Writes a command's output. A reader that closed the pipe early (`retrysim list | head -1`)
+/// ends the command quietly with its own status; any other write error (a full disk) is an
+/// error line and status 2.
+fn write_out(printed: Printed) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(printed.text.as_bytes())
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => printed.status,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => printed.status,
+        Err(error) => {
+            note(&format!("error: writing the output: {error}"));
             ExitCode::from(2)
         }
     }
+}
+
+/// A line on standard error; an error writing it has nowhere left to go.
+fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Clap's message up to its usage block, folded onto one line.
@@ -304,14 +406,36 @@ fn one_line(rendered: &str) -> String {
         .take_while(|line| !line.trim().is_empty())
         .map(str::trim)
         .collect();
-    message.join(" ")
+    let message = message.join(" ");
+    message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_string()
 }
 
-fn threads_default() -> usize {
+fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn list(json: bool) -> ExitCode {
+/// The threads to explore on: as asked, but no more than the machine's cores (runs are
+/// CPU-bound, and the verdicts do not depend on it), with a note when fewer than asked.
+fn threads_in_force(asked: Option<usize>) -> usize {
+    let cores = cores();
+    match asked {
+        Some(threads) if threads > cores => {
+            note(&format!(
+                "retrysim: --threads {threads} is more than this machine's {cores} cores; \
+                 exploring on {cores} (verdicts do not depend on it)"
+            ));
+            cores
+        }
+        Some(threads) => threads,
+        None => cores,
+    }
+}
+
+fn list(json: bool) -> Printed {
+    let mut out = Printed::new();
     if json {
         let value = json!({
             "domains": models::domains().iter().map(|d| json!({
@@ -329,11 +453,11 @@ fn list(json: bool) -> ExitCode {
                 "holds_when": i.holds_when(),
             })).collect::<Vec<_>>(),
         });
-        println!("{value}");
-        return ExitCode::SUCCESS;
+        let _ = writeln!(out.text, "{value}");
+        return out;
     }
     for domain in models::domains() {
-        println!("{}: {}", domain.name, domain.summary);
+        let _ = writeln!(out.text, "{}: {}", domain.name, domain.summary);
         for handler in models::handlers()
             .iter()
             .filter(|h| h.domain == domain.name)
@@ -343,7 +467,8 @@ fn list(json: bool) -> ExitCode {
             } else {
                 String::new()
             };
-            println!(
+            let _ = writeln!(
+                out.text,
                 "  {:<22} {:<34} {}{overlapping}",
                 handler.handler,
                 handler.declared.to_string(),
@@ -351,11 +476,16 @@ fn list(json: bool) -> ExitCode {
             );
         }
     }
-    println!("invariants:");
+    out.text.push_str("invariants:\n");
     for invariant in Invariant::ALL {
-        println!("  {:<22} {}", invariant.name(), invariant.holds_when());
+        let _ = writeln!(
+            out.text,
+            "  {:<22} {}",
+            invariant.name(),
+            invariant.holds_when()
+        );
     }
-    ExitCode::SUCCESS
+    out
 }
 
 fn timed_explore(
@@ -394,25 +524,17 @@ fn shrink_first(
     ))
 }
 
-fn run_check(
-    target: &Target,
+fn check_options(
     search: &SearchArgs,
-    json: bool,
-    bounds: &BoundsArgs,
-) -> Result<ExitCode, UsageError> {
-    let entry = models::find(&target.model, &target.handler)?;
-    let mut subject = (entry.build)();
-    let bounds = bounds.bounds(entry)?;
-    let threads = search.threads.unwrap_or_else(threads_default);
-    if threads == 0 {
-        return Err(UsageError("--threads must be at least 1".into()));
-    }
+    bounds: Bounds,
+    subject: &mut dyn Subject,
+) -> Result<CheckOptions, UsageError> {
     let prefix = match &search.workload {
-        Some(tape) => workload_answers(&mut *subject, tape, &bounds)
+        Some(tape) => workload_answers(subject, tape, &bounds)
             .map_err(|error| UsageError(format!("--workload {tape}: {error}")))?,
         None => Vec::new(),
     };
-    let options = CheckOptions {
+    Ok(CheckOptions {
         bounds,
         reduction: match search.reduction {
             ReductionArg::States => Reduction::States,
@@ -429,18 +551,42 @@ fn run_check(
         only: None,
         checkpoints: !search.no_checkpoints,
         prefix,
-    };
-    let (report, elapsed_seconds) = timed(|| exhaust_on(&entry.build, &options, threads));
+    })
+}
+
+/// A line on standard error as each level of a check is done.
+fn level_line(level: &Level, started: Instant) -> String {
+    format!(
+        "retrysim: faults_max={} done: {} runs, {} new states ({:.1} s)",
+        level.faults_max,
+        level.runs,
+        level.unique_states,
+        started.elapsed().as_secs_f64()
+    )
+}
+
+fn run_check(
+    target: &Target,
+    search: &SearchArgs,
+    json: bool,
+    bounds: &BoundsArgs,
+) -> Result<Printed, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let mut subject = (entry.build)();
+    let bounds = bounds.bounds(entry, &*subject)?;
+    let options = check_options(search, bounds, &mut *subject)?;
+    let threads = threads_in_force(search.threads);
+    let started = Instant::now();
+    let mut level_done = |level: &Level| note(&level_line(level, started));
+    let report = exhaust_on_reporting(&entry.build, &options, threads, &mut level_done);
+    let elapsed_seconds = started.elapsed().as_secs_f64();
     // A counterexample replays under the bounds of the level that found it.
-    let found_bounds = Bounds {
-        faults_max: report.levels.last().map_or(0, |level| level.faults_max),
-        ..options.bounds
-    };
-    let minimal = report
-        .violations
-        .first()
-        .map(|found| shrink(&mut *subject, &found_bounds, &found.tape, found.invariant));
+    let minimal = report.violations.first().map(|found| {
+        let found_bounds = found.bounds(&options.bounds);
+        shrink(&mut *subject, &found_bounds, &found.tape, found.invariant)
+    });
     let gaps = report.coverage.gaps(&options.bounds);
+    let mut out = Printed::new();
     if json {
         let value = json!({
             "model": entry.domain,
@@ -458,27 +604,24 @@ fn run_check(
                 "timeline": m.outcome.timeline,
             })),
         });
-        println!("{value}");
+        let _ = writeln!(out.text, "{value}");
     } else {
-        print!(
-            "{}",
-            report::check_report(
-                entry,
-                &options,
-                &report,
-                elapsed_seconds,
-                minimal.as_ref(),
-                subject.invariants(),
-            )
+        out.text = report::check_report(
+            entry,
+            &options,
+            &report,
+            elapsed_seconds,
+            minimal.as_ref(),
+            subject.invariants(),
         );
     }
-    Ok(if !report.violations.is_empty() {
+    Ok(out.ending(if !report.violations.is_empty() {
         ExitCode::from(1)
     } else if report.clean() && gaps.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(3)
-    })
+    }))
 }
 
 fn run_explore(
@@ -487,19 +630,17 @@ fn run_explore(
     (json, determinism): (bool, bool),
     threads: Option<usize>,
     bounds: &BoundsArgs,
-) -> Result<ExitCode, UsageError> {
+) -> Result<Printed, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
-    let bounds = bounds.bounds(entry)?;
-    let threads = threads.unwrap_or_else(threads_default);
-    if threads == 0 {
-        return Err(UsageError("--threads must be at least 1".into()));
-    }
+    let mut subject = (entry.build)();
+    let bounds = bounds.bounds(entry, &*subject)?;
+    let threads = threads_in_force(threads);
+    let mut out = Printed::new();
     if determinism {
-        let mut subject = (entry.build)();
         for seed in seeds.clone() {
             if let Err(divergence) = check_determinism(&mut *subject, seed, &bounds) {
-                println!("{divergence}");
-                return Ok(ExitCode::from(1));
+                let _ = writeln!(out.text, "{divergence}");
+                return Ok(out.ending(ExitCode::from(1)));
             }
         }
     }
@@ -528,21 +669,18 @@ fn run_explore(
             "violations": exploration.violations,
             "first": first,
         });
-        println!("{value}");
+        let _ = writeln!(out.text, "{value}");
     } else {
-        print!(
-            "{}",
-            report::exploration_report(
-                entry,
-                &bounds,
-                &seeds,
-                &exploration,
-                elapsed_seconds,
-                shrunk.as_ref()
-            )
+        out.text = report::exploration_report(
+            entry,
+            &bounds,
+            &seeds,
+            &exploration,
+            elapsed_seconds,
+            shrunk.as_ref(),
         );
     }
-    Ok(exit_for(exploration.violations.is_empty()))
+    Ok(out.ending(exit_for(exploration.violations.is_empty())))
 }
 
 fn exit_for(clean: bool) -> ExitCode {
@@ -555,19 +693,19 @@ fn exit_for(clean: bool) -> ExitCode {
 
 fn run_replay(
     target: &Target,
-    seed: Option<u64>,
-    tape: Option<Tape>,
+    schedule: &ScheduleArgs,
     format: Format,
     bounds: &BoundsArgs,
-) -> Result<ExitCode, UsageError> {
+) -> Result<Printed, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
-    let bounds = bounds.bounds(entry)?;
     let mut subject = (entry.build)();
-    let outcome = match (seed, tape) {
+    let bounds = bounds.bounds(entry, &*subject)?;
+    let outcome = match (schedule.seed, &schedule.tape) {
         (Some(seed), _) => run_seed(&mut *subject, seed, &bounds, true),
-        (None, Some(tape)) => replay(&mut *subject, &tape, &bounds)?,
+        (None, Some(tape)) => replay(&mut *subject, tape, &bounds)?,
         (None, None) => unreachable!("clap requires --seed or --tape"),
     };
+    let mut out = Printed::new();
     match format {
         Format::Json => {
             let value = json!({
@@ -576,24 +714,25 @@ fn run_replay(
                 "bounds": bounds,
                 "run": outcome,
             });
-            println!("{value}");
+            let _ = writeln!(out.text, "{value}");
         }
         Format::Text => {
-            print!("{}", report::run_report(entry, &bounds, &outcome));
+            out.text = report::run_report(entry, &bounds, &outcome);
             let schedule = Schedule::Tape(outcome.tape.clone());
-            println!(
+            let _ = writeln!(
+                out.text,
                 "\nreproduce: {}",
                 report::replay_command(entry, &bounds, &schedule)
             );
         }
     }
-    Ok(exit_for(outcome.violations.is_empty()))
+    Ok(out.ending(exit_for(outcome.violations.is_empty())))
 }
 
-fn run_matrix() -> ExitCode {
+fn run_matrix() -> Printed {
     let bounds = Bounds::default();
     let bounds_of = |entry: &HandlerEntry| entry.bounds_from(bounds);
-    let threads = threads_default();
+    let threads = cores();
     let mut rows = Vec::new();
     for entry in models::handlers() {
         let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, &bounds_of(entry), threads);
@@ -604,50 +743,63 @@ fn run_matrix() -> ExitCode {
             applicable,
         });
     }
-    println!(
+    let mut out = Printed::new();
+    let _ = writeln!(
+        out.text,
         "retrysim: every built-in handler over seeds {}..{}",
         DEFAULT_SEEDS.start, DEFAULT_SEEDS.end
     );
-    println!("bounds: {bounds}");
+    let _ = writeln!(out.text, "bounds: {bounds}");
     let overlapping: Vec<String> = models::handlers()
         .iter()
         .filter(|entry| entry.invocations_max != bounds.invocations_max)
         .map(|entry| format!("{}/{}", entry.domain, entry.handler))
         .collect();
     if !overlapping.is_empty() {
-        println!(
+        let _ = writeln!(
+            out.text,
             "invocations_max=2 (overlapping invocations) for {}",
             overlapping.join(", ")
         );
     }
-    println!();
-    print!("{}", report::matrix(&rows));
+    out.text.push('\n');
+    out.text.push_str(&report::matrix(&rows));
     for row in &rows {
-        let models::Declared::Faulty { caught_by } = row.entry.declared else {
-            continue;
-        };
-        let entry_bounds = bounds_of(row.entry);
-        let Some(shrunk) =
-            shrink_first(row.entry, &entry_bounds, &row.exploration, Some(caught_by))
-        else {
-            continue;
-        };
-        println!(
-            "\n== {}/{}: shortest failing run found for {caught_by}\n",
-            row.entry.domain, row.entry.handler
-        );
-        print!(
-            "{}",
-            report::run_report(row.entry, &shrunk.bounds, &shrunk.outcome)
-        );
-        println!(
-            "reproduce: {}",
-            report::replay_command(
-                row.entry,
-                &shrunk.bounds,
-                &Schedule::Tape(shrunk.tape.clone())
-            )
+        out.text.push_str(&shortest_failure(row, &bounds_of(row.entry)));
+    }
+    out.ending(exit_for(rows.iter().all(MatrixRow::as_declared)))
+}
+
+/// A faulty handler's shortest failing run for the invariant it declares, with the commands
+/// that replay it shrunk and as first found; nothing for a handler not caught.
+fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds) -> String {
+    let models::Declared::Faulty { caught_by } = row.entry.declared else {
+        return String::new();
+    };
+    let Some(shrunk) = shrink_first(row.entry, bounds, &row.exploration, Some(caught_by)) else {
+        return String::new();
+    };
+    let seed = row.exploration.failure(caught_by).map(|found| found.seed);
+    let mut out = format!(
+        "\n== {}/{}: shortest failing run found for {caught_by}\n\n",
+        row.entry.domain, row.entry.handler
+    );
+    out.push_str(&report::run_report(row.entry, &shrunk.bounds, &shrunk.outcome));
+    let _ = writeln!(
+        out,
+        "reproduce: {}",
+        report::replay_command(
+            row.entry,
+            &shrunk.bounds,
+            &Schedule::Tape(shrunk.tape.clone())
+        )
+    );
+    if let Some(seed) = seed {
+        let _ = writeln!(
+            out,
+            "original:  {}",
+            report::replay_command(row.entry, bounds, &Schedule::Seed(seed))
         );
     }
-    exit_for(rows.iter().all(MatrixRow::as_declared))
+    out
 }

@@ -1,7 +1,8 @@
 //! Human-readable reports: exploration summaries, the handler matrix, replay commands.
 
 use crate::{
-    Bounds, CheckOptions, CheckReport, Exploration, Invariant, RunOutcome, Shrunk, Stopped, Tape,
+    Bounds, CheckOptions, CheckReport, Exploration, Invariant, Reduction, RunOutcome, Shrunk,
+    Stopped, Tape,
 };
 use retrysim_models::{Declared, HandlerEntry};
 use std::fmt::Write as _;
@@ -251,10 +252,14 @@ pub fn check_report(
     let bounds = &options.bounds;
     let _ = writeln!(out, "{}/{}: exhaustive check", entry.domain, entry.handler);
     let _ = writeln!(out, "bounds: {bounds}");
+    let reduction = match options.reduction {
+        Reduction::States => "states",
+        Reduction::None => "none",
+    };
     let _ = writeln!(
         out,
-        "reduction: {:?}; runs_max: {}",
-        options.reduction, options.runs_max
+        "reduction: {reduction}; runs_max: {}",
+        options.runs_max
     );
     if !options.prefix.is_empty() {
         let answers: Vec<String> = options.prefix.iter().map(u32::to_string).collect();
@@ -313,8 +318,16 @@ pub fn check_report(
         .map(|(point, runs)| format!("{point} {runs}"))
         .collect();
     let _ = writeln!(out, "crashes by point (runs): {}", points.join(", "));
+    let situations: Vec<String> = coverage
+        .situations
+        .iter()
+        .map(|s| format!("{} {}", s.situation.name, s.runs))
+        .collect();
+    if !situations.is_empty() {
+        let _ = writeln!(out, "situations (runs): {}", situations.join(", "));
+    }
     let gaps = coverage.gaps(bounds);
-    if !gaps.is_empty() {
+    if !gaps.is_empty() && report.violations.is_empty() {
         let _ = writeln!(
             out,
             "coverage gaps (a clean verdict here is not clean): {}",
@@ -323,10 +336,12 @@ pub fn check_report(
     }
     out.push_str("invariants:\n");
     for invariant in applicable {
-        let verdict = match report.violation(*invariant) {
-            Some(found) => format!("VIOLATED ({} fault(s))", found.faults),
-            None if report.stopped == Stopped::Exhausted => "clean".to_string(),
-            None => "not violated in what was explored".to_string(),
+        let untested = coverage.untested().find(|s| s.tests == *invariant);
+        let verdict = match (report.violation(*invariant), untested) {
+            (Some(found), _) => format!("VIOLATED ({} fault(s))", found.faults),
+            (None, Some(situation)) => format!("untested: no run had {}", situation.name),
+            (None, None) if report.stopped == Stopped::Exhausted => "clean".to_string(),
+            (None, None) => "not violated in what was explored".to_string(),
         };
         let _ = writeln!(out, "  {:<24} {verdict}", invariant.name());
     }

@@ -2,12 +2,17 @@
 //! reproduction on a violation, and keep failures as regressions.
 //!
 //! Environment variables, for reproducing a failure from the test itself:
-//! - `RETRYSIM_TAPE=0,2,1` (with `RETRYSIM_FAULTS_MAX=k` and `RETRYSIM_CLIENTS_MAX=c` when
-//!   the failure says so) replays exactly that schedule, prints its timeline, and panics if it
-//!   breaks an invariant;
-//! - `RETRYSIM_SEED=17` does the same for one seed;
+//! - `RETRYSIM_CHECK=counter/naive RETRYSIM_TAPE=0,2,1` (with `RETRYSIM_FAULTS_MAX=k` and
+//!   `RETRYSIM_CLIENTS_MAX=c` when the failure says so) makes the check named
+//!   `RETRYSIM_CHECK` replay exactly that schedule, print its timeline, and panic if it breaks
+//!   an invariant. Every other check in the test binary says that the tape is not its own and
+//!   explores as usual; a tape without `RETRYSIM_CHECK` is an error;
+//! - `RETRYSIM_CHECK=… RETRYSIM_SEED=17` does the same for one seed;
 //! - `RETRYSIM_CHECK_DETERMINISM=1` runs every seed twice and fails at the first diverging
 //!   timeline row.
+//!
+//! A failure prints all of these, ready to paste, with the test's own name as the filter of
+//! `cargo test` when the check runs inside one.
 
 use crate::models::{self, HandlerEntry};
 use crate::report::{self, Schedule};
@@ -34,9 +39,11 @@ pub struct Check {
 }
 
 /// A check of the built-in handler `handler` of `domain`, over seeds `0..1000` by default.
+/// Its name (in reproductions and regressions files) is `domain/handler`.
 ///
 /// # Panics
 /// If there is no such built-in handler.
+#[track_caller]
 pub fn check(domain: &str, handler: &str) -> Check {
     let entry = models::find(domain, handler).unwrap_or_else(|error| panic!("{error}"));
     let check = Check::new(format!("{domain}/{handler}"), Box::new(entry.build));
@@ -61,7 +68,9 @@ impl Check {
         }
     }
 
-    /// A check of your own system under test (a store and a handler of yours), named `name`.
+    /// A check of your own system under test (a store and a handler of yours), named `name`:
+    /// reproductions and regressions files name the check they belong to with it, so give
+    /// each check in a test binary a name of its own.
     pub fn system<S>(name: &str, system: S) -> Check
     where
         S: System + Clone + Sync + 'static,
@@ -72,7 +81,8 @@ impl Check {
         )
     }
 
-    /// Explores these seeds (random exploration).
+    /// Explores these seeds (random exploration). An empty range is an error when the check
+    /// runs.
     pub fn seeds(mut self, seeds: Range<u64>) -> Self {
         self.seeds = seeds;
         self
@@ -91,8 +101,9 @@ impl Check {
     }
 
     /// Keeps failures in the regressions file at `path` (human-readable, meant to be
-    /// committed): a failure is written there when found, and every stored schedule is
-    /// replayed first on later runs.
+    /// committed): a failure is written there under the check's name when found, and every
+    /// schedule stored under that name is replayed first on later runs. Checks may share a
+    /// file; each replays only its own lines.
     pub fn regressions(mut self, path: impl Into<PathBuf>) -> Self {
         self.regressions = Some(path.into());
         self
@@ -104,7 +115,9 @@ impl Check {
         self
     }
 
-    /// Runs the check. Panics on a violation with the shrunk timeline and a reproduction.
+    /// Runs the check. Panics on a violation with the shrunk timeline and a reproduction; the
+    /// panic points at the caller (your test), not at this library.
+    #[track_caller]
     pub fn run(self) {
         if let Err(message) = self.verdict() {
             panic!("{message}");
@@ -113,6 +126,7 @@ impl Check {
 
     /// Runs the check and returns the failure message instead of panicking.
     pub fn verdict(self) -> Result<(), String> {
+        self.validate()?;
         if let Some(outcome) = self.reproduction()? {
             return self.judge_one(&outcome, "the requested schedule");
         }
@@ -132,8 +146,60 @@ impl Check {
         }
     }
 
-    /// A schedule asked for through `RETRYSIM_TAPE` or `RETRYSIM_SEED`.
+    /// Bad settings: a name that is not one word, bounds no run can reach, or no seeds to
+    /// explore.
+    fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() || self.name.contains(char::is_whitespace) {
+            return Err(format!(
+                "check name {:?} must be one word: regressions files and RETRYSIM_CHECK name checks by it",
+                self.name
+            ));
+        }
+        let limits = (self.factory)().workload_limits();
+        self.bounds
+            .validate_for(limits)
+            .map_err(|error| format!("{}: bounds: {error}", self.name))?;
+        if !self.exhaustive && self.seeds.is_empty() {
+            return Err(format!(
+                "{}: seed range {}..{} is empty; the end is exclusive",
+                self.name, self.seeds.start, self.seeds.end
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a schedule in the environment (`RETRYSIM_TAPE`, `RETRYSIM_SEED`) is this
+    /// check's: `RETRYSIM_CHECK` must name it. Another check's schedule is left alone, with a
+    /// note.
+    fn reproduction_is_mine(&self) -> Result<bool, String> {
+        let asked = ["RETRYSIM_TAPE", "RETRYSIM_SEED"]
+            .into_iter()
+            .find(|variable| std::env::var_os(variable).is_some());
+        let Some(variable) = asked else {
+            return Ok(false);
+        };
+        match std::env::var("RETRYSIM_CHECK") {
+            Ok(name) if name == self.name => Ok(true),
+            Ok(name) => {
+                eprintln!(
+                    "retrysim: {}: {variable} belongs to the check {name:?}, not this one; exploring as usual",
+                    self.name
+                );
+                Ok(false)
+            }
+            Err(_) => Err(format!(
+                "{}: {variable} is set but RETRYSIM_CHECK is not; set RETRYSIM_CHECK to the name of the check it belongs to (the reproduction line names it)",
+                self.name
+            )),
+        }
+    }
+
+    /// A schedule asked for through `RETRYSIM_TAPE` or `RETRYSIM_SEED`, when it is this
+    /// check's.
     fn reproduction(&self) -> Result<Option<RunOutcome>, String> {
+        if !self.reproduction_is_mine()? {
+            return Ok(None);
+        }
         let mut subject = (self.factory)();
         let mut bounds = self.bounds;
         for (variable, limit) in [
@@ -182,12 +248,11 @@ impl Check {
             let options = CheckOptions::new(self.bounds);
             let report = exhaust_on(&*self.factory, &options, threads());
             let found = report.violations.first()?;
-            let level = report.levels.last().map_or(0, |l| l.faults_max);
-            let bounds = Bounds {
-                faults_max: level,
-                ..self.bounds
-            };
-            (found.invariant, found.tape.clone(), bounds)
+            (
+                found.invariant,
+                found.tape.clone(),
+                found.bounds(&self.bounds),
+            )
         } else {
             let found = explore(&*self.factory, self.seeds.clone(), &self.bounds, threads());
             let failure = found.first()?;
@@ -208,8 +273,12 @@ impl Check {
         }
         let _ = write!(
             message,
-            "\nreproduce: RETRYSIM_TAPE={} RETRYSIM_FAULTS_MAX={} RETRYSIM_CLIENTS_MAX={} cargo test",
-            shrunk.tape, shrunk.bounds.faults_max, shrunk.bounds.clients_max
+            "\nreproduce: RETRYSIM_CHECK={} RETRYSIM_TAPE={} RETRYSIM_FAULTS_MAX={} RETRYSIM_CLIENTS_MAX={} cargo test{}",
+            shell_word(&self.name),
+            shrunk.tape,
+            shrunk.bounds.faults_max,
+            shrunk.bounds.clients_max,
+            test_filter()
         );
         if let Some(entry) = self.entry {
             let command =
@@ -233,6 +302,9 @@ impl Check {
             else {
                 continue;
             };
+            if regression.check != self.name {
+                continue;
+            }
             let bounds = Bounds {
                 faults_max: regression.faults_max,
                 clients_max: regression.clients_max,
@@ -267,12 +339,13 @@ impl Check {
             return Ok(());
         };
         let line = Regression {
+            check: self.name.clone(),
             invariant: shrunk.outcome.violations[0].invariant,
             faults_max: shrunk.bounds.faults_max,
             clients_max: shrunk.bounds.clients_max,
             tape: shrunk.tape.clone(),
         }
-        .to_line(&self.name);
+        .to_line();
         let existing = std::fs::read_to_string(path).unwrap_or_default();
         if existing.lines().any(|known| known == line) {
             return Ok(());
@@ -291,6 +364,8 @@ const REGRESSIONS_HEADER: &str = "# retrysim regressions: one failing schedule p
 
 /// One stored failure.
 struct Regression {
+    /// The name of the check it belongs to.
+    check: String,
     invariant: Invariant,
     faults_max: u32,
     clients_max: u32,
@@ -298,10 +373,10 @@ struct Regression {
 }
 
 impl Regression {
-    fn to_line(&self, name: &str) -> String {
+    fn to_line(&self) -> String {
         format!(
-            "{name} {} faults_max={} clients_max={} tape={}",
-            self.invariant, self.faults_max, self.clients_max, self.tape
+            "{} {} faults_max={} clients_max={} tape={}",
+            self.check, self.invariant, self.faults_max, self.clients_max, self.tape
         )
     }
 
@@ -312,7 +387,7 @@ impl Regression {
             return Ok(None);
         }
         let words: Vec<&str> = line.split_whitespace().collect();
-        let [_name, invariant, faults, clients, tape] = words[..] else {
+        let [check, invariant, faults, clients, tape] = words[..] else {
             return Err(format!(
                 "expected `<check> <invariant> faults_max=<k> clients_max=<c> tape=<answers>`, got {line:?}"
             ));
@@ -331,6 +406,7 @@ impl Regression {
             .ok_or_else(|| format!("expected tape=<answers>, got {tape:?}"))?
             .parse()?;
         Ok(Some(Regression {
+            check: check.to_string(),
             invariant,
             faults_max,
             clients_max,
@@ -341,4 +417,23 @@ impl Regression {
 
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `word` as one shell word: as it is when it needs no quoting, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/_.:-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// ` NAME -- --exact` for the test this check runs in, when the test harness named the
+/// thread after it (it does unless tests run on the main thread).
+fn test_filter() -> String {
+    match std::thread::current().name() {
+        Some(name) if name != "main" => format!(" {} -- --exact", shell_word(name)),
+        _ => String::new(),
+    }
 }

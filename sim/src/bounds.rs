@@ -1,7 +1,8 @@
 //! The limits of a run. Every run is bounded; every limit has its unit in its name.
 
 use crate::run::ClientPolicy;
-use serde::Serialize;
+use crate::system::WorkloadLimits;
+use serde::{Serialize, Serializer};
 use std::fmt;
 
 /// The limits of one run, and how its clients behave; reported with every result.
@@ -23,6 +24,8 @@ pub struct Bounds {
     pub faults_max: u32,
     /// Dropped messages in one run (within `faults_max`); [`Bounds::UNBOUNDED`] for no limit,
     /// in which case drops do not count toward `faults_max` (retries still bound them).
+    /// Serialized as a number, or as `"unbounded"`.
+    #[serde(serialize_with = "serialize_limit")]
     pub drops_max: u32,
     /// Duplicated requests in one run (within `faults_max`).
     pub duplicates_max: u32,
@@ -81,28 +84,81 @@ impl Bounds {
     }
 
     /// Checks that the limits describe a possible run.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.clients_max == 0 {
-            return Err("clients_max must be at least 1".into());
+    pub fn validate(&self) -> Result<(), BoundsError> {
+        let at_least_one = [
+            ("clients_max", u64::from(self.clients_max)),
+            ("intents_max", u64::from(self.intents_max)),
+            ("steps_max", u64::from(self.steps_max)),
+            ("attempts_max", u64::from(self.attempts_max)),
+            ("invocations_max", u64::from(self.invocations_max)),
+            ("timeout_ms", self.timeout_ms),
+        ];
+        match at_least_one.iter().find(|(_, value)| *value == 0) {
+            Some(&(field, _)) => Err(BoundsError::Zero { field }),
+            None => Ok(()),
         }
-        if self.intents_max == 0 {
-            return Err("intents_max must be at least 1".into());
+    }
+
+    /// Checks [`Bounds::validate`], and that the workload bounds are within what a system
+    /// draws (`limits`): a larger bound would be reported but never reached.
+    pub fn validate_for(&self, limits: WorkloadLimits) -> Result<(), BoundsError> {
+        self.validate()?;
+        let workload = [
+            ("clients_max", self.clients_max, limits.clients_max),
+            ("intents_max", self.intents_max, limits.intents_max),
+        ];
+        match workload.iter().find(|(_, value, most)| value > most) {
+            Some(&(field, value, most)) => Err(BoundsError::AboveWorkload { field, value, most }),
+            None => Ok(()),
         }
-        if self.steps_max == 0 {
-            return Err("steps_max must be at least 1".into());
-        }
-        if self.attempts_max == 0 {
-            return Err("attempts_max must be at least 1".into());
-        }
-        if self.invocations_max == 0 {
-            return Err("invocations_max must be at least 1".into());
-        }
-        if self.timeout_ms == 0 {
-            return Err("timeout_ms must be at least 1".into());
-        }
-        Ok(())
     }
 }
+
+/// Why [`Bounds`] describe no possible run, naming the field at fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BoundsError {
+    /// A limit is 0 where every run needs at least 1.
+    Zero {
+        /// The field, e.g. `clients_max`.
+        field: &'static str,
+    },
+    /// A workload bound above what the system's workloads draw.
+    AboveWorkload {
+        /// The field, `clients_max` or `intents_max`.
+        field: &'static str,
+        /// Its value.
+        value: u32,
+        /// The most the system draws.
+        most: u32,
+    },
+}
+
+impl BoundsError {
+    /// The field at fault, e.g. `clients_max`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            BoundsError::Zero { field } | BoundsError::AboveWorkload { field, .. } => field,
+        }
+    }
+
+    /// What is wrong with the field's value, without its name: `must be at least 1`.
+    pub fn problem(&self) -> String {
+        match self {
+            BoundsError::Zero { .. } => "must be at least 1".to_string(),
+            BoundsError::AboveWorkload { value, most, .. } => {
+                format!("is {value}, but this system's workloads draw at most {most}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for BoundsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.field(), self.problem())
+    }
+}
+
+impl std::error::Error for BoundsError {}
 
 impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,5 +192,14 @@ impl fmt::Display for Limit {
         } else {
             write!(f, "{}", self.0)
         }
+    }
+}
+
+/// Writes a per-kind limit as a number, or as `"unbounded"`.
+fn serialize_limit<S: Serializer>(limit: &u32, serializer: S) -> Result<S::Ok, S::Error> {
+    if *limit == Bounds::UNBOUNDED {
+        serializer.serialize_str("unbounded")
+    } else {
+        serializer.serialize_u32(*limit)
     }
 }

@@ -7,14 +7,14 @@ use crate::explore::SubjectFactory;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
 use crate::workloads::workload_prefixes;
-use crate::Invariant;
+use crate::{Invariant, Situation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Runs an exhaustive check may spend before it stops, unless told otherwise.
-pub const CHECK_RUNS_MAX: u64 = 2_000_000;
+pub const CHECK_RUNS_MAX: u64 = 25_000_000;
 
 /// How an exhaustive check avoids redundant work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -123,6 +123,18 @@ pub struct Coverage {
     pub reconnects: u64,
     /// For each crash point the handler passed, the runs that crashed there.
     pub crash_points: BTreeMap<&'static str, u64>,
+    /// For each situation the system declares ([`crate::System::situations`]), in its order,
+    /// the runs whose workload exercised it.
+    pub situations: Vec<SituationRuns>,
+}
+
+/// How many explored runs exercised a situation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SituationRuns {
+    /// The situation.
+    pub situation: Situation,
+    /// Runs whose workload exercised it.
+    pub runs: u64,
 }
 
 impl Coverage {
@@ -135,9 +147,19 @@ impl Coverage {
         for (point, runs) in &other.crash_points {
             *self.crash_points.entry(point).or_insert(0) += runs;
         }
+        for theirs in &other.situations {
+            match self
+                .situations
+                .iter_mut()
+                .find(|ours| ours.situation == theirs.situation)
+            {
+                Some(ours) => ours.runs += theirs.runs,
+                None => self.situations.push(*theirs),
+            }
+        }
     }
 
-    /// The fault kinds and crash points that no explored run exercised.
+    /// The fault kinds, crash points and situations that no explored run exercised.
     pub fn gaps(&self, bounds: &Bounds) -> Vec<String> {
         let mut gaps = Vec::new();
         let kinds = [
@@ -156,7 +178,18 @@ impl Coverage {
                 gaps.push(format!("crash at {point}"));
             }
         }
+        for never in self.situations.iter().filter(|s| s.runs == 0) {
+            gaps.push(never.situation.to_string());
+        }
         gaps
+    }
+
+    /// The situations that no explored run exercised: their invariants went untested.
+    pub fn untested(&self) -> impl Iterator<Item = &Situation> {
+        self.situations
+            .iter()
+            .filter(|s| s.runs == 0)
+            .map(|s| &s.situation)
     }
 }
 
@@ -169,6 +202,21 @@ pub struct Counterexample {
     pub tape: Tape,
     /// Its faults.
     pub faults: u32,
+    /// The fault budget of the level that found it. A check's choices depend on the budget
+    /// left, so the tape replays under the check's bounds with this `faults_max`
+    /// ([`Counterexample::bounds`]), not with a higher level's.
+    pub level_faults_max: u32,
+}
+
+impl Counterexample {
+    /// The bounds its tape replays under: the check's `bounds` with the `faults_max` of the
+    /// level that found it.
+    pub fn bounds(&self, checked: &Bounds) -> Bounds {
+        Bounds {
+            faults_max: self.level_faults_max,
+            ..*checked
+        }
+    }
 }
 
 /// Why the check stopped.
@@ -254,6 +302,17 @@ pub fn exhaust_on(
     options: &CheckOptions,
     threads: usize,
 ) -> CheckReport {
+    exhaust_on_reporting(factory, options, threads, &mut |_| {})
+}
+
+/// [`exhaust_on`], handing each level to `level_done` as soon as it is explored (for a
+/// progress line: a level can take minutes).
+pub fn exhaust_on_reporting(
+    factory: SubjectFactory<'_>,
+    options: &CheckOptions,
+    threads: usize,
+    level_done: &mut dyn FnMut(&Level),
+) -> CheckReport {
     let workloads = workload_prefixes(&mut *factory(), &options.bounds, &options.prefix);
     let mut visits = visits(options, workloads.len());
     let mut search = Search::new(options);
@@ -284,6 +343,9 @@ pub fn exhaust_on(
         // The parts one thread would have explored: the others are dropped.
         let kept = search.level_of(parts.into_iter().flatten());
         search.merge(&bounds, kept);
+        if let Some(level) = search.report.levels.last() {
+            level_done(level);
+        }
     }
     search.report
 }
@@ -446,6 +508,7 @@ fn explore_part(
                     invariant: violation.invariant,
                     tape: outcome.tape.clone(),
                     faults: outcome.faults.total(),
+                    level_faults_max: bounds.faults_max,
                 });
             }
         }
@@ -453,6 +516,19 @@ fn explore_part(
         part.level.runs < runs_max && !stop
     };
     subject.enumerate(bounds, enumeration, &mut each);
+    let exercised = subject.exercised(prefix, bounds);
+    part.coverage.situations = subject
+        .situations()
+        .iter()
+        .map(|&situation| SituationRuns {
+            situation,
+            runs: if exercised.contains(&situation) {
+                part.level.runs
+            } else {
+                0
+            },
+        })
+        .collect();
     let states_after = visited.as_deref().map_or(0, Visited::len);
     part.level.unique_states = (states_after - states_before) as u64;
     part.level.final_states = finals.len() as u64;

@@ -79,6 +79,23 @@ impl Tally {
     }
 }
 
+/// `seeds` split into at most `threads` contiguous, non-empty shards that cover it in order.
+/// Offsets are counted from `seeds.start` and never pass `seeds.end`, so a range that ends at
+/// `u64::MAX` does not wrap.
+fn shards(seeds: &Range<u64>, threads: usize) -> impl Iterator<Item = Range<u64>> {
+    let count = seeds.end.saturating_sub(seeds.start);
+    let threads = threads.clamp(1, THREADS_MAX) as u64;
+    let shard = count.div_ceil(threads).max(1);
+    let start = seeds.start;
+    (0..threads)
+        .map(move |index| {
+            let from = index.saturating_mul(shard).min(count);
+            from..(index + 1).saturating_mul(shard).min(count)
+        })
+        .filter(|offsets| !offsets.is_empty())
+        .map(move |offsets| start + offsets.start..start + offsets.end)
+}
+
 fn explore_chunk(subject: &mut dyn Subject, seeds: Range<u64>, bounds: &Bounds) -> Tally {
     let mut tally = Tally::default();
     for seed in seeds {
@@ -104,24 +121,21 @@ fn explore_chunk(subject: &mut dyn Subject, seeds: Range<u64>, bounds: &Bounds) 
     tally
 }
 
-/// Runs every seed of `seeds` on `threads` threads (at least 1). Seeds are split into
-/// contiguous shards; the result does not depend on the thread count.
+/// The most threads an exploration or check runs on; more are taken as this many. Runs are
+/// CPU-bound, so threads beyond the machine's cores only cost memory.
+pub const THREADS_MAX: usize = 1_024;
+
+/// Runs every seed of `seeds` on `threads` threads (at least 1, at most [`THREADS_MAX`]).
+/// Seeds are split into contiguous shards; the result does not depend on the thread count.
 pub fn explore(
     factory: SubjectFactory<'_>,
     seeds: Range<u64>,
     bounds: &Bounds,
     threads: usize,
 ) -> Exploration {
-    let count = seeds.end.saturating_sub(seeds.start);
-    let threads = (threads.max(1) as u64).min(count.max(1));
-    let shard = count.div_ceil(threads);
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|index| {
-                let start = seeds.start + index * shard;
-                let end = (start + shard).min(seeds.end);
-                scope.spawn(move || explore_chunk(&mut *factory(), start..end, bounds))
-            })
+        let handles: Vec<_> = shards(&seeds, threads)
+            .map(|shard| scope.spawn(move || explore_chunk(&mut *factory(), shard, bounds)))
             .collect();
         handles
             .into_iter()

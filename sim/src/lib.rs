@@ -20,33 +20,35 @@ mod invariant;
 mod run;
 mod sandbox;
 mod shrink;
+mod situation;
 pub mod sqlite;
 mod subject;
 mod system;
 mod timeline;
 mod workloads;
 
-pub use bounds::Bounds;
+pub use bounds::{Bounds, BoundsError};
 pub use checker::{
-    exhaust, exhaust_on, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction,
-    StopAt, Stopped, CHECK_RUNS_MAX,
+    exhaust, exhaust_on, exhaust_on_reporting, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction,
+    SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
     TapeChoices, TapeError,
 };
 pub use determinism::check_determinism;
-pub use explore::{explore, Exploration, Failure, SubjectFactory};
+pub use explore::{explore, Exploration, Failure, SubjectFactory, THREADS_MAX};
 pub use invariant::{Invariant, Violation};
 pub use run::{
     ClientPolicy, Ctx, Enumeration, FaultCounts, RunEnd, RunOutcome, Session, Simulator, Visited,
 };
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
+pub use situation::Situation;
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
     Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, Status, StoreCopy, System,
-    Workload,
+    Workload, WorkloadLimits,
 };
 pub use timeline::{IntentSummary, Lane, Row, Timeline};
 pub use workloads::workload_answers;

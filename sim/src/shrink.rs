@@ -194,10 +194,7 @@ fn search(
     };
     let report = exhaust(subject, &options);
     let found = report.violation(invariant)?;
-    let level = Bounds {
-        faults_max: report.levels.last()?.faults_max,
-        ..*bounds
-    };
+    let level = found.bounds(bounds);
     let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
     shrink_by(subject, &level, &found.tape, &breaks, false)
 }

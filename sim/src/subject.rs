@@ -2,10 +2,10 @@
 //! the CLI and users' tests can hold any system.
 
 use crate::bounds::Bounds;
-use crate::choices::{Choices, SeededChoices, Tape, TapeChoices, TapeError};
+use crate::choices::{Choices, Decider, SeededChoices, Tape, TapeChoices, TapeError};
 use crate::run::{Enumeration, RunOutcome, Simulator};
-use crate::system::System;
-use crate::Invariant;
+use crate::system::{System, WorkloadLimits};
+use crate::{Invariant, Situation};
 
 /// A runnable system under test.
 pub trait Subject {
@@ -23,6 +23,16 @@ pub trait Subject {
 
     /// The invariants that apply to the system.
     fn invariants(&self) -> &'static [Invariant];
+
+    /// The situations the system's workloads can draw ([`System::situations`]).
+    fn situations(&self) -> &'static [Situation];
+
+    /// Of [`Subject::situations`], those that the workload drawn by `workload_answers` (a
+    /// run's first answers, see [`crate::workload_answers`]) exercises.
+    fn exercised(&self, workload_answers: &[u32], bounds: &Bounds) -> Vec<Situation>;
+
+    /// The most clients and intents per client the system's workloads draw.
+    fn workload_limits(&self) -> WorkloadLimits;
 }
 
 impl<S: System> Subject for Simulator<S> {
@@ -41,6 +51,26 @@ impl<S: System> Subject for Simulator<S> {
 
     fn invariants(&self) -> &'static [Invariant] {
         self.system().invariants()
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        self.system().situations()
+    }
+
+    fn exercised(&self, workload_answers: &[u32], bounds: &Bounds) -> Vec<Situation> {
+        let system = self.system();
+        let mut source = TapeChoices::lenient(workload_answers);
+        let workload = system.workload(&mut Decider::new(&mut source), bounds);
+        system
+            .situations()
+            .iter()
+            .filter(|situation| system.exercises(&workload, situation))
+            .copied()
+            .collect()
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        self.system().workload_limits()
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::choices::Decider;
 use crate::run::Ctx;
-use crate::{Bounds, Invariant, Violation};
+use crate::{Bounds, Invariant, Situation, Violation};
 use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
@@ -411,4 +411,48 @@ pub trait System {
     fn invariants(&self) -> &'static [Invariant] {
         Invariant::CORE
     }
+
+    /// The situations this system's workloads can draw that an invariant needs in order to be
+    /// tested (a request id reused with other arguments, one request id in two scopes, ...).
+    /// An exhaustive check counts the runs that exercised each one, and reports an invariant
+    /// whose situations no run exercised as untested rather than clean. The default is none.
+    fn situations(&self) -> &'static [Situation] {
+        &[]
+    }
+
+    /// Whether `workload` exercises `situation`, one of [`System::situations`]. The default
+    /// answers the situations a workload's requests show by themselves
+    /// ([`Situation::in_requests`]) and says no to the rest: a system that declares its own
+    /// situations answers them here.
+    fn exercises(
+        &self,
+        workload: &Workload<Self::Request, Self::Event>,
+        situation: &Situation,
+    ) -> bool {
+        situation.in_requests(workload).unwrap_or(false)
+    }
+
+    /// The most clients, and intents per client, this system's workloads draw whatever the
+    /// bounds; larger [`Bounds::clients_max`] and [`Bounds::intents_max`] are refused as
+    /// bounds no run can reach ([`Bounds::validate_for`]). The default is no limit.
+    fn workload_limits(&self) -> WorkloadLimits {
+        WorkloadLimits::NONE
+    }
+}
+
+/// The most clients, and intents per client, a system's workloads draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WorkloadLimits {
+    /// Clients at most in a workload.
+    pub clients_max: u32,
+    /// Intents at most per client.
+    pub intents_max: u32,
+}
+
+impl WorkloadLimits {
+    /// No limit beyond the bounds.
+    pub const NONE: WorkloadLimits = WorkloadLimits {
+        clients_max: u32::MAX,
+        intents_max: u32::MAX,
+    };
 }

@@ -2,8 +2,8 @@
 
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, StoreCopy, System,
-    Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, Situation, StoreCopy,
+    System, Workload, WorkloadLimits,
 };
 
 /// A counter handler over an in-memory durable total.
@@ -61,6 +61,14 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         bounds: &Bounds,
     ) -> Workload<CounterRequest, NoEvent> {
         workload(decider, bounds)
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED]
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        super::WORKLOAD_LIMITS
     }
 
     fn apply_event(&self, _store: &mut MemoryTotal, event: &NoEvent) {

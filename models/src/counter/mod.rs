@@ -19,7 +19,9 @@ pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;
 pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler};
 
-use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, NoEvent, Request, Workload};
+use retrysim_sim::{
+    Bounds, ChoiceKind, Decider, Intent, NoEvent, Request, Workload, WorkloadLimits,
+};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -91,6 +93,12 @@ pub const EVENTS: [CounterRequest; 3] = [
 pub const CLIENTS_MAX: u32 = 2;
 /// Intents at most per client in one counter run.
 pub const INTENTS_PER_CLIENT_MAX: u32 = 2;
+
+/// The most a counter workload draws.
+pub const WORKLOAD_LIMITS: WorkloadLimits = WorkloadLimits {
+    clients_max: CLIENTS_MAX,
+    intents_max: INTENTS_PER_CLIENT_MAX,
+};
 
 /// Draws a counter workload: 1–2 clients (at most `clients_max`), each with 1–2 distinct
 /// events (at most `intents_max`) from [`EVENTS`] (no event twice in a run). The all-zero answer is one client

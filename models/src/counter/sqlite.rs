@@ -4,7 +4,8 @@
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, StoreCopy, System, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, Situation, StoreCopy, System,
+    Workload, WorkloadLimits,
 };
 use rusqlite::Connection;
 
@@ -93,6 +94,14 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         bounds: &Bounds,
     ) -> Workload<CounterRequest, NoEvent> {
         workload(decider, bounds)
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED]
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        super::WORKLOAD_LIMITS
     }
 
     fn apply_event(&self, _store: &mut SqliteCounter, event: &NoEvent) {

@@ -3,11 +3,11 @@
 
 use super::types::{AdminEvent, EditResult, Identity, IntervalRequest, Principal, ToolArgs};
 use super::types::{Arg, TOOL, WRITE_SCOPE};
-use super::workload::workload;
+use super::workload::{self, workload};
 use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, StoreCopy, System,
-    Violation, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, Situation,
+    StoreCopy, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeSet;
@@ -356,6 +356,22 @@ impl<H: IntervalHandler> System for OnInterval<H> {
 
     fn invariants(&self) -> &'static [Invariant] {
         INVARIANTS
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        workload::SITUATIONS
+    }
+
+    fn exercises(
+        &self,
+        workload: &Workload<IntervalRequest, AdminEvent>,
+        situation: &Situation,
+    ) -> bool {
+        workload::exercises(workload, situation)
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        workload::WORKLOAD_LIMITS
     }
 }
 

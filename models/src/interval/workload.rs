@@ -1,7 +1,9 @@
 //! Interval workloads: who edits what, with which request id, and which admin change happens.
 
 use super::types::{AdminEvent, Identity, IntervalRequest, ToolArgs};
-use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, Workload};
+use retrysim_sim::{
+    Bounds, ChoiceKind, Decider, Intent, Invariant, Request, Situation, Workload, WorkloadLimits,
+};
 
 /// alice, in team-a.
 pub const ALICE: Identity = Identity {
@@ -105,5 +107,49 @@ pub fn workload(
             .map(|index| events[index as usize])
             .into_iter()
             .collect(),
+    }
+}
+
+/// Two edits of one automation under different request ids, both based on the same version:
+/// whichever lands second is stale. `no-lost-update` needs it.
+pub const STALE_EDIT: Situation = Situation {
+    name: "two edits based on one version of an automation",
+    tests: Invariant::NoLostUpdate,
+};
+
+/// An administrator's change of access (a revoked scope, a moved or deleted automation).
+/// `access-before-replay` needs it.
+pub const ACCESS_CHANGE: Situation = Situation {
+    name: "an access change (revoke, move or delete)",
+    tests: Invariant::AccessBeforeReplay,
+};
+
+/// The situations an interval workload can draw.
+pub const SITUATIONS: &[Situation] = &[
+    Situation::KEY_REUSED,
+    Situation::REQUEST_ID_IN_TWO_SCOPES,
+    STALE_EDIT,
+    ACCESS_CHANGE,
+];
+
+/// The most an interval workload draws: alice and one other caller; alice's edit and a
+/// follow-up.
+pub const WORKLOAD_LIMITS: WorkloadLimits = WorkloadLimits {
+    clients_max: 2,
+    intents_max: 2,
+};
+
+/// Whether `workload` exercises `situation`, one of [`SITUATIONS`].
+pub fn exercises(workload: &Workload<IntervalRequest, AdminEvent>, situation: &Situation) -> bool {
+    if *situation == STALE_EDIT {
+        workload.any_pair(|first, second| {
+            first.key() != second.key()
+                && first.args.automation_id == second.args.automation_id
+                && first.args.expected_version == second.args.expected_version
+        })
+    } else if *situation == ACCESS_CHANGE {
+        !workload.events.is_empty()
+    } else {
+        situation.in_requests(workload).unwrap_or(false)
     }
 }

@@ -2,11 +2,11 @@
 //! [`ReservationHandler`] a system under test.
 
 use super::types::{Fixture, Reference, ReservationRequest};
-use super::workload::workload;
+use super::workload::{workload, WORKLOAD_LIMITS};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Status, StoreCopy,
-    System, Violation, Workload,
+    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Situation, Status,
+    StoreCopy, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;
@@ -261,5 +261,13 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn invariants(&self) -> &'static [Invariant] {
         INVARIANTS
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED, Situation::REQUEST_ID_IN_TWO_SCOPES]
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        WORKLOAD_LIMITS
     }
 }

@@ -2,12 +2,19 @@
 //! maybe a pending record seeded before the run.
 
 use super::types::{Fixture, ReservationRequest};
-use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, Workload};
+use retrysim_sim::{Bounds, ChoiceKind, Decider, Intent, Workload, WorkloadLimits};
 
 /// The first tenant.
 pub const TENANT_A: &str = "tenant-a";
 /// The second tenant.
 pub const TENANT_B: &str = "tenant-b";
+/// The most a reservation workload draws: tenant-a and tenant-b; tenant-a's submission and a
+/// follow-up.
+pub const WORKLOAD_LIMITS: WorkloadLimits = WorkloadLimits {
+    clients_max: 2,
+    intents_max: 2,
+};
+
 /// The request id of the seed's first instruction.
 pub const REQUEST_ID: &str = "req-247";
 
