@@ -765,7 +765,8 @@ fn run_matrix() -> Printed {
     out.text.push('\n');
     out.text.push_str(&report::matrix(&rows));
     for row in &rows {
-        out.text.push_str(&shortest_failure(row, &bounds_of(row.entry)));
+        out.text
+            .push_str(&shortest_failure(row, &bounds_of(row.entry)));
     }
     out.ending(exit_for(rows.iter().all(MatrixRow::as_declared)))
 }
@@ -784,7 +785,11 @@ fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds) -> String {
         "\n== {}/{}: shortest failing run found for {caught_by}\n\n",
         row.entry.domain, row.entry.handler
     );
-    out.push_str(&report::run_report(row.entry, &shrunk.bounds, &shrunk.outcome));
+    out.push_str(&report::run_report(
+        row.entry,
+        &shrunk.bounds,
+        &shrunk.outcome,
+    ));
     let _ = writeln!(
         out,
         "reproduce: {}",

@@ -31,7 +31,7 @@
 //! // The naive counter adds on every arrival: a timeout and a retry count twice.
 //! let failure = check("counter", "naive").seeds(0..100).verdict().unwrap_err();
 //! assert!(failure.contains("at-most-once-effect violated"));
-//! assert!(failure.contains("reproduce: RETRYSIM_TAPE="));
+//! assert!(failure.contains("reproduce: RETRYSIM_CHECK=counter/naive RETRYSIM_TAPE="));
 //!
 //! let small = Bounds { clients_max: 1, intents_max: 1, attempts_max: 2, faults_max: 1, ..Bounds::default() };
 //! check("reservation", "action-record").exhaustive().bounds(small).run();
@@ -78,8 +78,10 @@
 //!
 //! ## Debugging failures
 //!
-//! Every failure prints its shrunk timeline and a reproduction: `RETRYSIM_TAPE=… cargo test`
-//! from a test, `retrysim replay --model … --handler … --tape …` from the shell. A tape
+//! Every failure prints its shrunk timeline and a reproduction:
+//! `RETRYSIM_CHECK=… RETRYSIM_TAPE=… cargo test NAME -- --exact` from a test (only the check
+//! that `RETRYSIM_CHECK` names replays the tape; see [`testing`]), `retrysim replay --model …
+//! --handler … --tape …` from the shell. A tape
 //! replays the same run on every machine; replay it under a debugger and break in your
 //! handler. `RETRYSIM_CHECK_DETERMINISM=1` (or `retrysim explore --check-determinism`)
 //! runs every seed twice and names the first timeline row where the runs diverge.
@@ -115,12 +117,12 @@ pub use testing::{check, Check};
 pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
-    check_determinism, exhaust, exhaust_on, exhaust_on_reporting, explore, replay, run_seed, shrink, shrink_by,
-    workload_answers, Bounds, BoundsError, CheckOptions, CheckReport, ChoiceKind, Choices,
-    ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider, Enumeration, Exploration, Failure,
-    FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane, Ledger, Level,
-    NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox, SeededChoices,
-    Session, Shrunk, Simulator, Situation, SituationRuns, Status, StopAt, Stopped, StoreCopy,
-    Subject, SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Violation, Visited,
-    Workload, WorkloadLimits, CHECK_RUNS_MAX, SHRINK_RUNS_MAX, THREADS_MAX,
+    check_determinism, exhaust, exhaust_on, exhaust_on_reporting, explore, replay, run_seed,
+    shrink, shrink_by, workload_answers, Bounds, BoundsError, CheckOptions, CheckReport,
+    ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider, Enumeration,
+    Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane,
+    Ledger, Level, NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
+    SeededChoices, Session, Shrunk, Simulator, Situation, SituationRuns, Status, StopAt, Stopped,
+    StoreCopy, Subject, SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Violation,
+    Visited, Workload, WorkloadLimits, CHECK_RUNS_MAX, SHRINK_RUNS_MAX, THREADS_MAX,
 };

@@ -29,8 +29,8 @@ mod workloads;
 
 pub use bounds::{Bounds, BoundsError};
 pub use checker::{
-    exhaust, exhaust_on, exhaust_on_reporting, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction,
-    SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
+    exhaust, exhaust_on, exhaust_on_reporting, CheckOptions, CheckReport, Counterexample, Coverage,
+    Level, Reduction, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,

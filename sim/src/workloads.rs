@@ -7,7 +7,7 @@ use crate::subject::Subject;
 
 /// The answers that draw the workload of `tape`'s run (its first answers, as many as the
 /// workload's choices, zeros included): a prefix that confines a check to that workload
-/// ([`CheckOptions::prefix`]). Fails if one of them is out of range for its choice.
+/// ([`crate::CheckOptions::prefix`]). Fails if one of them is out of range for its choice.
 pub fn workload_answers(
     subject: &mut dyn Subject,
     tape: &Tape,

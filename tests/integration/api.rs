@@ -43,7 +43,10 @@ fn a_faulty_handler_fails_with_a_timeline_and_a_reproduction() {
         message.contains("step | t(ms)"),
         "the timeline is printed: {message}"
     );
-    assert!(message.contains("reproduce: RETRYSIM_TAPE="), "{message}");
+    assert!(
+        message.contains("reproduce: RETRYSIM_CHECK=counter/naive RETRYSIM_TAPE="),
+        "{message}"
+    );
     assert!(
         message.contains("or: retrysim replay --model counter --handler naive"),
         "{message}"
@@ -64,31 +67,193 @@ fn run_panics_on_a_violation() {
 
 #[test]
 fn failures_are_kept_as_regressions_and_replayed_first() {
-    let path = scratch_file("naive-regressions.txt");
-    let first = check("counter", "naive")
-        .seeds(0..100)
+    use outside::Bank;
+    let path = scratch_file("bank-regressions.txt");
+    let forgetful = Bank { dedup: false };
+    let first = Check::system("bank/one", forgetful)
+        .seeds(0..2_000)
         .regressions(&path)
         .verdict();
     assert!(first.is_err());
     let stored = std::fs::read_to_string(&path).unwrap();
     let line = stored.lines().find(|l| !l.starts_with('#')).unwrap();
     assert!(
-        line.starts_with("counter/naive at-most-once-effect faults_max="),
+        line.starts_with("bank/one at-most-once-effect faults_max="),
         "{line}"
     );
-    // The next run replays the stored schedule before anything else: an empty seed range
-    // still fails, on the regression.
-    let again = check("counter", "naive")
-        .seeds(0..0)
-        .regressions(&path)
-        .verdict();
-    assert!(again.unwrap_err().contains("stored regression still fails"));
+}
+
+/// A check replays its own stored schedules first, and only its own: checks may share a
+/// file.
+#[test]
+fn a_check_replays_only_its_own_regressions() {
+    use outside::Bank;
+    let forgetful = Bank { dedup: false };
+    // With one attempt and no fault, the forgetful bank is clean; one duplicated delivery
+    // (a fault) applies its deposit twice. A stored line keeps that fault's budget.
+    let one_attempt = Bounds {
+        attempts_max: 1,
+        clients_max: 1,
+        ..small()
+    };
+    let report = exhaust(
+        &mut Simulator::new(forgetful),
+        &CheckOptions::new(one_attempt),
+    );
+    let duplicated = report.violations.first().expect("a duplicate is caught");
+    let path = scratch_file("shared-regressions.txt");
+    let stored = format!(
+        "bank/one at-most-once-effect faults_max=1 clients_max=1 tape={}\n",
+        duplicated.tape
+    );
+    std::fs::write(&path, &stored).unwrap();
+    let fault_free = Bounds {
+        faults_max: 0,
+        ..one_attempt
+    };
+    let check = |name: &str, bank: Bank| {
+        Check::system(name, bank)
+            .exhaustive()
+            .bounds(fault_free)
+            .regressions(&path)
+            .verdict()
+    };
+    // The check the line names replays it before anything else, and fails on it.
+    let again = check("bank/one", forgetful).unwrap_err();
+    assert!(again.contains("stored regression still fails"), "{again}");
+    // Another check sharing the file leaves the line alone: it is clean.
+    check("bank/two", forgetful).unwrap();
     // A fixed handler passes; the line that no longer fails is reported, not dropped.
-    check("counter", "keyed-sqlite")
-        .seeds(0..0)
-        .regressions(&path)
-        .run();
+    check("bank/one", Bank { dedup: true }).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), stored);
+}
+
+#[test]
+fn bad_settings_are_errors_not_silent() {
+    let empty = check("counter", "naive").seeds(0..0).verdict().unwrap_err();
+    assert!(empty.contains("seed range 0..0 is empty"), "{empty}");
+    let too_many = check("counter", "naive")
+        .bounds(Bounds {
+            clients_max: 5,
+            ..Bounds::default()
+        })
+        .verdict()
+        .unwrap_err();
+    assert!(
+        too_many.contains("clients_max is 5, but this system's workloads draw at most 2"),
+        "{too_many}"
+    );
+    let spaced = Check::system("my bank", outside::Bank { dedup: true })
+        .verdict()
+        .unwrap_err();
+    assert!(spaced.contains("must be one word"), "{spaced}");
+}
+
+/// A failed check's panic points at the test that ran it, not at the library.
+#[test]
+fn a_failed_check_panics_at_the_callers_line() {
+    record_panic_locations();
+    let line = line!() + 2;
+    let caught = std::panic::catch_unwind(|| {
+        check("counter", "naive").seeds(0..100).run();
+    });
+    assert!(caught.is_err());
+    let reported = PANIC_LOCATIONS.with(|seen| seen.borrow().clone());
+    assert!(
+        reported.contains(&(file!().to_string(), line)),
+        "{reported:?}"
+    );
+}
+
+thread_local! {
+    /// The locations of the panics on this thread, once `record_panic_locations` ran.
+    static PANIC_LOCATIONS: std::cell::RefCell<Vec<(String, u32)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Adds a panic hook, for the whole test binary, that notes each panic's location on its
+/// thread and then reports the panic as before.
+fn record_panic_locations() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(at) = info.location() {
+                let noted = (at.file().to_string(), at.line());
+                PANIC_LOCATIONS.with(|seen| seen.borrow_mut().push(noted));
+            }
+            previous(info);
+        }));
+    });
+}
+
+/// Run only by `a_reproduction_replays_only_in_its_own_check`, in a child process.
+#[test]
+#[ignore = "run by a_reproduction_replays_only_in_its_own_check with RETRYSIM_* set"]
+fn reproduction_target_naive() {
+    check("counter", "naive").seeds(0..1).run();
+}
+
+/// Run only by `a_reproduction_replays_only_in_its_own_check`, in a child process.
+#[test]
+#[ignore = "run by a_reproduction_replays_only_in_its_own_check with RETRYSIM_* set"]
+fn reproduction_target_keyed_sqlite() {
+    check("counter", "keyed-sqlite").seeds(0..20).run();
+}
+
+/// The reproduction line a failure prints names its check and its test; in a test binary
+/// with other checks, only the named check replays the schedule, and the others say so.
+#[test]
+fn a_reproduction_replays_only_in_its_own_check() {
+    let message = check("counter", "naive")
+        .seeds(0..100)
+        .verdict()
+        .unwrap_err();
+    let reproduce = message
+        .lines()
+        .find_map(|line| line.strip_prefix("reproduce: "))
+        .expect("a reproduction line");
+    let (variables, command) = reproduce.split_once(" cargo test ").expect("cargo test");
+    assert_eq!(
+        command,
+        "api::a_reproduction_replays_only_in_its_own_check -- --exact"
+    );
+    let variables: Vec<(&str, &str)> = variables
+        .split_whitespace()
+        .map(|word| word.split_once('=').expect("NAME=value"))
+        .collect();
+    assert_eq!(variables[0], ("RETRYSIM_CHECK", "counter/naive"));
+    let run = |test: &str, with_check: bool| {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", test, "--ignored", "--nocapture"]);
+        for (name, value) in &variables {
+            if with_check || *name != "RETRYSIM_CHECK" {
+                child.env(name, value);
+            }
+        }
+        if !with_check {
+            child.env_remove("RETRYSIM_CHECK");
+        }
+        let output = child.output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).to_string()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text)
+    };
+    let (passed, text) = run("api::reproduction_target_naive", true);
+    assert!(!passed, "{text}");
+    assert!(
+        text.contains("counter/naive: the requested schedule breaks at-most-once-effect"),
+        "{text}"
+    );
+    let (passed, text) = run("api::reproduction_target_keyed_sqlite", true);
+    assert!(passed, "{text}");
+    assert!(
+        text.contains("belongs to the check \"counter/naive\", not this one"),
+        "{text}"
+    );
+    let (passed, text) = run("api::reproduction_target_keyed_sqlite", false);
+    assert!(!passed, "{text}");
+    assert!(text.contains("RETRYSIM_CHECK is not"), "{text}");
 }
 
 #[test]
@@ -100,7 +265,7 @@ fn a_malformed_regressions_file_is_an_error() {
     )
     .unwrap();
     let error = check("counter", "keyed-sqlite")
-        .seeds(0..0)
+        .seeds(0..10)
         .regressions(&path)
         .verdict();
     assert!(error.unwrap_err().contains("unknown invariant"));

@@ -47,14 +47,40 @@ fn bad_input_exits_2_with_one_line() {
         &[&explore[..], &["--seeds", "1..x"]].concat(),
         "not a seed range",
     );
+    // Errors name the flag, not the field behind it.
     assert_bad_input(
         &[&explore[..], &["--attempts-max", "0"]].concat(),
-        "attempts_max",
+        "--attempts-max must be at least 1",
     );
     assert_bad_input(
         &[&explore[..], &["--invocations-max", "0"]].concat(),
-        "invocations_max",
+        "--invocations-max must be at least 1",
     );
+    assert_bad_input(
+        &[&explore[..], &["--clients", "0"]].concat(),
+        "--clients must be at least 1",
+    );
+    // Bounds a domain's workloads never reach are refused, not reported as in force.
+    assert_bad_input(
+        &[&explore[..], &["--clients", "4294967295"]].concat(),
+        "--clients 4294967295 is more than counter's workloads draw (at most 2)",
+    );
+    assert_bad_input(
+        &[&explore[..], &["--intents", "3"]].concat(),
+        "--intents 3 is more than counter's workloads draw (at most 2)",
+    );
+    // The count that means `unbounded` is not taken as a count.
+    assert_bad_input(
+        &[&explore[..], &["--drops-max", "4294967295"]].concat(),
+        "write `unbounded`",
+    );
+    // Thread counts past any machine's are bad input.
+    for threads in ["0", "100000", "18446744073709551615", "many"] {
+        assert_bad_input(
+            &[&explore[..], &["--threads", threads]].concat(),
+            "--threads",
+        );
+    }
     let replay = ["replay", "--model", "counter", "--handler", "naive"];
     assert_bad_input(
         &[&replay[..], &["--tape", "1,x"]].concat(),
@@ -217,6 +243,14 @@ fn the_no_argument_run_matches_every_declaration() {
     assert!(!text.contains(" NO"), "{text}");
     assert!(text.contains("== counter/naive: shortest failing run"));
     assert!(text.contains("== counter/keyed-memory: shortest failing run"));
+    // Every failure prints both the shrunk reproduction and the seed that first found it.
+    let reproductions = text.matches("\nreproduce: retrysim replay").count();
+    let originals = text.matches("\noriginal:  retrysim replay").count();
+    assert_eq!(reproductions, originals, "{text}");
+    assert!(
+        text.contains("original:  retrysim replay --model counter --handler naive --seed "),
+        "{text}"
+    );
 }
 
 #[test]
@@ -231,13 +265,23 @@ fn check_exits_0_clean_1_caught_3_inconclusive() {
         "--faults-max",
         "1",
     ];
-    let clean = retrysim(
-        &[
-            &["check", "--model", "counter", "--handler", "keyed-sqlite"][..],
-            &small,
-        ]
-        .concat(),
-    );
+    // Two clients: one may reuse the other's key with another amount, so every situation the
+    // counter declares is exercised.
+    let clean = retrysim(&[
+        "check",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-sqlite",
+        "--clients",
+        "2",
+        "--intents",
+        "1",
+        "--attempts-max",
+        "2",
+        "--faults-max",
+        "1",
+    ]);
     let text = stdout(&clean);
     assert_eq!(clean.status.code(), Some(0), "{text}");
     assert!(text.contains("bound: exhausted"), "{text}");
@@ -314,9 +358,16 @@ fn check_confines_itself_to_one_workload_or_explores_the_whole_bound() {
         line.split(';').next().unwrap().parse().unwrap()
     };
     let every = check(&[]);
+    assert_eq!(every.status.code(), Some(0), "{}", stdout(&every));
+    // Workload 1 is c1 e1 +5 and c2 e2 +5: no key is reused with another amount, so
+    // no-silent-key-reuse goes untested there, and the check says so.
     let one = check(&["--workload", "1"]);
     let text = stdout(&one);
-    assert_eq!(one.status.code(), Some(0), "{text}");
+    assert_eq!(one.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("no-silent-key-reuse      untested: no run had a request id reused with other arguments"),
+        "{text}"
+    );
     assert!(
         text.contains("workload: one (every run begins 1,0,0)"),
         "{text}"
@@ -412,4 +463,182 @@ fn explore_can_check_its_own_determinism() {
         "--check-determinism",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
+}
+
+/// A counterexample found at a lower fault level than the last one explored replays (and
+/// shrinks) under its own level's bounds: `--whole-bound` goes on to higher levels after it.
+#[test]
+fn whole_bound_checks_shrink_their_counterexamples() {
+    let output = retrysim(&[
+        "check",
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--clients",
+        "1",
+        "--intents",
+        "1",
+        "--faults-max",
+        "1",
+        "--whole-bound",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let command = report["minimal"]["replay"]
+        .as_str()
+        .expect("a reproduction");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(retrysim(&words[1..]).status.code(), Some(1), "{command}");
+}
+
+/// A seed range that ends at the top of the seeds is split across threads without wrapping:
+/// exactly its seeds run, on any thread count.
+#[test]
+fn a_seed_range_at_the_top_runs_exactly_its_seeds() {
+    let explore = |threads: &str| {
+        let output = retrysim(&[
+            "explore",
+            "--model",
+            "counter",
+            "--handler",
+            "naive",
+            "--seeds",
+            "18446744073709551610..18446744073709551615",
+            "--threads",
+            threads,
+            "--json",
+        ]);
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(report["executions"], 5, "{report}");
+        for violation in report["violations"].as_array().unwrap() {
+            let seed = violation["seed"].as_u64().unwrap();
+            assert!(seed >= 18_446_744_073_709_551_610, "{report}");
+        }
+        report["violations"].clone()
+    };
+    assert_eq!(explore("1"), explore("2"));
+}
+
+/// More threads than the machine has cores: the cores are used, with a note.
+#[test]
+fn threads_above_the_cores_are_clamped_with_a_note() {
+    let output = retrysim(&[
+        "explore",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-sqlite",
+        "--seeds",
+        "0..20",
+        "--threads",
+        "1024",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 1024 {
+        assert!(
+            stderr(&output).contains(&format!("exploring on {cores}")),
+            "{}",
+            stderr(&output)
+        );
+    }
+}
+
+/// A reader that closes the pipe early ends the command quietly; a full disk is one error
+/// line and exit 2. Neither panics.
+#[test]
+fn write_errors_end_quietly_or_with_one_line() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args([
+            "explore",
+            "--model",
+            "counter",
+            "--handler",
+            "keyed-sqlite",
+            "--seeds",
+            "0..2000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the exploration is done, so its one write finds no reader.
+    drop(child.stdout.take());
+    let closed = child.wait_with_output().unwrap();
+    assert_eq!(closed.status.code(), Some(0), "{}", stderr(&closed));
+    assert_eq!(stderr(&closed), "");
+
+    let Ok(full) = std::fs::File::options().write(true).open("/dev/full") else {
+        return;
+    };
+    let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .arg("list")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.starts_with("error: writing the output: "),
+        "{message}"
+    );
+}
+
+/// The help names every exit status; `replay`'s usage shows that a seed or a tape is needed.
+#[test]
+fn help_names_every_exit_status_and_replay_needs_a_schedule() {
+    let help = stdout(&retrysim(&["--help"]));
+    for status in ["0 clean", "1 a violation", "2 bad input", "3 (check only)"] {
+        assert!(help.contains(status), "{help}");
+    }
+    let replay = stdout(&retrysim(&["replay", "--help"]));
+    assert!(replay.contains("<--seed <SEED>|--tape <TAPE>>"), "{replay}");
+}
+
+/// A check that found a violation does not call its verdict unclean for coverage, and names
+/// its reduction in the words of the flag.
+#[test]
+fn a_caught_check_prints_no_coverage_gaps() {
+    let output = retrysim(&[
+        "check",
+        "--model",
+        "interval",
+        "--handler",
+        "version-only",
+        "--clients",
+        "1",
+        "--intents",
+        "1",
+        "--faults-max",
+        "1",
+    ]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("reduction: states;"), "{text}");
+    assert!(!text.contains("coverage gaps"), "{text}");
+}
+
+/// JSON writes an unbounded per-kind limit as "unbounded", not as a number.
+#[test]
+fn json_writes_unbounded_as_a_word() {
+    let output = retrysim(&[
+        "replay",
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--seed",
+        "1",
+        "--drops-max",
+        "unbounded",
+        "--format",
+        "json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["bounds"]["drops_max"], "unbounded", "{report}");
+    assert_eq!(report["bounds"]["duplicates_max"], 2, "{report}");
 }

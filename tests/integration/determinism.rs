@@ -86,3 +86,17 @@ fn a_fresh_subject_gives_the_same_run_as_a_reused_one() {
         );
     }
 }
+
+/// A seed range is split across threads without wrapping, even where it ends at the top of
+/// the seeds: the same seeds run, with the same verdicts, on any thread count.
+#[test]
+fn seed_ranges_at_the_top_split_the_same_on_any_thread_count() {
+    let entry = models::find("counter", "naive").unwrap();
+    let top = u64::MAX - 7..u64::MAX;
+    let one = explore(&entry.build, top.clone(), &Bounds::default(), 1);
+    assert_eq!(one.executions, 7);
+    for threads in [2, 3, 4, 7, 64] {
+        let many = explore(&entry.build, top.clone(), &Bounds::default(), threads);
+        assert_eq!(many, one, "{threads} threads");
+    }
+}

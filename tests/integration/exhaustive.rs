@@ -2,10 +2,10 @@
 //! clean over whole bounds, state hashing losing nothing that plain enumeration finds, and
 //! shrinking as good as the exhaustive minimum.
 
-use retrysim::models::{self, Declared, HandlerEntry};
+use retrysim::models::{self, interval, Declared, HandlerEntry};
 use retrysim::{
     exhaust, exhaust_on, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction,
-    StopAt, Stopped,
+    Situation, StopAt, Stopped,
 };
 use std::collections::BTreeSet;
 
@@ -108,36 +108,80 @@ fn faulty_handlers_are_caught_at_three_attempts_and_two_faults() {
     }
 }
 
+/// The gaps of a check that exercised every fault kind and crash point but not `untested`:
+/// the invariants those situations test went untested, and the report says so.
+fn untested(untested: &[Situation]) -> Vec<String> {
+    untested.iter().map(Situation::to_string).collect()
+}
+
+const KEY_REUSED: Situation = Situation::KEY_REUSED;
+const TWO_SCOPES: Situation = Situation::REQUEST_ID_IN_TWO_SCOPES;
+
 #[test]
 fn correct_handlers_exhaust_their_bounds_clean() {
     let cases = [
-        ("counter", "keyed-sqlite", small(2, 1)),
-        ("reservation", "action-record", small(2, 1)),
-        ("interval", "receipt", small(1, 1)),
+        ("counter", "keyed-sqlite", small(2, 1), vec![]),
+        (
+            "reservation",
+            "action-record",
+            small(2, 1),
+            vec![KEY_REUSED],
+        ),
+        (
+            "reservation",
+            "action-record",
+            small(1, 2),
+            vec![TWO_SCOPES],
+        ),
+        (
+            "interval",
+            "receipt",
+            small(1, 1),
+            vec![KEY_REUSED, TWO_SCOPES, interval::STALE_EDIT],
+        ),
+        ("interval", "receipt", small(1, 2), vec![TWO_SCOPES]),
         // Two invocations in progress at once: retries and duplicates overlap.
-        ("counter", "keyed-sqlite", overlapping(small(1, 1))),
-        ("interval", "receipt", overlapping(small(1, 1))),
+        (
+            "counter",
+            "keyed-sqlite",
+            overlapping(small(1, 1)),
+            vec![KEY_REUSED],
+        ),
+        (
+            "interval",
+            "receipt",
+            overlapping(small(1, 1)),
+            vec![KEY_REUSED, TWO_SCOPES, interval::STALE_EDIT],
+        ),
     ];
-    for (domain, handler, bounds) in cases {
+    for (domain, handler, bounds, situations_missed) in cases {
         let entry = models::find(domain, handler).unwrap();
         let report = run_check(entry, bounds, Reduction::States, 1_000_000);
         assert_eq!(report.stopped, Stopped::Exhausted, "{entry:?}");
         assert_eq!(report.violations, vec![], "{entry:?}");
         assert!(report.clean());
         assert_eq!(report.step_limited, 0);
-        // A clean verdict means something only if every fault kind and crash point fired.
+        // A clean verdict means something only if every fault kind and crash point fired,
+        // and every situation an invariant needs: the ones a bound cannot draw are named.
         assert_eq!(
             report.coverage.gaps(&bounds),
-            Vec::<String>::new(),
-            "{entry:?}"
+            untested(&situations_missed),
+            "{entry:?} at {bounds}"
         );
     }
 }
 
 /// The bound that must hold: two clients with one intent each, three attempts, two faults
 /// (the per-kind budgets at their defaults). A correct handler exhausts it clean, with every
-/// fault kind and crash point exercised.
-fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(domain: &str, handler: &str) {
+/// fault kind and crash point exercised. With one intent per client, no request id is reused
+/// with other arguments in `interval` and `reservation` (their reuse is a client's second
+/// intent): the report names that situation as never exercised, and
+/// `correct_handlers_exhaust_their_bounds_clean` covers it with two intents.
+fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
+    domain: &str,
+    handler: &str,
+    situations_missed: &[Situation],
+) {
     let entry = models::find(domain, handler).unwrap();
     assert_eq!(entry.declared, Declared::Correct);
     let bounds = entry.bounds_from(Bounds {
@@ -156,22 +200,30 @@ fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(domain: &str, 
     assert!(report.clean(), "{entry:?}: {:?}", report.violations);
     assert_eq!(report.step_limited, 0);
     assert_eq!(report.levels.len(), 3);
-    assert_eq!(report.coverage.gaps(&bounds), Vec::<String>::new());
+    assert_eq!(report.coverage.gaps(&bounds), untested(situations_missed));
 }
 
 #[test]
 fn counter_keyed_sqlite_holds_at_two_clients_three_attempts_two_faults() {
-    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("counter", "keyed-sqlite");
+    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("counter", "keyed-sqlite", &[]);
 }
 
 #[test]
 fn reservation_action_record_holds_at_two_clients_three_attempts_two_faults() {
-    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("reservation", "action-record");
+    assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
+        "reservation",
+        "action-record",
+        &[KEY_REUSED],
+    );
 }
 
 #[test]
 fn interval_receipt_holds_at_two_clients_three_attempts_two_faults() {
-    assert_exhausts_clean_at_two_clients_three_attempts_two_faults("interval", "receipt");
+    assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
+        "interval",
+        "receipt",
+        &[KEY_REUSED],
+    );
 }
 
 /// Every built-in handler declared correct is held to the bound above by one of the tests
@@ -405,5 +457,31 @@ fn a_check_on_threads_reports_what_one_thread_reports() {
             assert_eq!(split, alone, "{entry:?} on {threads} threads");
         }
         assert_eq!(alone.stopped, stopped, "{entry:?}");
+    }
+}
+
+/// Every faulty handler's counterexamples, found by a check that explores the whole bound
+/// (past the level of each), shrink and replay under the bounds of the level that found
+/// them.
+#[test]
+fn whole_bound_counterexamples_replay_under_their_own_level() {
+    let bounds = Bounds {
+        faults_max: 1,
+        ..small(1, 1)
+    };
+    for entry in models::handlers() {
+        let bounds = entry.bounds_from(bounds);
+        let options = CheckOptions {
+            stop: StopAt::EndOfBound,
+            runs_max: 200_000,
+            ..CheckOptions::new(bounds)
+        };
+        let report = exhaust(&mut *(entry.build)(), &options);
+        for found in &report.violations {
+            let level = found.bounds(&bounds);
+            assert!(level.faults_max <= bounds.faults_max);
+            let shrunk = shrink(&mut *(entry.build)(), &level, &found.tape, found.invariant);
+            assert!(shrunk.outcome.violates(found.invariant), "{entry:?}");
+        }
     }
 }

@@ -9,6 +9,7 @@ mod exhaustive;
 mod interval;
 mod overlap;
 mod property;
+mod readme;
 mod reservation;
 mod store;
 mod tape;

@@ -22,4 +22,6 @@ pub use types::{
     AdminEvent, Arg, EditResult, Identity, IntervalRequest, Principal, ScopedKey, ToolArgs,
     NOT_PERMITTED, TOOL, UNAVAILABLE, VERSION_CONFLICT, WRITE_SCOPE,
 };
-pub use workload::{workload, ALICE, BOB, CAROL};
+pub use workload::{
+    exercises, workload, ACCESS_CHANGE, ALICE, BOB, CAROL, SITUATIONS, STALE_EDIT, WORKLOAD_LIMITS,
+};

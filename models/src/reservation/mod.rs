@@ -18,4 +18,4 @@ pub use store::{
     OnReservation, ReservationHandler, ReservationStore, SessionRecords, INVARIANTS, SCHEMA,
 };
 pub use types::{Fixture, Reference, ReservationRequest};
-pub use workload::{workload, REQUEST_ID, TENANT_A, TENANT_B};
+pub use workload::{workload, REQUEST_ID, TENANT_A, TENANT_B, WORKLOAD_LIMITS};
