@@ -44,6 +44,14 @@
 //! `Check::system("name", my_system).seeds(0..10_000).run()`. The integration test
 //! `tests/integration/api.rs` has a complete one written outside this crate.
 //!
+//! An invariant can hold vacuously: `no-silent-key-reuse` cannot fail where no request id is
+//! reused with other arguments. Name the [`Situation`]s your workloads can draw
+//! ([`System::situations`], with [`System::exercises`] for your own); an exhaustive check
+//! counts the runs that exercised each ([`Coverage::situations`]) and lists the ones never
+//! exercised among its gaps ([`Coverage::gaps`]), so a clean report over a bound that never
+//! tested an invariant says so. [`System::workload_limits`] says how many clients and intents
+//! your workloads draw at most; bounds above are refused.
+//!
 //! Exhaustive checks go faster when the engine can copy your store ([`System::save`] and
 //! [`System::restore`]; for SQLite, [`sqlite::HarnessDb::save`] and
 //! [`sqlite::HarnessDb::restore`]) and knows when it changed ([`System::store_version`],

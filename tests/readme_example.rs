@@ -21,7 +21,7 @@ fn my_handler_is_idempotent() {
 
 use retrysim::{
     Bounds, ChoiceKind, Crash, Ctx, Decider, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply,
-    Request, System, Workload,
+    Request, Situation, System, Workload,
 };
 use std::collections::BTreeMap;
 
@@ -141,6 +141,12 @@ impl System for MySystem {
                 Ok(Reply::Applied(account.balance))
             }
         }
+    }
+
+    // The workload reuses d-1 with another amount: checks count the runs that exercise it,
+    // and report no-silent-key-reuse as untested over a bound that never does.
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED]
     }
 
     fn effects(&self, account: &Account) -> Vec<IntentId> {
