@@ -7,7 +7,7 @@ use crate::report::{self, MatrixRow, Schedule};
 use crate::{
     check_determinism, exhaust_on_reporting, explore, replay, run_seed, shrink, workload_answers,
     Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant, Level, Reduction,
-    StopAt, Subject, Tape, CHECK_RUNS_MAX, THREADS_MAX,
+    StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX, THREADS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
@@ -158,6 +158,23 @@ struct BoundsArgs {
     /// timeout-is-failure.
     #[arg(long, default_value = "faithful", value_parser = parse_client)]
     client: ClientPolicy,
+    /// When a waiting client times out: timed (on the simulated clock) or untimed (whenever
+    /// the schedule says, at any step; fewer states, no bugs of time).
+    #[arg(long, default_value = "timed", value_parser = parse_timeouts)]
+    timeouts: Timeouts,
+    /// Simulated milliseconds a client waits for a reply.
+    #[arg(long, default_value_t = Bounds::default().timeout_ms)]
+    timeout_ms: u64,
+    /// Simulated milliseconds of backoff before the first retry, doubled for each later one.
+    #[arg(long, default_value_t = Bounds::default().backoff_ms_base)]
+    backoff_ms_base: u64,
+    /// The most jitter a backoff adds (the schedule chooses none or all of it); 0 for none.
+    #[arg(long, default_value_t = Bounds::default().backoff_jitter_ms)]
+    backoff_jitter_ms: u64,
+    /// Simulated milliseconds from an intent's first send after which its client sends no
+    /// more.
+    #[arg(long, default_value_t = Bounds::default().retry_horizon_ms)]
+    retry_horizon_ms: u64,
 }
 
 impl BoundsArgs {
@@ -175,7 +192,11 @@ impl BoundsArgs {
             crashes_max: self.crashes_max,
             reconnects_max: self.reconnects_max,
             client: self.client,
-            ..Bounds::default()
+            timeouts: self.timeouts,
+            timeout_ms: self.timeout_ms,
+            backoff_ms_base: self.backoff_ms_base,
+            backoff_jitter_ms: self.backoff_jitter_ms,
+            retry_horizon_ms: self.retry_horizon_ms,
         };
         bounds
             .validate_for(subject.workload_limits())
@@ -284,6 +305,10 @@ fn parse_threads(text: &str) -> Result<usize, String> {
 }
 
 fn parse_client(text: &str) -> Result<ClientPolicy, String> {
+    text.parse()
+}
+
+fn parse_timeouts(text: &str) -> Result<Timeouts, String> {
     text.parse()
 }
 

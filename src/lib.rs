@@ -127,10 +127,11 @@ pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
     check_determinism, exhaust, exhaust_on, exhaust_on_reporting, explore, replay, run_seed,
     shrink, shrink_by, workload_answers, Bounds, BoundsError, CheckOptions, CheckReport,
-    ChoiceKind, Choices, ClientPolicy, Counterexample, Coverage, Crash, Ctx, Decider, Enumeration,
-    Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Lane,
-    Ledger, Level, NoEvent, Odds, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox,
-    SeededChoices, Session, Shrunk, Simulator, Situation, SituationRuns, Status, StopAt, Stopped,
-    StoreCopy, Subject, SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Violation,
-    Visited, Workload, WorkloadLimits, CHECK_RUNS_MAX, SHRINK_RUNS_MAX, THREADS_MAX,
+    ChoiceKind, Choices, ClientPolicy, Clock, Counterexample, Coverage, Crash, Ctx, Deadline,
+    Decider, Enumeration, Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary,
+    IntentTag, Invariant, Lane, Ledger, Level, NoEvent, Odds, Reduction, Reply, Request, Row,
+    RunEnd, RunOutcome, Sandbox, SeededChoices, Session, Shrunk, Simulator, Situation,
+    SituationRuns, Status, StopAt, Stopped, StoreCopy, Subject, SubjectFactory, System, Tape,
+    TapeChoices, TapeError, Timeline, Timeouts, Violation, Visited, Workload, WorkloadLimits,
+    CHECK_RUNS_MAX, SHRINK_RUNS_MAX, THREADS_MAX,
 };

@@ -75,6 +75,32 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
     if bounds.client != defaults.client {
         let _ = write!(flags, " --client {}", bounds.client);
     }
+    if bounds.timeouts != defaults.timeouts {
+        let _ = write!(flags, " --timeouts {}", bounds.timeouts);
+    }
+    let times = [
+        ("timeout-ms", bounds.timeout_ms, defaults.timeout_ms),
+        (
+            "backoff-ms-base",
+            bounds.backoff_ms_base,
+            defaults.backoff_ms_base,
+        ),
+        (
+            "backoff-jitter-ms",
+            bounds.backoff_jitter_ms,
+            defaults.backoff_jitter_ms,
+        ),
+        (
+            "retry-horizon-ms",
+            bounds.retry_horizon_ms,
+            defaults.retry_horizon_ms,
+        ),
+    ];
+    for (name, value, default) in times {
+        if value != default {
+            let _ = write!(flags, " --{name} {value}");
+        }
+    }
     flags
 }
 

@@ -1,5 +1,6 @@
 //! The limits of a run. Every run is bounded; every limit has its unit in its name.
 
+use crate::clock::Timeouts;
 use crate::run::ClientPolicy;
 use crate::system::WorkloadLimits;
 use serde::{Serialize, Serializer};
@@ -37,6 +38,15 @@ pub struct Bounds {
     pub timeout_ms: u64,
     /// Simulated milliseconds of backoff before the first retry; doubled for each later one.
     pub backoff_ms_base: u64,
+    /// The most jitter a backoff adds, in simulated milliseconds: the schedule chooses none
+    /// (answer 0) or all of it. 0 for no choice.
+    pub backoff_jitter_ms: u64,
+    /// Simulated milliseconds from an intent's first send after which its client sends no
+    /// more (with [`Timeouts::Timed`]): it stops at `attempts_max` or here, whichever comes
+    /// first.
+    pub retry_horizon_ms: u64,
+    /// When a waiting client times out: on the clock, or whenever the schedule says.
+    pub timeouts: Timeouts,
     /// How the clients behave.
     pub client: ClientPolicy,
 }
@@ -56,6 +66,9 @@ impl Default for Bounds {
             reconnects_max: 1,
             timeout_ms: 1_000,
             backoff_ms_base: 100,
+            backoff_jitter_ms: 0,
+            retry_horizon_ms: 60_000,
+            timeouts: Timeouts::Timed,
             client: ClientPolicy::Faithful,
         }
     }
@@ -92,6 +105,7 @@ impl Bounds {
             ("attempts_max", u64::from(self.attempts_max)),
             ("invocations_max", u64::from(self.invocations_max)),
             ("timeout_ms", self.timeout_ms),
+            ("retry_horizon_ms", self.retry_horizon_ms),
         ];
         match at_least_one.iter().find(|(_, value)| *value == 0) {
             Some(&(field, _)) => Err(BoundsError::Zero { field }),
@@ -164,7 +178,7 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeout_ms={} backoff_ms_base={} client={}",
+            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} client={}",
             self.steps_max,
             self.clients_max,
             self.intents_max,
@@ -175,8 +189,11 @@ impl fmt::Display for Bounds {
             self.duplicates_max,
             self.crashes_max,
             self.reconnects_max,
+            self.timeouts,
             self.timeout_ms,
             self.backoff_ms_base,
+            self.backoff_jitter_ms,
+            self.retry_horizon_ms,
             self.client
         )
     }

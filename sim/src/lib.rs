@@ -14,6 +14,7 @@ mod bounds;
 mod check;
 mod checker;
 pub mod choices;
+mod clock;
 mod determinism;
 mod explore;
 mod invariant;
@@ -36,6 +37,7 @@ pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
     TapeChoices, TapeError,
 };
+pub use clock::{Clock, Deadline, Timeouts};
 pub use determinism::check_determinism;
 pub use explore::{explore, Exploration, Failure, SubjectFactory, THREADS_MAX};
 pub use invariant::{Invariant, Violation};

@@ -5,6 +5,7 @@
 //! chosen: no fault is injected and every call runs to its end.
 
 use crate::choices::{ChoiceKind, Decider, Enumerator};
+use crate::clock::Deadline;
 use crate::run::tasks::{prepare_connection, Go, Pause, Task, Turn};
 use crate::run::{Ctx, Session};
 use crate::system::{IntentId, IntentTag, Reply, Status, System};
@@ -62,7 +63,7 @@ impl<S: System> Sandbox<S> {
     /// that intent) and returns the reply.
     pub fn call(&mut self, intent: IntentId, request: &S::Request) -> Reply<S::Value> {
         self.tag.set(Some(intent));
-        let mut ctx = Ctx::never_crash();
+        let mut ctx = Ctx::never_crash_at(Session::default(), self.tag.clock());
         let result = self
             .system
             .handle(&mut ctx, &mut self.store, &mut self.memory, request);
@@ -72,16 +73,32 @@ impl<S: System> Sandbox<S> {
 
     /// Answers a status lookup of `request` made on `session`.
     pub fn lookup(&mut self, session: Session, request: &S::Request) -> Status<S::Value> {
-        let mut ctx = Ctx::never_crash_in(session);
+        let mut ctx = Ctx::never_crash_at(session, self.tag.clock());
         self.system
             .lookup(&mut ctx, &mut self.store, &mut self.memory, request)
             .expect("a sandbox lookup never crashes")
     }
 
-    /// Restarts the server as after a crash: volatile memory lost, connections reopened.
+    /// Restarts the server as after a crash: volatile memory lost, uncommitted work rolled
+    /// back.
     pub fn restart(&mut self) {
         self.memory = S::Memory::default();
         self.system.restart(&mut self.store);
+    }
+
+    /// Moves the simulated clock to `now_ms` (calls and SQL's `retrysim_now()` read it from
+    /// then on) and runs what the store does by itself at that time ([`System::pass_time`]:
+    /// e.g. purges the records whose retention ended).
+    pub fn pass_time_to(&mut self, now_ms: u64) {
+        self.tag.clock().set(now_ms);
+        self.system.pass_time(&mut self.store, now_ms);
+    }
+
+    /// The deadlines the store declares now ([`System::deadlines`]), earliest first.
+    pub fn deadlines(&self) -> Vec<Deadline> {
+        let mut deadlines = self.system.deadlines(&self.store);
+        deadlines.sort();
+        deadlines
     }
 
     /// Applies an outside event (an administrator's change).
@@ -131,6 +148,7 @@ impl<S: System> Sandbox<S> {
         commits: &Arc<AtomicU64>,
     ) -> (Vec<usize>, Vec<Reply<S::Value>>) {
         let (system, store) = (&self.system, &self.store);
+        let clock = self.tag.clock();
         let mut states: Vec<CallState<S::Value>> =
             calls.iter().map(|_| CallState::Waiting).collect();
         let mut turns = Vec::new();
@@ -163,7 +181,7 @@ impl<S: System> Sandbox<S> {
                     Task::new(
                         stacks,
                         prepare_connection(opened, commits),
-                        Session::default(),
+                        (Session::default(), clock.clone()),
                         handle,
                     )
                 };

@@ -5,7 +5,8 @@
 //! simulated crash. Triggers on the domain's effect tables write the current intent (read
 //! from the engine's [`IntentTag`] through the SQL function `retrysim_intent()`) into the
 //! harness table `retrysim_effects`: a ground-truth row commits or rolls back with its effect,
-//! and a handler cannot forget to report one.
+//! and a handler cannot forget to report one. Every connection also has `retrysim_now()`, the
+//! run's simulated clock in milliseconds (never the wall clock).
 
 pub use crate::run::tasks::wait_for_lock;
 use crate::system::{Crash, IntentId, IntentTag, Reply};
@@ -327,12 +328,20 @@ fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(uri, flags)?;
-    let tag = tag.clone();
+    let intent = tag.clone();
     connection.create_scalar_function(
         "retrysim_intent",
         0,
         FunctionFlags::SQLITE_UTF8,
-        move |_| Ok(tag.raw()),
+        move |_| Ok(intent.raw()),
+    )?;
+    // Not deterministic for SQLite (the value moves between statements): never constant-folded.
+    let clock = tag.clock().clone();
+    connection.create_scalar_function(
+        "retrysim_now",
+        0,
+        FunctionFlags::SQLITE_UTF8,
+        move |_| Ok(i64::try_from(clock.now_ms()).unwrap_or(i64::MAX)),
     )?;
     Ok(connection)
 }

@@ -1,6 +1,7 @@
 //! The interface between the engine and a system under test.
 
 use crate::choices::Decider;
+use crate::clock::{Clock, Deadline};
 use crate::run::Ctx;
 use crate::{Bounds, Invariant, Situation, Violation};
 use std::any::Any;
@@ -30,18 +31,22 @@ impl fmt::Display for IntentId {
     }
 }
 
-/// The intent the server is working for right now, set by the engine before it hands a
-/// request to the handler. Ground-truth recorders read it; handlers never set it.
+/// What the engine tells a store: the intent the server is working for right now (set before
+/// the engine hands a request to the handler; ground-truth recorders read it, handlers never
+/// set it), and the run's simulated [`Clock`].
 ///
 /// It is shared (an `Arc`) so that a SQL function registered on a database connection can
 /// read it from inside a trigger.
 #[derive(Clone, Debug, Default)]
-pub struct IntentTag(Arc<AtomicU32>);
+pub struct IntentTag {
+    intent: Arc<AtomicU32>,
+    clock: Clock,
+}
 
 impl IntentTag {
     /// The intent being served, or `None` outside a handler invocation (fixtures, admin work).
     pub fn current(&self) -> Option<IntentId> {
-        match self.0.load(Ordering::Relaxed) {
+        match self.intent.load(Ordering::Relaxed) {
             0 => None,
             tagged => Some(IntentId(tagged - 1)),
         }
@@ -49,11 +54,16 @@ impl IntentTag {
 
     /// The raw value SQL triggers store: 0 for none, else the intent's index + 1.
     pub fn raw(&self) -> i64 {
-        i64::from(self.0.load(Ordering::Relaxed))
+        i64::from(self.intent.load(Ordering::Relaxed))
+    }
+
+    /// The run's simulated clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     pub(crate) fn set(&self, intent: Option<IntentId>) {
-        self.0
+        self.intent
             .store(intent.map_or(0, |id| id.0 + 1), Ordering::Relaxed);
     }
 }
@@ -307,6 +317,20 @@ pub trait System {
     fn store_version(&self, _store: &Self::Store) -> Option<u64> {
         None
     }
+
+    /// The deadlines the committed store declares, in any order: moments at which it changes
+    /// by itself ([`System::pass_time`] purges expired records) or starts to behave
+    /// otherwise (a lease expires). Time can pass to the earliest one still ahead. The
+    /// default is none. State hashing holds these relative to now, so every way the store's
+    /// behaviour depends on the time must show here.
+    fn deadlines(&self, _store: &Self::Store) -> Vec<Deadline> {
+        Vec::new()
+    }
+
+    /// Time has passed to `now_ms`, a deadline of [`System::deadlines`]: run what the store
+    /// does by itself then (outside any intent), e.g. purge the records whose retention
+    /// ended. The clock ([`IntentTag::clock`], SQL `retrysim_now()`) reads `now_ms`.
+    fn pass_time(&self, _store: &mut Self::Store, _now_ms: u64) {}
 
     /// Restarts after a crash: close every connection (rolling back what was uncommitted) and
     /// reopen on the durable store.

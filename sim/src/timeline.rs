@@ -11,6 +11,8 @@ use std::fmt::Write as _;
 /// Who acted in a row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
+    /// The passing of time: `time passes to 2100 ms: c1's timeout on A#1`.
+    Clock,
     /// A client, by index (0 = `c1`).
     Client(u32),
     /// An administrator: outside events such as revoking access.
@@ -27,6 +29,7 @@ impl Lane {
     /// The lane's column title: `c1`, `network`, `server`, `store`.
     pub fn title(self) -> String {
         match self {
+            Lane::Clock => "clock".into(),
             Lane::Client(index) => format!("c{}", index + 1),
             Lane::Admin => "admin".into(),
             Lane::Network => "network".into(),
@@ -140,7 +143,11 @@ impl Timeline {
     }
 
     fn lanes(&self) -> Vec<Lane> {
-        let mut lanes: Vec<Lane> = (0..self.clients).map(Lane::Client).collect();
+        let mut lanes = Vec::new();
+        if self.rows.iter().any(|row| row.lane == Lane::Clock) {
+            lanes.push(Lane::Clock);
+        }
+        lanes.extend((0..self.clients).map(Lane::Client));
         if self.admin {
             lanes.push(Lane::Admin);
         }

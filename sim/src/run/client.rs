@@ -2,10 +2,11 @@
 //! from each answer, under its [`ClientPolicy`].
 
 use super::execution::Execution;
-use super::world::{Body, Message, NextSend, Phase};
+use super::world::{Body, NextSend, Phase};
 use super::Session;
 use crate::check::Verdict;
 use crate::choices::ChoiceKind;
+use crate::clock::Timeouts;
 use crate::system::{IntentId, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use serde::Serialize;
@@ -94,11 +95,9 @@ impl<S: System> Execution<'_, '_, S> {
             NextSend::Submit => Body::Request(request, session),
             NextSend::Lookup => Body::Lookup(request, session),
         };
-        world.network.push(Message {
-            intent,
-            attempt,
-            body,
-        });
+        world.put_in_flight(intent, attempt, body);
+        let now_ms = world.now_ms;
+        world.intent_mut(intent).first_send_ms.get_or_insert(now_ms);
         world.clients[client].phase = Phase::Waiting {
             deadline_ms: world.now_ms + bounds.timeout_ms,
         };
@@ -175,22 +174,69 @@ impl<S: System> Execution<'_, '_, S> {
     /// and retry, or give up.
     pub(super) fn retry_or_give_up(&mut self, client: usize, what: &str) {
         let bounds = self.points.bounds;
+        let intent = self.world.clients[client]
+            .current()
+            .expect("an open intent");
+        let attempts = self.world.intent(intent).attempts;
+        if attempts >= bounds.attempts_max {
+            self.give_up(client, what);
+            return;
+        }
+        let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
+        if bounds.timeouts == Timeouts::Untimed {
+            self.retry_after(client, what, backoff_ms);
+            return;
+        }
+        let jitter_ms = match bounds.backoff_jitter_ms {
+            0 => 0,
+            jitter_ms => u64::from(self.points.decider.choose(ChoiceKind::Schedule, 2)) * jitter_ms,
+        };
+        let world = &self.world;
+        let retry_at_ms = world.now_ms + backoff_ms + jitter_ms;
+        let first_send_ms = world.intent(intent).first_send_ms.unwrap_or(world.now_ms);
+        if retry_at_ms - first_send_ms > bounds.retry_horizon_ms {
+            let horizon = bounds.retry_horizon_ms;
+            self.give_up(
+                client,
+                &format!("{what}; past the {horizon} ms retry horizon"),
+            );
+            return;
+        }
+        self.retry_after(client, what, backoff_ms + jitter_ms);
+    }
+
+    /// The client will send its current intent again after `backoff_ms`: on the clock with
+    /// timed timeouts, at once (the clock moved on) with untimed ones.
+    fn retry_after(&mut self, client: usize, what: &str, backoff_ms: u64) {
+        let bounds = self.points.bounds;
         let world = &mut self.world;
         let intent = world.clients[client].current().expect("an open intent");
-        let lane = Lane::Client(client as u32);
         let state = world.intent_mut(intent);
-        let attempts = state.attempts;
-        if attempts < bounds.attempts_max {
-            if bounds.client == ClientPolicy::FreshIdPerRetry {
-                state.sending = state.request.with_fresh_id(attempts);
+        if bounds.client == ClientPolicy::FreshIdPerRetry {
+            state.sending = state.request.with_fresh_id(state.attempts);
+        }
+        world.note(Lane::Client(client as u32), |_| {
+            format!("{what}; retries after {backoff_ms} ms backoff")
+        });
+        match bounds.timeouts {
+            Timeouts::Timed => {
+                world.clients[client].phase = Phase::Backoff {
+                    until_ms: world.now_ms + backoff_ms,
+                }
             }
-            let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
-            world.clients[client].phase = Phase::Ready;
-            world.note(lane, |_| {
-                format!("{what}; retries after {backoff_ms} ms backoff")
-            });
-            world.now_ms += backoff_ms;
-        } else if bounds.client == ClientPolicy::TimeoutIsFailure {
+            Timeouts::Untimed => {
+                world.clients[client].phase = Phase::Ready;
+                world.now_ms += backoff_ms;
+            }
+        }
+    }
+
+    /// The client sends its current intent no more: it concludes *unknown*, or *failed* if
+    /// its policy takes a timeout for a verdict.
+    fn give_up(&mut self, client: usize, what: &str) {
+        let world = &mut self.world;
+        let lane = Lane::Client(client as u32);
+        if self.points.bounds.client == ClientPolicy::TimeoutIsFailure {
             world.conclude(client, Verdict::Failed("no reply: taken as failure".into()));
             world.note(lane, |_| format!("{what}; gives up and concludes failure"));
         } else {

@@ -8,6 +8,7 @@ use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
 use crate::bounds::Bounds;
 use crate::check::check;
 use crate::choices::ChoiceKind;
+use crate::clock::Timeouts;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
@@ -68,6 +69,9 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) checkpoints: Option<&'a mut Checkpoints<S>>,
     /// Whether the run resumed from a checkpoint of the state it is in now.
     pub(super) at_checkpoint: bool,
+    /// The store's deadlines ([`System::deadlines`]) and the store's version when they were
+    /// read; kept like `store_print`.
+    pub(super) deadlines_read: std::cell::RefCell<Option<(Option<u64>, Vec<crate::Deadline>)>>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -89,8 +93,11 @@ impl<S: System> Execution<'_, '_, S> {
                 return RunEnd::Pruned;
             }
             self.checkpoint();
-            self.world.enabled(&mut actions);
+            self.tag.clock().set(self.world.now_ms);
+            self.world
+                .enabled(&mut actions, self.points.bounds.timeouts);
             self.overlap_actions(&mut actions);
+            self.time_actions(&mut actions);
             if actions.is_empty() {
                 assert!(
                     !self.tasks.is_empty(),
@@ -109,6 +116,7 @@ impl<S: System> Execution<'_, '_, S> {
                 Action::Send(client) => self.send(client),
                 Action::Event(index) => self.apply_event(index),
                 Action::Timeout(client) => self.time_out(client),
+                Action::Tick => self.tick(),
             }
         }
     }
@@ -139,6 +147,7 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn store_changes(&mut self) {
         if !self.versioned {
             self.store_print.set(None);
+            self.deadlines_read.take();
         }
     }
 
@@ -186,7 +195,11 @@ impl<S: System> Execution<'_, '_, S> {
     /// rest of the run and its verdict, invocations in progress included.
     fn state_fingerprint(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
-        self.world.fingerprint(&mut hasher);
+        let timed = self.points.bounds.timeouts == Timeouts::Timed;
+        self.world.fingerprint(&mut hasher, timed);
+        if timed {
+            self.store_deadlines_fingerprint(&mut hasher);
+        }
         self.memory.hash(&mut hasher);
         self.committed_print().hash(&mut hasher);
         self.invocations_fingerprint(&mut hasher);
@@ -316,6 +329,7 @@ impl<S: System> Execution<'_, '_, S> {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
                 session,
+                clock: self.tag.clock().clone(),
             };
             self.system
                 .handle(&mut ctx, self.store, &mut self.memory, request)
@@ -374,11 +388,8 @@ impl<S: System> Execution<'_, '_, S> {
                 ..violation
             });
         }
-        self.world.network.push(Message {
-            intent,
-            attempt,
-            body: Body::Response(reply),
-        });
+        self.world
+            .put_in_flight(intent, attempt, Body::Response(reply));
     }
 
     pub(super) fn note_crash(&mut self, what: &str, crash: Crash) {
@@ -396,6 +407,7 @@ impl<S: System> Execution<'_, '_, S> {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
                 session,
+                clock: self.tag.clock().clone(),
             };
             self.system
                 .lookup(&mut ctx, self.store, &mut self.memory, request)
@@ -425,11 +437,8 @@ impl<S: System> Execution<'_, '_, S> {
         self.world.note(Lane::Server, |_| {
             format!("look up {intent}#{attempt} -> {status}")
         });
-        self.world.network.push(Message {
-            intent,
-            attempt,
-            body: Body::Status(status),
-        });
+        self.world
+            .put_in_flight(intent, attempt, Body::Status(status));
     }
 
     fn apply_event(&mut self, index: usize) {
@@ -489,14 +498,14 @@ impl<S: System> Execution<'_, '_, S> {
         fresh
     }
 
-    fn trace_store(&self) -> Option<String> {
+    pub(super) fn trace_store(&self) -> Option<String> {
         self.world
             .rows
             .as_ref()
             .map(|_| self.system.describe_store(self.store))
     }
 
-    fn note_store_change(&mut self, before: Option<String>) {
+    pub(super) fn note_store_change(&mut self, before: Option<String>) {
         let Some(before) = before else {
             return;
         };

@@ -6,12 +6,14 @@ mod client;
 mod execution;
 mod overlap;
 pub(crate) mod tasks;
+mod time;
 pub(crate) mod world;
 
 pub use client::ClientPolicy;
 
 use crate::bounds::Bounds;
 use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
+use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, System};
 use crate::timeline::Timeline;
 use crate::{Invariant, Violation};
@@ -125,10 +127,12 @@ pub struct Session {
     pub generation: u32,
 }
 
-/// The handler's view of the engine: crash points, and the session a request came in on.
+/// The handler's view of the engine: crash points, the session a request came in on, and
+/// the simulated clock.
 pub struct Ctx<'r> {
     points: Option<&'r mut dyn CrashPoints>,
     session: Session,
+    clock: Clock,
 }
 
 trait CrashPoints {
@@ -141,12 +145,29 @@ impl Ctx<'_> {
         Self::never_crash_in(Session::default())
     }
 
-    /// A context that never crashes, for a request that came in on `session`.
+    /// A context that never crashes, for a request that came in on `session`, with a clock
+    /// that stays at 0.
     pub fn never_crash_in(session: Session) -> Ctx<'static> {
         Ctx {
             points: None,
             session,
+            clock: Clock::default(),
         }
+    }
+
+    /// A context that never crashes, reading `clock`.
+    pub(crate) fn never_crash_at(session: Session, clock: &Clock) -> Ctx<'static> {
+        Ctx {
+            points: None,
+            session,
+            clock: clock.clone(),
+        }
+    }
+
+    /// Simulated milliseconds since the run began (the same clock as SQL's
+    /// `retrysim_now()`). While an invocation is paused at a crash point, time may pass.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// The session the request came in on. Server memory kept per session (instead of in the
@@ -433,6 +454,7 @@ impl<S: System> Simulator<S> {
             store_seen: None,
             checkpoints: checkpoints.as_deref_mut(),
             at_checkpoint: start.store_print.is_some(),
+            deadlines_read: std::cell::RefCell::new(None),
         };
         if let Some(print) = start.store_print {
             // The store is the checkpoint's, as it is now: so is its ground truth.

@@ -130,7 +130,7 @@ impl<S: System> Execution<'_, '_, S> {
                 Body::Response(..) | Body::Status(..) => true,
             },
             Action::Event(_) => idle,
-            Action::Send(_) | Action::Timeout(_) | Action::Resume(_) => true,
+            Action::Send(_) | Action::Timeout(_) | Action::Resume(_) | Action::Tick => true,
         });
         let resumable = self
             .tasks
@@ -169,7 +169,8 @@ impl<S: System> Execution<'_, '_, S> {
         };
         // SAFETY: the engine resumes every task until it finishes before the run returns
         // (`end_invocations`), and `system` and the store outlive the run.
-        let task = unsafe { Task::new(self.stacks, connection, session, handle) };
+        let clock = self.tag.clock().clone();
+        let task = unsafe { Task::new(self.stacks, connection, (session, clock), handle) };
         self.invocations_started += 1;
         self.tasks.push(Invocation {
             task,

@@ -4,6 +4,7 @@
 //! every interleaving is a function of the run's choices.
 
 use super::{CrashPoints, Ctx, Session};
+use crate::clock::Clock;
 use crate::system::{Crash, Reply};
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
@@ -107,7 +108,7 @@ impl<V> Task<V> {
     pub(crate) unsafe fn new<'h>(
         stacks: &mut Vec<DefaultStack>,
         connection: Connection,
-        session: Session,
+        (session, clock): (Session, Clock),
         handle: impl FnOnce(&mut Ctx<'_>, &Connection) -> Result<Reply<V>, Crash> + 'h,
     ) -> Self {
         let connection = Box::new(connection);
@@ -123,6 +124,7 @@ impl<V> Task<V> {
             let mut ctx = Ctx {
                 points: Some(&mut points),
                 session,
+                clock,
             };
             // SAFETY: the connection is boxed in the task and outlives its body.
             handle(&mut ctx, unsafe { &*lent })

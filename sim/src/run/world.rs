@@ -3,6 +3,7 @@
 
 use super::Session;
 use crate::check::Verdict;
+use crate::clock::Timeouts;
 use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
 use crate::timeline::{IntentSummary, Lane, Row, Timeline};
 use crate::Violation;
@@ -21,6 +22,8 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) after_success: bool,
     /// Sends so far (submissions and status lookups).
     pub(crate) attempts: u32,
+    /// When the client first sent it: its retry horizon runs from here.
+    pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
     /// Every answer the server produced for this intent (delivered or not).
     pub(crate) replies: Vec<ServerReply<V>>,
@@ -67,8 +70,13 @@ impl<V: fmt::Display> fmt::Display for ServerReply<V> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Phase {
     Ready,
-    /// Sent; the deadline only dates the timeout on the timeline (the schedule decides when
-    /// a timeout happens).
+    /// Backing off before a retry, until the clock reaches `until_ms` (timed timeouts only).
+    Backoff {
+        until_ms: u64,
+    },
+    /// Sent; the client times out when the clock reaches the deadline (with untimed
+    /// timeouts, the deadline only dates the timeout on the timeline, and the schedule
+    /// decides when it happens).
     Waiting {
         deadline_ms: u64,
     },
@@ -136,6 +144,8 @@ pub(crate) enum Action {
     Send(usize),
     Event(usize),
     Timeout(usize),
+    /// Time passes to the next deadline (timed timeouts).
+    Tick,
 }
 
 /// The engine-side state of a run: clients, intents, outside events, the network and the
@@ -188,6 +198,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     request,
                     after_success,
                     attempts: 0,
+                    first_send_ms: None,
                     verdict: None,
                     replies: Vec::new(),
                     reply_hashes: Vec::new(),
@@ -222,7 +233,9 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// Hashes everything that decides the rest of the run and its verdict (not the timeline).
-    pub(crate) fn fingerprint(&self, hasher: &mut impl Hasher)
+    /// With `timed` timeouts, times are hashed relative to now: two states that differ only
+    /// in when they happened are one state.
+    pub(crate) fn fingerprint(&self, hasher: &mut impl Hasher, timed: bool)
     where
         R: Hash,
         V: Hash,
@@ -230,7 +243,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     {
         // Orders that cannot change the future are hashed as multisets: any message in flight
         // may be delivered next, and the checks ask whether some reply breaks a rule, not
-        // which came first. The clock only dates timeline rows and is left out.
+        // which came first. With untimed timeouts the clock only dates timeline rows and is
+        // left out.
+        let age = |since_ms: u64| timed.then(|| self.now_ms.saturating_sub(since_ms));
+        let ahead = |at_ms: u64| timed.then(|| at_ms.saturating_sub(self.now_ms));
         for intent in &self.intents {
             intent.client.hash(hasher);
             intent.request.hash(hasher);
@@ -244,6 +260,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             if intent.verdict.is_none() {
                 intent.sending.hash(hasher);
                 intent.attempts.hash(hasher);
+                intent.first_send_ms.map(age).hash(hasher);
             }
         }
         for client in &self.clients {
@@ -252,9 +269,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             client.next.hash(hasher);
             client.generation.hash(hasher);
             match client.phase {
-                Phase::Waiting { .. } => 1u8.hash(hasher),
+                Phase::Waiting { deadline_ms } => (1u8, ahead(deadline_ms)).hash(hasher),
                 Phase::Ready => 2u8.hash(hasher),
                 Phase::Done => 3u8.hash(hasher),
+                Phase::Backoff { until_ms } => (4u8, ahead(until_ms)).hash(hasher),
             }
         }
         self.events.hash(hasher);
@@ -284,9 +302,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// The enabled steps, the uneventful first: deliveries (oldest first), sends, outside
-    /// events, then timeouts of waiting clients. When a client times out is the schedule's
-    /// choice, not the clock's: any waiting client may time out before any delivery.
-    pub(crate) fn enabled(&self, actions: &mut Vec<Action>) {
+    /// events, then, with untimed timeouts, timeouts of waiting clients: when a client times
+    /// out is then the schedule's choice, not the clock's, and any waiting client may time
+    /// out before any delivery. (With timed timeouts, time passing is a step of its own.)
+    pub(crate) fn enabled(&self, actions: &mut Vec<Action>, timeouts: Timeouts) {
         actions.clear();
         actions.extend((0..self.network.len()).map(Action::Deliver));
         for (index, client) in self.clients.iter().enumerate() {
@@ -299,11 +318,46 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 actions.push(Action::Event(index));
             }
         }
-        for (index, client) in self.clients.iter().enumerate() {
-            if client.waiting() {
-                actions.push(Action::Timeout(index));
+        if timeouts == Timeouts::Untimed {
+            for (index, client) in self.clients.iter().enumerate() {
+                if client.waiting() {
+                    actions.push(Action::Timeout(index));
+                }
             }
         }
+    }
+
+    /// What the clients have due at `now_ms`, for the timeline: `c1's timeout on A#1`,
+    /// `c2's backoff before B#2`.
+    pub(crate) fn deadlines_reached(&self, now_ms: u64) -> Vec<String> {
+        let mut reached = Vec::new();
+        for (index, client) in self.clients.iter().enumerate() {
+            let Some(intent) = client.current() else {
+                continue;
+            };
+            let attempts = self.intent(intent).attempts;
+            match client.phase {
+                Phase::Backoff { until_ms } if until_ms == now_ms => reached.push(format!(
+                    "c{}'s backoff before {intent}#{}",
+                    index + 1,
+                    attempts + 1
+                )),
+                Phase::Waiting { deadline_ms } if deadline_ms == now_ms => {
+                    reached.push(format!("c{}'s timeout on {intent}#{attempts}", index + 1));
+                }
+                _ => {}
+            }
+        }
+        reached
+    }
+
+    /// Puts a message in flight, sent now.
+    pub(crate) fn put_in_flight(&mut self, intent: IntentId, attempt: u32, body: Body<R, V>) {
+        self.network.push(Message {
+            intent,
+            attempt,
+            body,
+        });
     }
 
     pub(crate) fn intent(&self, intent: IntentId) -> &IntentState<R, V> {

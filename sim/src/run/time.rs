@@ -1,0 +1,125 @@
+//! How time passes in a run with timed timeouts: one step, "time passes to the next
+//! deadline", which the schedule may take at any step when no client is about to send (last
+//! among the enabled ones, so that answer 0 never waits). What is due then happens in a
+//! fixed order: at a store deadline, the messages in flight are lost and the store's own jobs
+//! run ([`System::pass_time`]); then backoffs end, and waiting clients time out.
+
+use super::execution::Execution;
+use super::world::{Action, Phase};
+use crate::clock::{Deadline, Timeouts};
+use crate::system::System;
+use crate::timeline::Lane;
+use std::hash::{Hash, Hasher};
+
+impl<S: System> Execution<'_, '_, S> {
+    /// With timed timeouts, adds the passing of time to the enabled actions, last, when a
+    /// deadline is ahead and no client is about to send (a send takes no time).
+    pub(super) fn time_actions(&self, actions: &mut Vec<Action>) {
+        let sending = self
+            .world
+            .clients
+            .iter()
+            .any(|client| client.phase == Phase::Ready);
+        if self.points.bounds.timeouts == Timeouts::Timed
+            && !sending
+            && self.next_deadline().is_some()
+        {
+            actions.push(Action::Tick);
+        }
+    }
+
+    /// The earliest deadline ahead: a waiting client's timeout, a backoff's end, or one of
+    /// the store's (read only while no invocation is in progress).
+    fn next_deadline(&self) -> Option<u64> {
+        let now_ms = self.world.now_ms;
+        let clients = self
+            .world
+            .clients
+            .iter()
+            .filter_map(|client| match client.phase {
+                Phase::Waiting { deadline_ms } => Some(deadline_ms),
+                Phase::Backoff { until_ms } => Some(until_ms),
+                Phase::Ready | Phase::Done => None,
+            });
+        let store = self.store_deadlines_ahead().into_iter().map(|d| d.at_ms);
+        clients.chain(store).filter(|&at_ms| at_ms > now_ms).min()
+    }
+
+    /// The store's deadlines still ahead, earliest first; none while an invocation is in
+    /// progress (its store jobs wait until the database is free).
+    fn store_deadlines_ahead(&self) -> Vec<Deadline> {
+        if !self.tasks.is_empty() {
+            return Vec::new();
+        }
+        let version = self.store_version();
+        let mut read = self.deadlines_read.borrow_mut();
+        let stale =
+            !matches!(&*read, Some((taken_at, _)) if *taken_at == version && version.is_some());
+        if stale {
+            let mut deadlines = self.system.deadlines(self.store);
+            deadlines.sort();
+            *read = Some((version, deadlines));
+        }
+        let now_ms = self.world.now_ms;
+        let (_, deadlines) = read.as_ref().expect("read above");
+        deadlines
+            .iter()
+            .filter(|deadline| deadline.at_ms > now_ms)
+            .cloned()
+            .collect()
+    }
+
+    /// Hashes the store's deadlines ahead, relative to now.
+    pub(super) fn store_deadlines_fingerprint(&self, hasher: &mut impl Hasher) {
+        let now_ms = self.world.now_ms;
+        for deadline in self.store_deadlines_ahead() {
+            (deadline.at_ms - now_ms).hash(hasher);
+        }
+    }
+
+    /// Time passes to the next deadline, and what is due then happens.
+    pub(super) fn tick(&mut self) {
+        let now_ms = self
+            .next_deadline()
+            .expect("time passes only with a deadline ahead");
+        let store_due: Vec<Deadline> = self
+            .store_deadlines_ahead()
+            .into_iter()
+            .filter(|deadline| deadline.at_ms == now_ms)
+            .collect();
+        self.world.now_ms = now_ms;
+        self.tag.clock().set(now_ms);
+        self.world.note(Lane::Clock, |world| {
+            let mut reached: Vec<String> = store_due.iter().map(|d| d.what.clone()).collect();
+            reached.extend(world.deadlines_reached(now_ms));
+            format!("time passes to {now_ms} ms: {}", reached.join("; "))
+        });
+        if !store_due.is_empty() {
+            self.lose_messages_in_flight();
+            self.store_changes();
+            self.deadlines_read.take();
+            let before = self.trace_store();
+            self.system.pass_time(self.store, now_ms);
+            self.note_store_change(before);
+        }
+        for client in 0..self.world.clients.len() {
+            match self.world.clients[client].phase {
+                Phase::Backoff { until_ms } if until_ms <= now_ms => {
+                    self.world.clients[client].phase = Phase::Ready;
+                }
+                Phase::Waiting { deadline_ms } if deadline_ms <= now_ms => self.time_out(client),
+                _ => {}
+            }
+        }
+    }
+
+    /// A store deadline is past any message's time in flight: what is still in flight is
+    /// lost.
+    fn lose_messages_in_flight(&mut self) {
+        for message in std::mem::take(&mut self.world.network) {
+            self.world.note(Lane::Network, |_| {
+                format!("{} lost in flight", message.label())
+            });
+        }
+    }
+}
