@@ -471,8 +471,10 @@ fn list(json: bool) -> Printed {
                     "summary": h.summary,
                     "declared": h.declared.to_string(),
                     "invocations_max": h.invocations_max,
+                    "retention_ms": h.retention_ms,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
+            "retry_horizon_ms": Bounds::default().retry_horizon_ms,
             "invariants": Invariant::ALL.iter().map(|i| json!({
                 "name": i.name(),
                 "holds_when": i.holds_when(),
@@ -487,20 +489,32 @@ fn list(json: bool) -> Printed {
             .iter()
             .filter(|h| h.domain == domain.name)
         {
-            let overlapping = if handler.invocations_max > 1 {
-                format!(" (invocations_max={})", handler.invocations_max)
-            } else {
+            let mut notes = Vec::new();
+            if handler.invocations_max > 1 {
+                notes.push(format!("invocations_max={}", handler.invocations_max));
+            }
+            if let Some(retention_ms) = handler.retention_ms {
+                notes.push(format!("retention_ms={retention_ms}"));
+            }
+            let notes = if notes.is_empty() {
                 String::new()
+            } else {
+                format!(" ({})", notes.join(", "))
             };
             let _ = writeln!(
                 out.text,
-                "  {:<22} {:<34} {}{overlapping}",
+                "  {:<22} {:<34} {}{notes}",
                 handler.handler,
                 handler.declared.to_string(),
                 handler.summary
             );
         }
     }
+    let _ = writeln!(
+        out.text,
+        "clients: retry horizon {} ms from an intent's first send (--retry-horizon-ms)",
+        Bounds::default().retry_horizon_ms
+    );
     out.text.push_str("invariants:\n");
     for invariant in Invariant::ALL {
         let _ = writeln!(

@@ -49,6 +49,9 @@ pub struct HandlerEntry {
     /// ([`retrysim_sim::Bounds::invocations_max`]): 2 for a handler whose flaw needs two
     /// copies of a request in the server at once, 1 (each runs to its end) for the rest.
     pub invocations_max: u32,
+    /// How long its store keeps the records that let it recognise a retry, in simulated
+    /// milliseconds; `None` for ever (or for a handler that keeps none).
+    pub retention_ms: Option<u64>,
     /// Builds a fresh subject (with its own store) for this handler.
     pub build: fn() -> Box<dyn Subject>,
 }
@@ -99,6 +102,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "adds on every arrival",
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<crate::counter::OnMemory<crate::counter::Naive>>,
     },
     HandlerEntry {
@@ -108,6 +112,7 @@ const HANDLERS: &[HandlerEntry] = &[
             "keyed records in process memory: lost on a crash, with a gap between effect and record",
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<crate::counter::OnMemory<crate::counter::KeyedMemory>>,
     },
     HandlerEntry {
@@ -116,7 +121,17 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "effect and record in one SQLite transaction",
         declared: Declared::Correct,
         invocations_max: 1,
+        retention_ms: Some(crate::counter::RETENTION_MS),
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqlite>>,
+    },
+    HandlerEntry {
+        domain: "counter",
+        handler: "short-retention",
+        summary: "keyed-sqlite whose records are purged before the clients' retries are over",
+        declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 1,
+        retention_ms: Some(crate::counter::SHORT_RETENTION_MS),
+        build: subject::<crate::counter::OnSqlite<crate::counter::ShortRetention>>,
     },
     HandlerEntry {
         domain: "counter",
@@ -124,6 +139,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "looks up the key before its write transaction, then saves on conflict do nothing",
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 2,
+        retention_ms: None,
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqliteDeferred>>,
     },
     HandlerEntry {
@@ -132,6 +148,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "access, then receipt, then version, in one BEGIN IMMEDIATE transaction",
         declared: Declared::Correct,
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::Receipt>>,
     },
     HandlerEntry {
@@ -140,6 +157,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "looks up the receipt before its write transaction, not inside it",
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 2,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::DeferredLookup>>,
     },
     HandlerEntry {
@@ -148,6 +166,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "the version condition and no receipt",
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::VersionOnly>>,
     },
     HandlerEntry {
@@ -156,6 +175,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "checks the version before the receipt",
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::VersionBeforeReceipt>>,
     },
     HandlerEntry {
@@ -164,6 +184,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "looks up the receipt before checking current access",
         declared: faulty(Invariant::AccessBeforeReplay),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::ReplayBeforeAccess>>,
     },
     HandlerEntry {
@@ -172,6 +193,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "commits the row change and the receipt in two transactions",
         declared: faulty(Invariant::EffectRecordAtomicity),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::SplitCommit>>,
     },
     HandlerEntry {
@@ -180,6 +202,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "keys receipts by request id alone",
         declared: faulty(Invariant::ScopeIsolation),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::UnscopedKey>>,
     },
     HandlerEntry {
@@ -188,6 +211,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "replays whatever is saved under the key",
         declared: faulty(Invariant::NoSilentKeyReuse),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::NoPayloadCheck>>,
     },
     HandlerEntry {
@@ -196,6 +220,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "updates without the version condition",
         declared: faulty(Invariant::NoLostUpdate),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<interval::OnInterval<interval::LastWriteWins>>,
     },
     HandlerEntry {
@@ -204,6 +229,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "reservation and completed record in one transaction; tenant-scoped lookup",
         declared: Declared::Correct,
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<reservation::OnReservation<reservation::ActionRecord>>,
     },
     HandlerEntry {
@@ -212,6 +238,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "remembers success only in the session's memory",
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<reservation::OnReservation<reservation::SessionMemory>>,
     },
     HandlerEntry {
@@ -220,6 +247,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "commits the reservation before its record",
         declared: faulty(Invariant::EffectRecordAtomicity),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<reservation::OnReservation<reservation::SplitCommit>>,
     },
     HandlerEntry {
@@ -228,6 +256,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "looks records up by request id alone",
         declared: faulty(Invariant::ScopeIsolation),
         invocations_max: 1,
+        retention_ms: None,
         build: subject::<reservation::OnReservation<reservation::UnscopedLookup>>,
     },
 ];

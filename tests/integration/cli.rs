@@ -123,7 +123,8 @@ fn a_failing_explore_exits_1_and_its_replay_command_reproduces() {
     // Two overlapping invocations: the handler's own default, then asked for explicitly of a
     // handler whose default is one, so that the reproduction has to carry the flag.
     let deferred = ["--handler", "keyed-sqlite-deferred", "--seeds", "0..200"];
-    assert_reproduces(&deferred, "at-most-once-effect");
+    // Two racing copies of e1 +9 and e1 +5 both miss the record, and both add.
+    assert_reproduces(&deferred, "no-silent-key-reuse");
     let asked = [&naive[..], &["--invocations-max", "2"]].concat();
     let command = assert_reproduces(&asked, "at-most-once-effect");
     assert!(command.contains("--invocations-max 2"), "{command}");
@@ -225,9 +226,15 @@ fn list_names_domains_handlers_and_invariants() {
     let output = retrysim(&["list", "--json"]);
     let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     let handlers = value["domains"][0]["handlers"].as_array().unwrap();
-    assert_eq!(handlers.len(), 4);
-    assert_eq!(handlers[3]["name"], "keyed-sqlite-deferred");
-    assert_eq!(handlers[3]["invocations_max"], 2);
+    assert_eq!(handlers.len(), 5);
+    assert_eq!(handlers[2]["name"], "keyed-sqlite");
+    assert_eq!(handlers[2]["retention_ms"], 86_400_000);
+    assert_eq!(handlers[3]["name"], "short-retention");
+    assert_eq!(handlers[3]["retention_ms"], 500);
+    assert_eq!(handlers[4]["name"], "keyed-sqlite-deferred");
+    assert_eq!(handlers[4]["invocations_max"], 2);
+    assert_eq!(handlers[4]["retention_ms"], serde_json::Value::Null);
+    assert_eq!(value["retry_horizon_ms"], 60_000);
     assert_eq!(
         value["invariants"].as_array().unwrap().len(),
         retrysim::Invariant::ALL.len()

@@ -174,8 +174,12 @@ fn a_crash_before_commit_rolls_back_in_sqlite() {
         .iter()
         .position(|r| r.text == "handle A#1 -> CRASH at before-commit; restart, memory lost")
         .expect("the crash is on the timeline");
-    // Nothing reached the store at the crash: the next row is the client's timeout.
-    assert!(timeline.rows[crash + 1].text.starts_with("timeout on A#1"));
+    // Nothing reached the store at the crash: next, time passes to the client's timeout.
+    assert_eq!(
+        timeline.rows[crash + 1].text,
+        "time passes to 1000 ms: c1's timeout on A#1"
+    );
+    assert!(timeline.rows[crash + 2].text.starts_with("timeout on A#1"));
     assert_eq!(timeline.intents[0].effects, 1);
     assert_eq!(timeline.store, "total=5 records=[e1:5]");
     assert_eq!(run.violations, vec![]);

@@ -317,8 +317,8 @@ fn state_hashing_with_overlapping_invocations_loses_nothing() {
             faults_max: 0,
             ..overlapping(small(1, 1))
         };
-        let plain = run_check(entry, bounds, Reduction::None, 200_000);
-        let reduced = run_check(entry, bounds, Reduction::States, 200_000);
+        let plain = run_check(entry, bounds, Reduction::None, 400_000);
+        let reduced = run_check(entry, bounds, Reduction::States, 400_000);
         assert_eq!(plain.stopped, reduced.stopped, "{entry:?}");
         assert_ne!(plain.stopped, Stopped::RunsMax, "{entry:?}");
         let broken = |report: &CheckReport| -> Vec<_> {

@@ -13,6 +13,7 @@ mod readme;
 mod reservation;
 mod store;
 mod tape;
+mod time;
 mod timelines;
 
 use retrysim::models::{self, Declared, HandlerEntry};

@@ -9,14 +9,21 @@ use retrysim::models::reservation::{
 };
 use retrysim::{
     explore, replay, report, Bounds, ClientPolicy, IntentId, Invariant, Reply, RunOutcome, Sandbox,
-    Session, Status, Tape,
+    Session, Status, Tape, Timeouts,
 };
 
-fn run(handler: &str, client: ClientPolicy, tape: &str) -> RunOutcome {
-    let bounds = Bounds {
+/// The bounds the seed's observations are pinned under: untimed timeouts, so that each tape
+/// tells the seed's story in its order of events, whatever the clock.
+fn pinned(client: ClientPolicy) -> Bounds {
+    Bounds {
         client,
+        timeouts: Timeouts::Untimed,
         ..Bounds::default()
-    };
+    }
+}
+
+fn run(handler: &str, client: ClientPolicy, tape: &str) -> RunOutcome {
+    let bounds = pinned(client);
     let tape: Tape = tape.parse().unwrap();
     replay(
         &mut *(entry("reservation", handler).build)(),
@@ -47,10 +54,7 @@ fn reservations(outcome: &RunOutcome) -> usize {
 }
 
 fn snapshot(name: &str, handler: &str, client: ClientPolicy, outcome: &RunOutcome) {
-    let bounds = Bounds {
-        client,
-        ..Bounds::default()
-    };
+    let bounds = pinned(client);
     let text = report::run_report(entry("reservation", handler), &bounds, outcome);
     insta::with_settings!({
         snapshot_path => "../../snapshots",

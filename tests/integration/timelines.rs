@@ -60,6 +60,20 @@ fn keyed_sqlite_deferred_shortest_failing_timeline() {
     snapshot("counter-keyed-sqlite-deferred-shortest", &text);
 }
 
+/// Retention shorter than the retry horizon: the record expires on the clock before the
+/// client's timeout, and the retry adds again.
+#[test]
+fn short_retention_shortest_failing_timeline() {
+    let shrunk = shortest_failure("short-retention", Invariant::AtMostOnceEffect);
+    let text = report::run_report(
+        entry("counter", "short-retention"),
+        &shrunk.bounds,
+        &shrunk.outcome,
+    );
+    assert!(text.contains("record e1 expires"), "{text}");
+    snapshot("counter-short-retention-shortest", &text);
+}
+
 #[test]
 fn keyed_memory_shortest_failing_timeline() {
     let shrunk = shortest_failure("keyed-memory", Invariant::AtMostOnceEffect);
@@ -95,6 +109,7 @@ fn timelines_have_a_lane_per_actor_and_a_client_knows_column() {
         [
             "step",
             "t(ms)",
+            "clock",
             "c1",
             "network",
             "server",

@@ -3,13 +3,46 @@ use retrysim_sim::sqlite::{execute_cached, Stop};
 use retrysim_sim::{Ctx, Reply};
 use rusqlite::{params, Connection, OptionalExtension};
 
+/// How long `keyed-sqlite` keeps a record: a day, far past the clients' retry horizon.
+pub const RETENTION_MS: u64 = 86_400_000;
+
+/// How long `short-retention` keeps a record: half the clients' timeout, shorter than their
+/// retry horizon.
+pub const SHORT_RETENTION_MS: u64 = 500;
+
 /// `keyed-sqlite` (correct): the effect and the record in one `BEGIN IMMEDIATE` transaction
 /// on real SQLite. A crash anywhere rolls back both or neither; a retry finds the record and
-/// gets the saved response back, marked as a replay.
+/// gets the saved response back, marked as a replay. Records are kept for
+/// [`RETENTION_MS`], longer than any client retries.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct KeyedSqlite;
 
+/// `short-retention` (faulty): `keyed-sqlite` whose records are purged after
+/// [`SHORT_RETENTION_MS`], before a client's retries are over. A retry that arrives after the
+/// purge finds no record and adds again (`at-most-once-effect`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShortRetention;
+
+impl SqliteHandler for ShortRetention {
+    fn submit(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Stop> {
+        KeyedSqlite.submit(ctx, db, request)
+    }
+
+    fn retention_ms(&self) -> Option<u64> {
+        Some(SHORT_RETENTION_MS)
+    }
+}
+
 impl SqliteHandler for KeyedSqlite {
+    fn retention_ms(&self) -> Option<u64> {
+        Some(RETENTION_MS)
+    }
+
     fn submit(
         &self,
         ctx: &mut Ctx<'_>,
@@ -30,7 +63,7 @@ impl SqliteHandler for KeyedSqlite {
             db,
             request,
             total,
-            "INSERT INTO records VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO records VALUES (?1, ?2, ?3, ?4, retrysim_now())",
         )?;
         ctx.point("before-commit")?;
         execute_cached(db, "COMMIT")?;
@@ -78,7 +111,8 @@ pub(super) fn add(db: &Connection, amount: i64) -> rusqlite::Result<i64> {
         .query_row([amount], |row| row.get(0))
 }
 
-/// Saves the request's record with `insert`, an `INSERT INTO records` of four parameters.
+/// Saves the request's record with `insert`, an `INSERT INTO records` of four parameters and
+/// the creation time, `retrysim_now()`.
 pub(super) fn save_record(
     db: &Connection,
     request: &CounterRequest,

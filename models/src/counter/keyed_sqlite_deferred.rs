@@ -27,7 +27,8 @@ impl SqliteHandler for KeyedSqliteDeferred {
         execute_cached(db, "BEGIN IMMEDIATE")?;
         let total = add(db, request.amount)?;
         ctx.point("after-effect")?;
-        let insert = "INSERT INTO records VALUES (?1, ?2, ?3, ?4) ON CONFLICT (key) DO NOTHING";
+        let insert = "INSERT INTO records VALUES (?1, ?2, ?3, ?4, retrysim_now()) \
+                      ON CONFLICT (key) DO NOTHING";
         save_record(db, request, total, insert)?;
         ctx.point("before-commit")?;
         execute_cached(db, "COMMIT")?;

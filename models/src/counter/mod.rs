@@ -13,7 +13,7 @@ mod naive;
 mod sqlite;
 
 pub use keyed_memory::{KeyedMemory, Records};
-pub use keyed_sqlite::KeyedSqlite;
+pub use keyed_sqlite::{KeyedSqlite, ShortRetention, RETENTION_MS, SHORT_RETENTION_MS};
 pub use keyed_sqlite_deferred::KeyedSqliteDeferred;
 pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;

@@ -4,8 +4,8 @@
 use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, NoEvent, Reply, Situation, StoreCopy, System,
-    Workload, WorkloadLimits,
+    Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, NoEvent, Reply, Situation,
+    StoreCopy, System, Workload, WorkloadLimits,
 };
 use rusqlite::Connection;
 
@@ -18,7 +18,8 @@ CREATE TABLE records (
     key TEXT PRIMARY KEY NOT NULL,
     amount INTEGER NOT NULL,
     accepted_amount INTEGER NOT NULL,
-    total INTEGER NOT NULL
+    total INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL
 );
 INSERT INTO counter VALUES (1, 0);
 ";
@@ -47,6 +48,12 @@ pub trait SqliteHandler {
         db: &Connection,
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Stop>;
+
+    /// How long a record is kept, in simulated milliseconds from its creation: a store-side
+    /// job purges it then. `None` keeps records for ever.
+    fn retention_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A [`SqliteHandler`] as a system under test.
@@ -98,6 +105,41 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
 
     fn situations(&self) -> &'static [Situation] {
         &[Situation::KEY_REUSED]
+    }
+
+    fn deadlines(&self, store: &SqliteCounter) -> Vec<Deadline> {
+        let Some(retention_ms) = self.0.retention_ms() else {
+            return Vec::new();
+        };
+        let mut expiries = store
+            .db
+            .keeper()
+            .prepare_cached("SELECT key, created_ms FROM records")
+            .expect("the records read");
+        expiries
+            .query_map([], |row| {
+                let created_ms: i64 = row.get(1)?;
+                Ok(Deadline {
+                    at_ms: u64::try_from(created_ms).unwrap_or(0) + retention_ms,
+                    what: format!("record {} expires", row.get::<_, String>(0)?),
+                })
+            })
+            .and_then(Iterator::collect)
+            .expect("the records read")
+    }
+
+    fn pass_time(&self, store: &mut SqliteCounter, now_ms: u64) {
+        if let Some(retention_ms) = self.0.retention_ms() {
+            let expired_before = now_ms.saturating_sub(retention_ms);
+            store
+                .db
+                .keeper()
+                .execute(
+                    "DELETE FROM records WHERE created_ms <= ?1",
+                    [i64::try_from(expired_before).unwrap_or(i64::MAX)],
+                )
+                .expect("expired records purge");
+        }
     }
 
     fn workload_limits(&self) -> WorkloadLimits {

@@ -1,0 +1,223 @@
+//! Simulated time: a literal test per deadline kind (a client's timeout, a backoff with
+//! jitter, the retry horizon, a store's retention deadline), the clock as handlers and SQL
+//! read it, and retention shorter than the retry horizon caught.
+
+use crate::entry;
+use retrysim::models::counter::{
+    CounterRequest, KeyedSqlite, OnSqlite, ShortRetention, RETENTION_MS, SHORT_RETENTION_MS,
+};
+use retrysim::{
+    check, explore, replay, Bounds, Deadline, IntentId, Lane, Reply, RunOutcome, Sandbox, Tape,
+    Timeouts,
+};
+use std::borrow::Cow;
+
+fn e1() -> CounterRequest {
+    CounterRequest {
+        key: Cow::Borrowed("e1"),
+        amount: 5,
+    }
+}
+
+fn replayed(handler: &str, tape: &str, bounds: &Bounds) -> RunOutcome {
+    let tape: Tape = tape.parse().unwrap();
+    replay(&mut *(entry("counter", handler).build)(), &tape, bounds).unwrap()
+}
+
+/// The rows of `lane`, in order.
+fn lane(outcome: &RunOutcome, lane: Lane) -> Vec<String> {
+    let timeline = outcome.timeline.as_ref().unwrap();
+    timeline
+        .rows
+        .iter()
+        .filter(|row| row.lane == lane)
+        .map(|row| format!("{} ms: {}", row.time_ms, row.text))
+        .collect()
+}
+
+/// One client sends e1 +5, time passes to its timeout (the request still in flight), and it
+/// retries after its backoff: every time on the clock.
+#[test]
+fn a_timeout_and_a_backoff_happen_on_the_clock() {
+    // Answers: one client, one intent, e1 (0,0,0); the send is the only step; time passes
+    // rather than the request being delivered (1); no reconnect (0); time passes to the end
+    // of the backoff (1); the client sends rather than the request being delivered (1).
+    let outcome = replayed("keyed-sqlite", "0,0,0,1,0,1,1", &Bounds::default());
+    assert_eq!(
+        lane(&outcome, Lane::Clock)[..2],
+        [
+            "1000 ms: time passes to 1000 ms: c1's timeout on A#1",
+            "1100 ms: time passes to 1100 ms: c1's backoff before A#2",
+        ]
+    );
+    assert_eq!(
+        lane(&outcome, Lane::Client(0))[..3],
+        [
+            "0 ms: send A#1: e1 +5 (attempt 1/3)",
+            "1000 ms: timeout on A#1; retries after 100 ms backoff",
+            "1100 ms: send A#2: e1 +5 (attempt 2/3)",
+        ]
+    );
+}
+
+/// With jitter, the schedule chooses none (answer 0) or all of it for each backoff.
+#[test]
+fn a_backoff_has_the_jitter_the_schedule_chooses() {
+    let jittery = Bounds {
+        backoff_jitter_ms: 50,
+        ..Bounds::default()
+    };
+    for (jitter_answer, backoff_ms) in [(0, 100), (1, 150)] {
+        let tape = format!("0,0,0,1,{jitter_answer},0,1,1");
+        let outcome = replayed("keyed-sqlite", &tape, &jittery);
+        let clock = lane(&outcome, Lane::Clock);
+        let retry_at = 1000 + backoff_ms;
+        assert_eq!(
+            clock[1],
+            format!("{retry_at} ms: time passes to {retry_at} ms: c1's backoff before A#2"),
+            "{clock:?}"
+        );
+        assert!(lane(&outcome, Lane::Client(0))
+            .contains(&format!("{retry_at} ms: send A#2: e1 +5 (attempt 2/3)")));
+    }
+}
+
+/// A client stops at its retry horizon, measured from its first send, even with attempts
+/// left.
+#[test]
+fn a_client_stops_at_its_retry_horizon() {
+    let short_horizon = Bounds {
+        retry_horizon_ms: 1_050,
+        ..Bounds::default()
+    };
+    let outcome = replayed("keyed-sqlite", "0,0,0,1", &short_horizon);
+    assert_eq!(
+        lane(&outcome, Lane::Client(0))[1],
+        "1000 ms: timeout on A#1; past the 1050 ms retry horizon; gives up: outcome unknown"
+    );
+    let timeline = outcome.timeline.unwrap();
+    assert_eq!(timeline.intents[0].attempts, 1);
+    assert_eq!(timeline.intents[0].verdict, "unknown (gave up)");
+}
+
+/// Handlers and SQL read the run's clock: a record saved at 1,234 ms expires a retention
+/// later, and the store-side job purges it then, not before.
+#[test]
+fn a_store_deadline_is_declared_from_the_clock_and_purges_at_its_time() {
+    let mut sandbox = Sandbox::new(OnSqlite(ShortRetention));
+    sandbox.pass_time_to(1_234);
+    assert!(matches!(
+        sandbox.call(IntentId(0), &e1()),
+        Reply::Applied(_)
+    ));
+    let expiry = Deadline {
+        at_ms: 1_234 + SHORT_RETENTION_MS,
+        what: "record e1 expires".to_string(),
+    };
+    assert_eq!(sandbox.deadlines(), std::slice::from_ref(&expiry));
+    sandbox.pass_time_to(expiry.at_ms - 1);
+    assert!(matches!(
+        sandbox.call(IntentId(0), &e1()),
+        Reply::Replayed(_)
+    ));
+    sandbox.pass_time_to(expiry.at_ms);
+    assert_eq!(sandbox.deadlines(), []);
+    // The retry after the purge finds no record and adds again.
+    assert!(matches!(
+        sandbox.call(IntentId(0), &e1()),
+        Reply::Applied(_)
+    ));
+    assert_eq!(sandbox.effects(), [IntentId(0), IntentId(0)]);
+}
+
+/// `keyed-sqlite` keeps its records a day: far past any retry.
+#[test]
+fn keyed_sqlite_keeps_records_past_the_retry_horizon() {
+    let mut sandbox = Sandbox::new(OnSqlite(KeyedSqlite));
+    sandbox.call(IntentId(0), &e1());
+    let deadlines = sandbox.deadlines();
+    assert_eq!(deadlines.len(), 1);
+    assert_eq!(deadlines[0].at_ms, RETENTION_MS);
+    assert!(RETENTION_MS > Bounds::default().retry_horizon_ms);
+}
+
+/// Retention shorter than the retry horizon: time passes to the record's expiry, then to the
+/// client's timeout, and the retry is applied a second time.
+#[test]
+fn short_retention_applies_a_late_retry_again() {
+    let found = explore(
+        &entry("counter", "short-retention").build,
+        0..2_000,
+        &Bounds::default(),
+        2,
+    );
+    assert!(found
+        .failure(retrysim::Invariant::AtMostOnceEffect)
+        .is_some());
+    let message = check("counter", "short-retention")
+        .exhaustive()
+        .bounds(Bounds {
+            clients_max: 1,
+            intents_max: 1,
+            attempts_max: 2,
+            faults_max: 0,
+            ..Bounds::default()
+        })
+        .verdict()
+        .unwrap_err();
+    assert!(
+        message.contains("time passes to 500 ms: record e1 expires"),
+        "{message}"
+    );
+    assert!(
+        message.contains("at-most-once-effect violated"),
+        "{message}"
+    );
+    // The same handler under untimed timeouts cannot show it: time never reaches the expiry.
+    let untimed = Bounds {
+        timeouts: Timeouts::Untimed,
+        ..Bounds::default()
+    };
+    let blind = explore(
+        &entry("counter", "short-retention").build,
+        0..2_000,
+        &untimed,
+        2,
+    );
+    assert_eq!(blind.violations, vec![]);
+}
+
+/// The correct counter, with its retention, stays clean over twenty thousand seeds on the
+/// clock.
+#[test]
+fn keyed_sqlite_is_clean_over_twenty_thousand_seeds_on_the_clock() {
+    let found = explore(
+        &entry("counter", "keyed-sqlite").build,
+        0..20_000,
+        &Bounds::default(),
+        2,
+    );
+    assert_eq!(found.executions, 20_000);
+    assert_eq!(found.violations, vec![]);
+}
+
+/// Untimed timeouts are the schedule's: a waiting client may time out at any step, the clock
+/// has no lane, and backoff takes no step.
+#[test]
+fn untimed_timeouts_need_no_clock() {
+    let untimed = Bounds {
+        timeouts: Timeouts::Untimed,
+        ..Bounds::default()
+    };
+    // Send, then the timeout (second option, after the delivery), no reconnect, then send
+    // again rather than deliver.
+    let outcome = replayed("keyed-sqlite", "0,0,0,1,0,1", &untimed);
+    assert_eq!(lane(&outcome, Lane::Clock), Vec::<String>::new());
+    assert_eq!(
+        lane(&outcome, Lane::Client(0))[1..3],
+        [
+            "1000 ms: timeout on A#1; retries after 100 ms backoff",
+            "1100 ms: send A#2: e1 +5 (attempt 2/3)",
+        ]
+    );
+}
