@@ -6,6 +6,7 @@
 
 use retrysim::{
     exhaust, explore, models, workload_answers, Bounds, CheckOptions, CheckReport, Reduction, Tape,
+    Timeouts,
 };
 use std::time::Instant;
 
@@ -15,8 +16,61 @@ fn main() {
         .find_map(|arg| arg.parse().ok())
         .unwrap_or(20_000);
     random_exploration(seeds);
+    timeout_models(seeds);
     overlapping_invocations(seeds);
     exhaustive_checks();
+}
+
+/// Timed timeouts (the default) against untimed ones: random exploration of the correct
+/// counter and interval handlers, and the bound that must hold (two clients with one intent
+/// each, three attempts, two faults) for every correct handler.
+fn timeout_models(seeds: u64) {
+    println!(
+        "
+timed against untimed timeouts, one thread:"
+    );
+    for (domain, handler) in [("counter", "keyed-sqlite"), ("interval", "receipt")] {
+        let entry = models::find(domain, handler).unwrap();
+        let rates: Vec<f64> = [Timeouts::Timed, Timeouts::Untimed]
+            .into_iter()
+            .map(|timeouts| {
+                let bounds = Bounds {
+                    timeouts,
+                    ..Bounds::default()
+                };
+                explore(&entry.build, 0..200, &bounds, 1);
+                let started = Instant::now();
+                let exploration = explore(&entry.build, 0..seeds, &bounds, 1);
+                exploration.executions as f64 / started.elapsed().as_secs_f64()
+            })
+            .collect();
+        println!(
+            "  {:<36} seeds 0..{seeds}: timed {:>8.0} runs/s  untimed {:>8.0} runs/s",
+            format!("{domain}/{handler}"),
+            rates[0],
+            rates[1]
+        );
+    }
+    for entry in models::handlers()
+        .iter()
+        .filter(|entry| entry.declared == models::Declared::Correct)
+    {
+        for timeouts in [Timeouts::Timed, Timeouts::Untimed] {
+            let bounds = Bounds {
+                clients_max: 2,
+                intents_max: 1,
+                attempts_max: 3,
+                faults_max: 2,
+                timeouts,
+                ..Bounds::default()
+            };
+            let options = CheckOptions {
+                runs_max: 20_000_000,
+                ..CheckOptions::new(bounds)
+            };
+            timed_check(entry.domain, entry.handler, &options, timeouts.name());
+        }
+    }
 }
 
 /// The cost of interleaving: the same handlers with two invocations in progress at once

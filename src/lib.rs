@@ -63,6 +63,19 @@
 //! a human-readable file, and every stored schedule is replayed first on later runs (one that
 //! no longer fails is reported, not dropped).
 //!
+//! ## Time
+//!
+//! A run has a simulated [`Clock`]: handlers read it with [`Ctx::now_ms`], SQL with
+//! `retrysim_now()`. It moves only as a scheduled step, *time passes to the next deadline*: a
+//! client's timeout, the end of its backoff ([`Bounds::backoff_jitter_ms`] lets the schedule
+//! add jitter), or a deadline your store declares ([`System::deadlines`], e.g. a receipt's
+//! expiry), at which [`System::pass_time`] runs the store's own job (the purge). Clients stop
+//! at [`Bounds::attempts_max`] or [`Bounds::retry_horizon_ms`]. State hashing holds times
+//! relative to now, and a deadline past everything the clients can still do as "far", so a
+//! day's retention costs no more states than none. [`Timeouts::Untimed`] keeps the model in
+//! which a client may time out at any step, whatever the clock. [`Sandbox::pass_time_to`]
+//! moves the clock by hand in literal tests.
+//!
 //! ## Overlapping invocations
 //!
 //! Two copies of one request can be in the server at once: a duplicate delivered while the
@@ -109,8 +122,10 @@
 //!   start of every run, which is several times slower. Runs with invocations in progress
 //!   keep no checkpoints mid-invocation: with overlapping invocations, one client with one
 //!   intent is exhausted in seconds; two clients take minutes.
-//! - When a client times out is chosen by the schedule, not by a clock: simulated time only
-//!   dates timeline rows.
+//! - Messages in flight have no age: a store's deadlines ([`System::deadlines`]) are taken to
+//!   be longer than any message stays in flight, so every message still in flight is lost when
+//!   time passes to one. A system whose deadlines are as short as a network's delays (a lease
+//!   shorter than a call) needs that modelled in its own actors.
 //!
 //! The engine lives in `retrysim-sim` (re-exported here); the built-in domains and handlers
 //! in `retrysim-models` (as [`models`]); the `retrysim` binary is a client of [`cli`].

@@ -148,8 +148,17 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "access, then receipt, then version, in one BEGIN IMMEDIATE transaction",
         declared: Declared::Correct,
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::Receipt>>,
+    },
+    HandlerEntry {
+        domain: "interval",
+        handler: "short-retention",
+        summary: "receipt whose receipts are purged before the clients' retries are over",
+        declared: faulty(Invariant::OutcomeAgreement),
+        invocations_max: 1,
+        retention_ms: Some(interval::SHORT_RETENTION_MS),
+        build: subject::<interval::OnInterval<interval::ShortRetention>>,
     },
     HandlerEntry {
         domain: "interval",
@@ -157,7 +166,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "looks up the receipt before its write transaction, not inside it",
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 2,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::DeferredLookup>>,
     },
     HandlerEntry {
@@ -175,7 +184,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "checks the version before the receipt",
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::VersionBeforeReceipt>>,
     },
     HandlerEntry {
@@ -184,7 +193,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "looks up the receipt before checking current access",
         declared: faulty(Invariant::AccessBeforeReplay),
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::ReplayBeforeAccess>>,
     },
     HandlerEntry {
@@ -193,7 +202,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "commits the row change and the receipt in two transactions",
         declared: faulty(Invariant::EffectRecordAtomicity),
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::SplitCommit>>,
     },
     HandlerEntry {
@@ -202,7 +211,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "keys receipts by request id alone",
         declared: faulty(Invariant::ScopeIsolation),
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::UnscopedKey>>,
     },
     HandlerEntry {
@@ -211,7 +220,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "replays whatever is saved under the key",
         declared: faulty(Invariant::NoSilentKeyReuse),
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::NoPayloadCheck>>,
     },
     HandlerEntry {
@@ -220,7 +229,7 @@ const HANDLERS: &[HandlerEntry] = &[
         summary: "updates without the version condition",
         declared: faulty(Invariant::NoLostUpdate),
         invocations_max: 1,
-        retention_ms: None,
+        retention_ms: Some(interval::RETENTION_MS),
         build: subject::<interval::OnInterval<interval::LastWriteWins>>,
     },
     HandlerEntry {

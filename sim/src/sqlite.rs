@@ -16,7 +16,6 @@ pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
-use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -229,18 +228,29 @@ impl HarnessDb {
     }
 
     /// A fingerprint of every row of `tables` and of the ground truth, for state hashing.
+    ///
+    /// # Panics
+    /// If the database has no table of one of these names.
     pub fn fingerprint(&self, tables: &[&str]) -> u64 {
+        let selects: Vec<&str> = tables
+            .iter()
+            .map(|table| self.copier(table).select.as_str())
+            .collect();
+        self.fingerprint_of(&selects)
+    }
+
+    /// A fingerprint of the rows `selects` read (in their order) and of the ground truth, for
+    /// state hashing: for a store that keeps columns its behaviour does not depend on, or
+    /// times that [`crate::System::deadlines`] already tells relative to now (a creation
+    /// time whose only use is an expiry).
+    pub fn fingerprint_of(&self, selects: &[&str]) -> u64 {
+        let ground_truth = self.copier("retrysim_effects").select.as_str();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         // One read transaction for every table: a lock taken once.
         execute_cached(&self.keeper, "BEGIN").expect("a read transaction begins");
-        for table in tables.iter().chain(&["retrysim_effects"]) {
-            table.hash(&mut hasher);
-            let copier = self.tables.iter().find(|copier| copier.name == *table);
-            let sql = match copier {
-                Some(copier) => Cow::Borrowed(copier.select.as_str()),
-                None => Cow::Owned(format!("SELECT * FROM {table} ORDER BY rowid")),
-            };
-            let mut statement = self.keeper.prepare_cached(&sql).expect("the table exists");
+        for sql in selects.iter().chain([&ground_truth]) {
+            sql.hash(&mut hasher);
+            let mut statement = self.keeper.prepare_cached(sql).expect("the table exists");
             let columns = statement.column_count();
             let mut rows = statement.query([]).expect("the table is readable");
             while let Some(row) = rows.next().expect("a row reads") {
@@ -251,6 +261,13 @@ impl HarnessDb {
         }
         execute_cached(&self.keeper, "COMMIT").expect("a read transaction ends");
         hasher.finish()
+    }
+
+    fn copier(&self, table: &str) -> &TableCopier {
+        self.tables
+            .iter()
+            .find(|copier| copier.name == table)
+            .unwrap_or_else(|| panic!("the database has no table {table:?}"))
     }
 
     /// Returns the database to its initial contents: runs each statement of `reset` (together

@@ -28,7 +28,17 @@ pub struct Rules {
     /// Check access and look up the receipt inside the write transaction, so that nothing
     /// changes between what the lookup saw and the write.
     pub lookup_in_write_transaction: bool,
+    /// How long a receipt is kept, in simulated milliseconds from its creation (a store-side
+    /// job purges it then); `None` for ever.
+    pub retention_ms: Option<u64>,
 }
+
+/// How long `receipt` keeps a receipt: a day, far past the clients' retry horizon.
+pub const RETENTION_MS: u64 = 86_400_000;
+
+/// How long `short-retention` keeps a receipt: half the clients' timeout, shorter than their
+/// retry horizon.
+pub const SHORT_RETENTION_MS: u64 = 500;
 
 impl Rules {
     /// Every rule kept: the correct `receipt` handler.
@@ -41,6 +51,7 @@ impl Rules {
         versioned_update: true,
         one_transaction: true,
         lookup_in_write_transaction: true,
+        retention_ms: Some(RETENTION_MS),
     };
 }
 
@@ -222,7 +233,7 @@ fn update(
 
 fn insert_receipt(db: &Connection, call: &Call<'_>, result: &EditResult) -> rusqlite::Result<()> {
     let identity = call.principal.identity;
-    db.prepare_cached("INSERT INTO receipts VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+    db.prepare_cached("INSERT INTO receipts VALUES (?1, ?2, ?3, ?4, ?5, ?6, retrysim_now())")?
         .execute(params![
             identity.workspace_id,
             identity.user_id,
@@ -314,6 +325,10 @@ impl IntervalHandler for Rules {
     fn keeps_receipts(&self) -> bool {
         self.receipts
     }
+
+    fn retention_ms(&self) -> Option<u64> {
+        self.retention_ms.filter(|_| self.receipts)
+    }
 }
 
 macro_rules! handler {
@@ -335,6 +350,10 @@ macro_rules! handler {
 
             fn keeps_receipts(&self) -> bool {
                 $rules.keeps_receipts()
+            }
+
+            fn retention_ms(&self) -> Option<u64> {
+                $rules.retention_ms()
             }
         }
     };
@@ -418,6 +437,18 @@ handler!(
     LastWriteWins,
     Rules {
         versioned_update: false,
+        ..Rules::RECEIPT
+    }
+);
+
+handler!(
+    /// `short-retention` (faulty): `receipt` whose receipts are purged after
+    /// [`SHORT_RETENTION_MS`], before a client's retries are over. A retry that arrives after
+    /// the purge finds no receipt; the version has moved on, so it is told "version conflict"
+    /// for its own edit (`outcome-agreement`).
+    ShortRetention,
+    Rules {
+        retention_ms: Some(SHORT_RETENTION_MS),
         ..Rules::RECEIPT
     }
 );

@@ -14,8 +14,9 @@ mod types;
 mod workload;
 
 pub use flow::{
-    DeferredLookup, LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess, Rules, SplitCommit,
-    UnscopedKey, VersionBeforeReceipt, VersionOnly,
+    DeferredLookup, LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess, Rules,
+    ShortRetention, SplitCommit, UnscopedKey, VersionBeforeReceipt, VersionOnly, RETENTION_MS,
+    SHORT_RETENTION_MS,
 };
 pub use store::{IntervalHandler, IntervalStore, Observed, OnInterval, INVARIANTS, SCHEMA};
 pub use types::{

@@ -6,8 +6,8 @@ use super::types::{Arg, TOOL, WRITE_SCOPE};
 use super::workload::{self, workload};
 use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Request, Situation,
-    StoreCopy, System, Violation, Workload, WorkloadLimits,
+    Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Request,
+    Situation, StoreCopy, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeSet;
@@ -28,6 +28,7 @@ CREATE TABLE receipts (
     request_id TEXT NOT NULL,
     payload TEXT NOT NULL,
     response TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
     PRIMARY KEY (workspace_id, user_id, tool, request_id)
 );
 INSERT INTO automations VALUES (1, 'team-a', 15, 1), (2, 'team-a', 15, 1), (20, 'team-b', 15, 1);
@@ -105,6 +106,12 @@ pub trait IntervalHandler {
     /// Whether the handler keeps receipts at all (so that a missing one is a lost record).
     fn keeps_receipts(&self) -> bool {
         true
+    }
+
+    /// How long a receipt is kept, in simulated milliseconds from its creation: a store-side
+    /// job purges it then. `None` keeps receipts for ever.
+    fn retention_ms(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -309,9 +316,15 @@ impl<H: IntervalHandler> System for OnInterval<H> {
 
     fn fingerprint(&self, store: &IntervalStore) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        // A receipt's creation time matters only through its expiry, which `deadlines` tells
+        // relative to now.
         store
             .db
-            .fingerprint(&["automations", "receipts"])
+            .fingerprint_of(&[
+                "SELECT * FROM automations ORDER BY id",
+                "SELECT workspace_id, user_id, tool, request_id, payload, response FROM receipts \
+                 ORDER BY workspace_id, user_id, tool, request_id, rowid",
+            ])
             .hash(&mut hasher);
         store.revoked.hash(&mut hasher);
         hasher.finish()
@@ -356,6 +369,44 @@ impl<H: IntervalHandler> System for OnInterval<H> {
 
     fn invariants(&self) -> &'static [Invariant] {
         INVARIANTS
+    }
+
+    fn deadlines(&self, store: &IntervalStore) -> Vec<Deadline> {
+        let Some(retention_ms) = self.0.retention_ms() else {
+            return Vec::new();
+        };
+        let mut expiries = store
+            .db
+            .keeper()
+            .prepare_cached(
+                "SELECT workspace_id || '/' || user_id || '/' || request_id, created_ms \
+                 FROM receipts",
+            )
+            .expect("the receipts read");
+        expiries
+            .query_map([], |row| {
+                let created_ms: i64 = row.get(1)?;
+                Ok(Deadline {
+                    at_ms: u64::try_from(created_ms).unwrap_or(0) + retention_ms,
+                    what: format!("receipt {} expires", row.get::<_, String>(0)?),
+                })
+            })
+            .and_then(Iterator::collect)
+            .expect("the receipts read")
+    }
+
+    fn pass_time(&self, store: &mut IntervalStore, now_ms: u64) {
+        if let Some(retention_ms) = self.0.retention_ms() {
+            let created_by = now_ms.saturating_sub(retention_ms);
+            store
+                .db
+                .keeper()
+                .execute(
+                    "DELETE FROM receipts WHERE created_ms <= ?1",
+                    [i64::try_from(created_by).unwrap_or(i64::MAX)],
+                )
+                .expect("expired receipts purge");
+        }
     }
 
     fn situations(&self) -> &'static [Situation] {

@@ -12,18 +12,20 @@ use crate::timeline::Lane;
 use std::hash::{Hash, Hasher};
 
 impl<S: System> Execution<'_, '_, S> {
-    /// With timed timeouts, adds the passing of time to the enabled actions, last, when a
-    /// deadline is ahead and no client is about to send (a send takes no time).
+    /// With timed timeouts, adds the passing of time to the enabled actions, last, while a
+    /// client waits or backs off and none is about to send (a send takes no time).
+    ///
+    /// Once every client is done, time no longer passes: at a store deadline every message in
+    /// flight would be lost and only the store's own jobs would run, which commit no effect
+    /// for any intent, so that can break no invariant; the run ends by delivering what is in
+    /// flight instead.
     pub(super) fn time_actions(&self, actions: &mut Vec<Action>) {
-        let sending = self
-            .world
-            .clients
+        let clients = &self.world.clients;
+        let sending = clients.iter().any(|client| client.phase == Phase::Ready);
+        let waiting = clients
             .iter()
-            .any(|client| client.phase == Phase::Ready);
-        if self.points.bounds.timeouts == Timeouts::Timed
-            && !sending
-            && self.next_deadline().is_some()
-        {
+            .any(|client| matches!(client.phase, Phase::Waiting { .. } | Phase::Backoff { .. }));
+        if self.points.bounds.timeouts == Timeouts::Timed && waiting && !sending {
             actions.push(Action::Tick);
         }
     }
@@ -69,12 +71,35 @@ impl<S: System> Execution<'_, '_, S> {
             .collect()
     }
 
-    /// Hashes the store's deadlines ahead, relative to now.
+    /// Hashes the store's deadlines ahead, relative to now. A deadline past everything the
+    /// clients can still do is hashed as "far": when time passes to it, no client has anything
+    /// left to do, every message in flight is lost, and the store only purges; how far it is
+    /// cannot change what happens. (Otherwise a day's retention would make every moment a
+    /// record was written a state of its own.)
     pub(super) fn store_deadlines_fingerprint(&self, hasher: &mut impl Hasher) {
         let now_ms = self.world.now_ms;
+        let activity_ms = self.client_activity_left_ms();
         for deadline in self.store_deadlines_ahead() {
-            (deadline.at_ms - now_ms).hash(hasher);
+            let ahead_ms = deadline.at_ms - now_ms;
+            let far = ahead_ms > activity_ms;
+            (if far { u64::MAX } else { ahead_ms }).hash(hasher);
         }
+    }
+
+    /// A bound on how long the clients can still act from now: each intent left (the current
+    /// one included) lasts at most its retry horizon and a last timeout.
+    fn client_activity_left_ms(&self) -> u64 {
+        let bounds = &self.points.bounds;
+        let per_intent_ms = bounds.retry_horizon_ms.saturating_add(bounds.timeout_ms);
+        self.world
+            .clients
+            .iter()
+            .map(|client| {
+                let left = client.intents.len().saturating_sub(client.position) as u64;
+                left.saturating_mul(per_intent_ms)
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Time passes to the next deadline, and what is due then happens.
