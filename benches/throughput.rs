@@ -170,6 +170,7 @@ fn exhaustive_checks() {
         let reduced = timed_check(domain, handler, &must_hold, "States");
         let plain = CheckOptions {
             reduction: Reduction::None,
+            runs_max: 2_000_000,
             ..CheckOptions::new(bounds)
         };
         let plain = timed_check(domain, handler, &plain, "None");

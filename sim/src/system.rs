@@ -147,6 +147,14 @@ pub enum Reply<V> {
     /// A transient failure (e.g. a storage error): this attempt applied nothing; retrying may
     /// help.
     Unavailable(Cow<'static, str>),
+    /// Not now: this attempt applied nothing, and the client should send again no sooner than
+    /// `retry_after_ms` from now (a busy server, a rate limit; HTTP's `Retry-After`).
+    RetryAfter {
+        /// Simulated milliseconds the client waits at least before it sends again.
+        retry_after_ms: u64,
+        /// Why, for timelines.
+        why: Cow<'static, str>,
+    },
     /// The operation is recorded as in progress: wait and reconcile, never resubmit blindly.
     Pending,
 }
@@ -184,6 +192,10 @@ impl<V: fmt::Display> fmt::Display for Reply<V> {
             Reply::Refused(why) => write!(f, "refused: {why}"),
             Reply::Denied(why) => write!(f, "denied: {why}"),
             Reply::Unavailable(why) => write!(f, "unavailable: {why}"),
+            Reply::RetryAfter {
+                retry_after_ms,
+                why,
+            } => write!(f, "retry after {retry_after_ms} ms: {why}"),
             Reply::Pending => f.write_str("pending"),
         }
     }

@@ -222,3 +222,123 @@ fn untimed_timeouts_need_no_clock() {
         ]
     );
 }
+
+mod busy {
+    //! A server written outside the crate that answers its first call "retry after 300 ms"
+    //! (a rate limit), and applies every later one.
+
+    use retrysim::{
+        Bounds, Crash, Ctx, Decider, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request,
+        System, Workload,
+    };
+    use std::borrow::Cow;
+
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    pub struct Ping;
+
+    impl Request for Ping {
+        type Key = &'static str;
+        fn key(&self) -> &'static str {
+            "ping"
+        }
+        fn request_id(&self) -> &str {
+            "ping"
+        }
+        fn with_fresh_id(&self, _generation: u32) -> Self {
+            Ping
+        }
+        fn describe(&self) -> String {
+            "ping".into()
+        }
+    }
+
+    /// Calls seen so far, and the harness's ledger.
+    pub struct Calls {
+        seen: u32,
+        ledger: Ledger,
+    }
+
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct RateLimited;
+
+    impl System for RateLimited {
+        type Request = Ping;
+        type Value = u32;
+        type Store = Calls;
+        type Memory = ();
+        type Event = NoEvent;
+        type Observation = ();
+
+        fn open(&self, tag: &IntentTag) -> Calls {
+            Calls {
+                seen: 0,
+                ledger: Ledger::new(tag),
+            }
+        }
+        fn reset(&self, calls: &mut Calls) {
+            calls.seen = 0;
+            calls.ledger.clear();
+        }
+        fn restart(&self, _calls: &mut Calls) {}
+        fn workload(
+            &self,
+            _decider: &mut Decider<'_>,
+            _bounds: &Bounds,
+        ) -> Workload<Ping, NoEvent> {
+            Workload {
+                clients: vec![vec![Intent::new(Ping)]],
+                events: Vec::new(),
+                setup: Vec::new(),
+            }
+        }
+        fn apply_event(&self, _calls: &mut Calls, event: &NoEvent) {
+            match *event {}
+        }
+        fn observe(&self, _calls: &Calls, _ping: &Ping) {}
+        fn handle(
+            &self,
+            _ctx: &mut Ctx<'_>,
+            calls: &mut Calls,
+            _memory: &mut (),
+            _ping: &Ping,
+        ) -> Result<Reply<u32>, Crash> {
+            calls.seen += 1;
+            if calls.seen == 1 {
+                return Ok(Reply::RetryAfter {
+                    retry_after_ms: 300,
+                    why: Cow::Borrowed("rate limited"),
+                });
+            }
+            calls.ledger.record();
+            Ok(Reply::Applied(calls.seen))
+        }
+        fn effects(&self, calls: &Calls) -> Vec<IntentId> {
+            calls.ledger.effects().to_vec()
+        }
+        fn describe_store(&self, calls: &Calls) -> String {
+            format!("calls={}", calls.seen)
+        }
+    }
+}
+
+/// A reply that says "retry after 300 ms" makes the client wait that long, longer than its
+/// own backoff, before it sends again.
+#[test]
+fn a_client_honours_a_retry_after() {
+    let mut subject = retrysim::Simulator::new(busy::RateLimited);
+    // Every choice uneventful: deliver the request, deliver its reply, wait, send again.
+    let outcome = replay(&mut subject, &Tape::default(), &Bounds::default()).unwrap();
+    assert_eq!(
+        lane(&outcome, Lane::Client(0))[..3],
+        [
+            "0 ms: send A#1: ping (attempt 1/3)",
+            "0 ms: A#1 says retry after 300 ms (rate limited); retries after 300 ms backoff",
+            "300 ms: send A#2: ping (attempt 2/3)",
+        ]
+    );
+    assert_eq!(
+        lane(&outcome, Lane::Clock),
+        ["300 ms: time passes to 300 ms: c1's backoff before A#2"]
+    );
+    assert_eq!(outcome.violations, vec![]);
+}

@@ -125,7 +125,7 @@ impl<S: System> Execution<'_, '_, S> {
             .current()
             .expect("a waiting client has an intent");
         let attempts = self.world.intent(intent).attempts;
-        self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"));
+        self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"), 0);
         if self.world.clients[client].current() == Some(intent) {
             self.maybe_reconnect(client);
         }
@@ -171,8 +171,8 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// An attempt ended without an answer (`what`: a timeout, a transient failure): back off
-    /// and retry, or give up.
-    pub(super) fn retry_or_give_up(&mut self, client: usize, what: &str) {
+    /// (at least `at_least_ms`, a retry-after the server asked for) and retry, or give up.
+    pub(super) fn retry_or_give_up(&mut self, client: usize, what: &str, at_least_ms: u64) {
         let bounds = self.points.bounds;
         let intent = self.world.clients[client]
             .current()
@@ -182,7 +182,7 @@ impl<S: System> Execution<'_, '_, S> {
             self.give_up(client, what);
             return;
         }
-        let backoff_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
+        let backoff_ms = (bounds.backoff_ms_base << (attempts - 1).min(20)).max(at_least_ms);
         if bounds.timeouts == Timeouts::Untimed {
             self.retry_after(client, what, backoff_ms);
             return;
@@ -269,7 +269,16 @@ impl<S: System> Execution<'_, '_, S> {
             Reply::Pending => Verdict::Pending,
             Reply::Unavailable(why) => {
                 let what = format!("{intent}#{attempt} unavailable ({why})");
-                self.retry_or_give_up(client, &what);
+                self.retry_or_give_up(client, &what, 0);
+                return;
+            }
+            Reply::RetryAfter {
+                retry_after_ms,
+                why,
+            } => {
+                let what =
+                    format!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
+                self.retry_or_give_up(client, &what, retry_after_ms);
                 return;
             }
         };
