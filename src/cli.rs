@@ -175,6 +175,11 @@ struct BoundsArgs {
     /// more.
     #[arg(long, default_value_t = Bounds::default().retry_horizon_ms)]
     retry_horizon_ms: u64,
+    /// The platform's limit on one invocation, in simulated milliseconds: one still running
+    /// then is killed at its next crash point (invocations that overlap, timed timeouts)
+    /// [default: none]
+    #[arg(long)]
+    invocation_limit_ms: Option<u64>,
 }
 
 impl BoundsArgs {
@@ -197,6 +202,7 @@ impl BoundsArgs {
             backoff_ms_base: self.backoff_ms_base,
             backoff_jitter_ms: self.backoff_jitter_ms,
             retry_horizon_ms: self.retry_horizon_ms,
+            invocation_limit_ms: self.invocation_limit_ms,
         };
         bounds
             .validate_for(subject.workload_limits())

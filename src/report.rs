@@ -101,6 +101,9 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
             let _ = write!(flags, " --{name} {value}");
         }
     }
+    if let Some(limit_ms) = bounds.invocation_limit_ms {
+        let _ = write!(flags, " --invocation-limit-ms {limit_ms}");
+    }
     flags
 }
 

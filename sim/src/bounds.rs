@@ -47,6 +47,11 @@ pub struct Bounds {
     pub retry_horizon_ms: u64,
     /// When a waiting client times out: on the clock, or whenever the schedule says.
     pub timeouts: Timeouts,
+    /// The platform's limit on one invocation, in simulated milliseconds from its start, or
+    /// `None` for no limit (with [`Timeouts::Timed`] and invocations that overlap): one still
+    /// running when time passes its limit is killed at its next crash point, as a serverless
+    /// platform kills a function. Its uncommitted work rolls back; what it committed stays.
+    pub invocation_limit_ms: Option<u64>,
     /// How the clients behave.
     pub client: ClientPolicy,
 }
@@ -69,6 +74,7 @@ impl Default for Bounds {
             backoff_jitter_ms: 0,
             retry_horizon_ms: 60_000,
             timeouts: Timeouts::Timed,
+            invocation_limit_ms: None,
             client: ClientPolicy::Faithful,
         }
     }
@@ -178,7 +184,7 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} client={}",
+            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} invocation_limit_ms={} client={}",
             self.steps_max,
             self.clients_max,
             self.intents_max,
@@ -194,6 +200,8 @@ impl fmt::Display for Bounds {
             self.backoff_ms_base,
             self.backoff_jitter_ms,
             self.retry_horizon_ms,
+            self.invocation_limit_ms
+                .map_or_else(|| "none".to_string(), |limit| limit.to_string()),
             self.client
         )
     }

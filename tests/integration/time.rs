@@ -342,3 +342,44 @@ fn a_client_honours_a_retry_after() {
     );
     assert_eq!(outcome.violations, vec![]);
 }
+
+/// A platform limit kills an invocation still running at its deadline, at its next crash
+/// point: what it had not committed rolls back, and the client's retry applies once.
+#[test]
+fn a_platform_limit_kills_a_running_invocation() {
+    let limited = Bounds {
+        invocations_max: 2,
+        invocation_limit_ms: Some(500),
+        ..Bounds::default()
+    };
+    // The request is delivered and its invocation pauses at before-begin; time passes (1)
+    // to its limit; it is resumed and killed.
+    let outcome = replayed("keyed-sqlite", "0,0,0,0,0,1", &limited);
+    assert_eq!(
+        lane(&outcome, Lane::Clock)[0],
+        "500 ms: time passes to 500 ms: invocation 1 (A#1)'s platform limit"
+    );
+    let server = lane(&outcome, Lane::Server);
+    assert_eq!(
+        server[..2],
+        [
+            "0 ms: invocation 1 (A#1) starts -> pauses at before-begin",
+            "500 ms: invocation 1 (A#1) killed at before-begin: past the platform's 500 ms limit",
+        ]
+    );
+    assert_eq!(outcome.violations, vec![]);
+    let timeline = outcome.timeline.unwrap();
+    assert_eq!(timeline.intents[0].attempts, 2);
+    assert_eq!(timeline.intents[0].effects, 1);
+    // Wherever the limit falls, the correct counter stays correct.
+    check("counter", "keyed-sqlite")
+        .exhaustive()
+        .bounds(Bounds {
+            clients_max: 1,
+            intents_max: 1,
+            attempts_max: 2,
+            faults_max: 0,
+            ..limited
+        })
+        .run();
+}

@@ -42,6 +42,8 @@ pub(crate) struct Invocation<S: System> {
     /// the committed store at the start of each turn (what it read was that, plus its own
     /// uncommitted writes, themselves decided by the same history).
     history: u64,
+    /// When it started, in simulated milliseconds: the platform's limit runs from here.
+    pub(super) started_ms: u64,
 }
 
 impl<S: System> Invocation<S> {
@@ -106,6 +108,11 @@ impl<S: System> Execution<'_, '_, S> {
             invocation.history.hash(hasher);
             invocation.committed.hash(hasher);
             (invocation.blocked_since == Some(self.progress)).hash(hasher);
+            // How long it has run matters only against the platform's limit.
+            let limited = self.points.bounds.invocation_limit_ms.is_some();
+            limited
+                .then(|| self.world.now_ms - invocation.started_ms)
+                .hash(hasher);
         }
     }
 
@@ -184,6 +191,7 @@ impl<S: System> Execution<'_, '_, S> {
             committed: false,
             session,
             history: 0,
+            started_ms: self.world.now_ms,
         });
         let index = self.tasks.len() - 1;
         self.take_turn(index, Begins::Start);
@@ -192,6 +200,10 @@ impl<S: System> Execution<'_, '_, S> {
     /// Lets the invocation at `index` go on: past its crash point (where the server may crash
     /// instead), or to try its lock again.
     pub(super) fn resume(&mut self, index: usize) {
+        if let Some(limit_ms) = self.past_limit(index) {
+            self.kill(index, limit_ms);
+            return;
+        }
         let Some(point) = self.tasks[index].paused_at else {
             self.take_turn(index, Begins::LockWait);
             return;
@@ -257,6 +269,54 @@ impl<S: System> Execution<'_, '_, S> {
             }
             Turn::Finished(Err(crash)) => self.crash_server(&label.to_string(), crash),
         }
+    }
+
+    /// The platform's limit, when the invocation at `index` has run past it.
+    fn past_limit(&self, index: usize) -> Option<u64> {
+        let limit_ms = self.points.bounds.invocation_limit_ms?;
+        let started_ms = self.tasks[index].started_ms;
+        (self.world.now_ms >= started_ms.saturating_add(limit_ms)).then_some(limit_ms)
+    }
+
+    /// The platform kills the invocation at `index`, past its limit, where it paused: what its
+    /// connection had not committed rolls back; the server and the other invocations go on.
+    fn kill(&mut self, index: usize, limit_ms: u64) {
+        let mut invocation = self.tasks.remove(index);
+        let label = invocation.label();
+        let place = invocation
+            .paused_at
+            .map_or_else(|| "a lock wait".to_string(), |point| point.to_string());
+        invocation.task.wind_down(self.stacks);
+        let connection = invocation.task.into_connection();
+        if connection.is_autocommit() {
+            self.connections.push(connection);
+        }
+        self.progress += 1;
+        // A rollback commits nothing: the ground truth is as its last turn left it (and another
+        // invocation may hold the write lock now, keeping the store from being read).
+        self.world.note(Lane::Server, |_| {
+            format!("{label} killed at {place}: past the platform's {limit_ms} ms limit")
+        });
+    }
+
+    /// When the invocations in progress reach the platform's limit, for the passing of time.
+    pub(super) fn invocation_limits(&self) -> impl Iterator<Item = u64> + '_ {
+        let limit_ms = self.points.bounds.invocation_limit_ms;
+        self.tasks
+            .iter()
+            .filter_map(move |invocation| Some(invocation.started_ms.saturating_add(limit_ms?)))
+    }
+
+    /// The invocations whose limit is at `now_ms`, for the timeline.
+    pub(super) fn limits_reached(&self, now_ms: u64) -> Vec<String> {
+        let Some(limit_ms) = self.points.bounds.invocation_limit_ms else {
+            return Vec::new();
+        };
+        self.tasks
+            .iter()
+            .filter(|invocation| invocation.started_ms.saturating_add(limit_ms) == now_ms)
+            .map(|invocation| format!("{}'s platform limit", invocation.label()))
+            .collect()
     }
 
     /// The server crashes: every invocation in progress stops where it is, what its connection

@@ -30,8 +30,9 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    /// The earliest deadline ahead: a waiting client's timeout, a backoff's end, or one of
-    /// the store's (read only while no invocation is in progress).
+    /// The earliest deadline ahead: a waiting client's timeout, a backoff's end, the platform's
+    /// limit on an invocation in progress, or one of the store's (read only while no
+    /// invocation is in progress).
     fn next_deadline(&self) -> Option<u64> {
         let now_ms = self.world.now_ms;
         let clients = self
@@ -44,7 +45,11 @@ impl<S: System> Execution<'_, '_, S> {
                 Phase::Ready | Phase::Done => None,
             });
         let store = self.store_deadlines_ahead().into_iter().map(|d| d.at_ms);
-        clients.chain(store).filter(|&at_ms| at_ms > now_ms).min()
+        clients
+            .chain(self.invocation_limits())
+            .chain(store)
+            .filter(|&at_ms| at_ms > now_ms)
+            .min()
     }
 
     /// The store's deadlines still ahead, earliest first; none while an invocation is in
@@ -112,11 +117,13 @@ impl<S: System> Execution<'_, '_, S> {
             .into_iter()
             .filter(|deadline| deadline.at_ms == now_ms)
             .collect();
+        let limits = self.limits_reached(now_ms);
         self.world.now_ms = now_ms;
         self.tag.clock().set(now_ms);
         self.world.note(Lane::Clock, |world| {
             let mut reached: Vec<String> = store_due.iter().map(|d| d.what.clone()).collect();
             reached.extend(world.deadlines_reached(now_ms));
+            reached.extend(limits.iter().cloned());
             format!("time passes to {now_ms} ms: {}", reached.join("; "))
         });
         if !store_due.is_empty() {
