@@ -8,6 +8,7 @@
 //! and a handler cannot forget to report one. Every connection also has `retrysim_now()`, the
 //! run's simulated clock in milliseconds (never the wall clock).
 
+use crate::clock::Deadline;
 pub use crate::run::tasks::wait_for_lock;
 use crate::system::{Crash, IntentId, IntentTag, Reply};
 /// The rusqlite the harness is built on: write handlers against this one, so that their
@@ -315,6 +316,49 @@ fn hash_value(value: rusqlite::types::ValueRef<'_>, hasher: &mut impl Hasher) {
         ValueRef::Real(real) => (2u8, real.to_bits()).hash(hasher),
         ValueRef::Text(text) => (3u8, text).hash(hasher),
         ValueRef::Blob(blob) => (4u8, blob).hash(hasher),
+    }
+}
+
+/// Retention of a table whose rows carry their creation time in a `created_ms` column
+/// (written with `retrysim_now()`): each row expires `retention_ms` after it, when a
+/// store-side job purges it. Gives a system's [`crate::System::deadlines`] and
+/// [`crate::System::pass_time`] for that table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// The table.
+    pub table: &'static str,
+    /// A SQL expression naming a row for timelines, e.g. `'record ' || key`.
+    pub row_name: &'static str,
+    /// How long a row is kept, in simulated milliseconds from its creation.
+    pub retention_ms: u64,
+}
+
+impl Retention {
+    /// When each committed row of the table expires, and what expires then.
+    pub fn deadlines(&self, db: &HarnessDb) -> Vec<Deadline> {
+        let sql = format!("SELECT {}, created_ms FROM {}", self.row_name, self.table);
+        let mut rows = db.keeper().prepare_cached(&sql).expect("the table reads");
+        rows.query_map([], |row| {
+            let created_ms: i64 = row.get(1)?;
+            Ok(Deadline {
+                at_ms: u64::try_from(created_ms)
+                    .unwrap_or(0)
+                    .saturating_add(self.retention_ms),
+                what: format!("{} expires", row.get::<_, String>(0)?),
+            })
+        })
+        .and_then(Iterator::collect)
+        .expect("the table reads")
+    }
+
+    /// Purges the rows expired by `now_ms`, outside any intent.
+    pub fn purge(&self, db: &HarnessDb, now_ms: u64) {
+        let created_by = now_ms.saturating_sub(self.retention_ms);
+        let sql = format!("DELETE FROM {} WHERE created_ms <= ?1", self.table);
+        db.keeper()
+            .prepare_cached(&sql)
+            .and_then(|mut purge| purge.execute([i64::try_from(created_by).unwrap_or(i64::MAX)]))
+            .expect("expired rows purge");
     }
 }
 

@@ -2,7 +2,7 @@
 //! written by triggers inside the handler's own transactions.
 
 use super::{workload, Accepted, CounterRequest};
-use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
+use retrysim_sim::sqlite::{settle, HarnessDb, Retention, Stop};
 use retrysim_sim::{
     Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, NoEvent, Reply, Situation,
     StoreCopy, System, Workload, WorkloadLimits,
@@ -60,6 +60,17 @@ pub trait SqliteHandler {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnSqlite<H>(pub H);
 
+impl<H: SqliteHandler> OnSqlite<H> {
+    /// How the handler's records expire, if they do.
+    fn retention(&self) -> Option<Retention> {
+        Some(Retention {
+            table: "records",
+            row_name: "'record ' || key",
+            retention_ms: self.0.retention_ms()?,
+        })
+    }
+}
+
 impl<H: SqliteHandler> System for OnSqlite<H> {
     type Request = CounterRequest;
     type Value = Accepted;
@@ -108,37 +119,13 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
     }
 
     fn deadlines(&self, store: &SqliteCounter) -> Vec<Deadline> {
-        let Some(retention_ms) = self.0.retention_ms() else {
-            return Vec::new();
-        };
-        let mut expiries = store
-            .db
-            .keeper()
-            .prepare_cached("SELECT key, created_ms FROM records")
-            .expect("the records read");
-        expiries
-            .query_map([], |row| {
-                let created_ms: i64 = row.get(1)?;
-                Ok(Deadline {
-                    at_ms: u64::try_from(created_ms).unwrap_or(0) + retention_ms,
-                    what: format!("record {} expires", row.get::<_, String>(0)?),
-                })
-            })
-            .and_then(Iterator::collect)
-            .expect("the records read")
+        self.retention()
+            .map_or_else(Vec::new, |retention| retention.deadlines(&store.db))
     }
 
     fn pass_time(&self, store: &mut SqliteCounter, now_ms: u64) {
-        if let Some(retention_ms) = self.0.retention_ms() {
-            let expired_before = now_ms.saturating_sub(retention_ms);
-            store
-                .db
-                .keeper()
-                .execute(
-                    "DELETE FROM records WHERE created_ms <= ?1",
-                    [i64::try_from(expired_before).unwrap_or(i64::MAX)],
-                )
-                .expect("expired records purge");
+        if let Some(retention) = self.retention() {
+            retention.purge(&store.db, now_ms);
         }
     }
 

@@ -4,7 +4,7 @@
 use super::types::{AdminEvent, EditResult, Identity, IntervalRequest, Principal, ToolArgs};
 use super::types::{Arg, TOOL, WRITE_SCOPE};
 use super::workload::{self, workload};
-use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Stop};
+use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Retention, Stop};
 use retrysim_sim::{
     Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Request,
     Situation, StoreCopy, System, Violation, Workload, WorkloadLimits,
@@ -118,6 +118,17 @@ pub trait IntervalHandler {
 /// An [`IntervalHandler`] as a system under test.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnInterval<H>(pub H);
+
+impl<H: IntervalHandler> OnInterval<H> {
+    /// How the handler's receipts expire, if they do.
+    fn retention(&self) -> Option<Retention> {
+        Some(Retention {
+            table: "receipts",
+            row_name: "'receipt ' || workspace_id || '/' || user_id || '/' || request_id",
+            retention_ms: self.0.retention_ms()?,
+        })
+    }
+}
 
 /// What the harness saw in the committed store just before an invocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -372,40 +383,13 @@ impl<H: IntervalHandler> System for OnInterval<H> {
     }
 
     fn deadlines(&self, store: &IntervalStore) -> Vec<Deadline> {
-        let Some(retention_ms) = self.0.retention_ms() else {
-            return Vec::new();
-        };
-        let mut expiries = store
-            .db
-            .keeper()
-            .prepare_cached(
-                "SELECT workspace_id || '/' || user_id || '/' || request_id, created_ms \
-                 FROM receipts",
-            )
-            .expect("the receipts read");
-        expiries
-            .query_map([], |row| {
-                let created_ms: i64 = row.get(1)?;
-                Ok(Deadline {
-                    at_ms: u64::try_from(created_ms).unwrap_or(0) + retention_ms,
-                    what: format!("receipt {} expires", row.get::<_, String>(0)?),
-                })
-            })
-            .and_then(Iterator::collect)
-            .expect("the receipts read")
+        self.retention()
+            .map_or_else(Vec::new, |retention| retention.deadlines(&store.db))
     }
 
     fn pass_time(&self, store: &mut IntervalStore, now_ms: u64) {
-        if let Some(retention_ms) = self.0.retention_ms() {
-            let created_by = now_ms.saturating_sub(retention_ms);
-            store
-                .db
-                .keeper()
-                .execute(
-                    "DELETE FROM receipts WHERE created_ms <= ?1",
-                    [i64::try_from(created_by).unwrap_or(i64::MAX)],
-                )
-                .expect("expired receipts purge");
+        if let Some(retention) = self.retention() {
+            retention.purge(&store.db, now_ms);
         }
     }
 
