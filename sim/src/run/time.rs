@@ -44,7 +44,12 @@ impl<S: System> Execution<'_, '_, S> {
                 Phase::Backoff { until_ms } => Some(until_ms),
                 Phase::Ready | Phase::Done => None,
             });
-        let store = self.store_deadlines_ahead().into_iter().map(|d| d.at_ms);
+        let store = self.with_store_deadlines(|deadlines| {
+            deadlines
+                .iter()
+                .map(|deadline| deadline.at_ms)
+                .find(|&at_ms| at_ms > now_ms)
+        });
         clients
             .chain(self.invocation_limits())
             .chain(store)
@@ -52,28 +57,22 @@ impl<S: System> Execution<'_, '_, S> {
             .min()
     }
 
-    /// The store's deadlines still ahead, earliest first; none while an invocation is in
-    /// progress (its store jobs wait until the database is free).
-    fn store_deadlines_ahead(&self) -> Vec<Deadline> {
+    /// Runs `read` on the store's deadlines, earliest first, read from the store again only
+    /// when it may have changed; none while an invocation is in progress (its store jobs wait
+    /// until the database is free).
+    fn with_store_deadlines<T>(&self, read: impl FnOnce(&[Deadline]) -> T) -> T {
         if !self.tasks.is_empty() {
-            return Vec::new();
+            return read(&[]);
         }
         let version = self.store_version();
-        let mut read = self.deadlines_read.borrow_mut();
-        let stale =
-            !matches!(&*read, Some((taken_at, _)) if *taken_at == version && version.is_some());
-        if stale {
+        let mut cache = self.deadlines_read.borrow_mut();
+        if !matches!(&*cache, Some((taken_at, _)) if *taken_at == version) {
             let mut deadlines = self.system.deadlines(self.store);
             deadlines.sort();
-            *read = Some((version, deadlines));
+            *cache = Some((version, deadlines));
         }
-        let now_ms = self.world.now_ms;
-        let (_, deadlines) = read.as_ref().expect("read above");
-        deadlines
-            .iter()
-            .filter(|deadline| deadline.at_ms > now_ms)
-            .cloned()
-            .collect()
+        let (_, deadlines) = cache.as_ref().expect("read above");
+        read(deadlines)
     }
 
     /// Hashes the store's deadlines ahead, relative to now. A deadline past everything the
@@ -84,11 +83,13 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn store_deadlines_fingerprint(&self, hasher: &mut impl Hasher) {
         let now_ms = self.world.now_ms;
         let activity_ms = self.client_activity_left_ms();
-        for deadline in self.store_deadlines_ahead() {
-            let ahead_ms = deadline.at_ms - now_ms;
-            let far = ahead_ms > activity_ms;
-            (if far { u64::MAX } else { ahead_ms }).hash(hasher);
-        }
+        self.with_store_deadlines(|deadlines| {
+            for deadline in deadlines.iter().filter(|d| d.at_ms > now_ms) {
+                let ahead_ms = deadline.at_ms - now_ms;
+                let far = ahead_ms > activity_ms;
+                (if far { u64::MAX } else { ahead_ms }).hash(hasher);
+            }
+        });
     }
 
     /// A bound on how long the clients can still act from now: each intent left (the current
@@ -112,11 +113,13 @@ impl<S: System> Execution<'_, '_, S> {
         let now_ms = self
             .next_deadline()
             .expect("time passes only with a deadline ahead");
-        let store_due: Vec<Deadline> = self
-            .store_deadlines_ahead()
-            .into_iter()
-            .filter(|deadline| deadline.at_ms == now_ms)
-            .collect();
+        let store_due: Vec<Deadline> = self.with_store_deadlines(|deadlines| {
+            deadlines
+                .iter()
+                .filter(|deadline| deadline.at_ms == now_ms)
+                .cloned()
+                .collect()
+        });
         let limits = self.limits_reached(now_ms);
         self.world.now_ms = now_ms;
         self.tag.clock().set(now_ms);
