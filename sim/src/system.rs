@@ -399,6 +399,11 @@ pub trait System {
     /// invocations may be in progress on theirs. Call `ctx.point(name)?` at each crash point;
     /// the invocation pauses there, and wherever SQLite finds the database locked. Only called
     /// when [`System::connect`] gives connections.
+    ///
+    /// A crash point must separate a `COMMIT` from the next write transaction of the same
+    /// invocation: the engine reads the committed store (ground truth) while no invocation
+    /// writes, and panics with this advice if an invocation commits and begins writing again
+    /// in one turn.
     fn handle_on(
         &self,
         _ctx: &mut Ctx<'_>,

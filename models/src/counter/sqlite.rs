@@ -41,7 +41,8 @@ impl SqliteCounter {
 /// A counter handler over the SQLite store. It gets the server's connection; a crash closes it.
 pub trait SqliteHandler {
     /// Handles one submission; call `ctx.point(name)?` at crash points. A storage error is
-    /// rolled back and answered as a refusal by the family.
+    /// rolled back and answered `Reply::Unavailable` by the family (see
+    /// [`retrysim_sim::sqlite::settle`]).
     fn submit(
         &self,
         ctx: &mut Ctx<'_>,
