@@ -30,7 +30,8 @@ const EFFECTS_SCHEMA: &str = "CREATE TABLE retrysim_effects (
     seq INTEGER PRIMARY KEY,
     intent INTEGER NOT NULL,
     table_name TEXT NOT NULL,
-    operation TEXT NOT NULL
+    operation TEXT NOT NULL,
+    row_id INTEGER
 );";
 
 /// A shared in-memory SQLite database with ground-truth triggers on its effect tables, the
@@ -228,6 +229,20 @@ impl HarnessDb {
             .collect()
     }
 
+    /// How many committed effects of any intent changed the row `row_id` of `table`, by the
+    /// ground truth: for invariants that must not trust a column the handler keeps (a version
+    /// counter, say).
+    pub fn effects_on(&self, table: &str, row_id: i64) -> u64 {
+        self.keeper
+            .prepare_cached(
+                "SELECT count(*) FROM retrysim_effects WHERE table_name = ?1 AND row_id = ?2",
+            )
+            .and_then(|mut count| {
+                count.query_row(rusqlite::params![table, row_id], |row| row.get(0))
+            })
+            .expect("the harness table is readable")
+    }
+
     /// A fingerprint of every row of `tables` and of the ground truth, for state hashing.
     ///
     /// # Panics
@@ -408,14 +423,14 @@ fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
 }
 
 fn ground_truth_triggers(table: &str) -> String {
-    ["insert", "update", "delete"]
+    [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")]
         .iter()
-        .map(|operation| {
+        .map(|(operation, row)| {
             format!(
                 "CREATE TRIGGER retrysim_{table}_{operation} AFTER {operation} ON {table} \
                  WHEN retrysim_intent() > 0 BEGIN \
-                 INSERT INTO retrysim_effects (intent, table_name, operation) \
-                 VALUES (retrysim_intent(), '{table}', '{operation}'); END;"
+                 INSERT INTO retrysim_effects (intent, table_name, operation, row_id) \
+                 VALUES (retrysim_intent(), '{table}', '{operation}', {row}.rowid); END;"
             )
         })
         .collect()

@@ -417,3 +417,65 @@ fn receipt_is_clean_over_twenty_thousand_seeds() {
     assert_eq!(found.violations, vec![]);
     assert!(found.faulty_runs > 10_000, "{}", found.faulty_runs);
 }
+
+/// `no-lost-update` is judged from the harness's own record of committed edits, never from
+/// the handler's `version` column: a handler that neither checks nor moves the version still
+/// overwrites a newer edit, and is caught.
+#[test]
+fn a_handler_that_never_moves_the_version_is_caught_by_no_lost_update() {
+    use retrysim::models::interval::Principal;
+    use retrysim::sqlite::{rusqlite::Connection, Stop};
+    use retrysim::Ctx;
+
+    /// Writes the interval, keeps the version column as it was, and checks nothing.
+    #[derive(Clone, Copy, Debug, Default)]
+    struct FrozenVersion;
+
+    impl IntervalHandler for FrozenVersion {
+        fn set_interval(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            _principal: &Principal,
+            args: &ToolArgs,
+        ) -> Result<Reply<EditResult>, Stop> {
+            let (Arg::Int(id), Arg::Int(minutes)) = (&args.automation_id, &args.interval_minutes)
+            else {
+                return Ok(Reply::Refused("bad arguments".into()));
+            };
+            ctx.point("before-update")?;
+            let version: i64 = db.query_row(
+                "UPDATE automations SET interval_minutes = ?1 WHERE id = ?2 RETURNING version",
+                [minutes, id],
+                |row| row.get(0),
+            )?;
+            ctx.point("after-commit")?;
+            Ok(Reply::Applied(EditResult {
+                id: *id,
+                interval_minutes: *minutes,
+                version,
+            }))
+        }
+
+        fn keeps_receipts(&self) -> bool {
+            false
+        }
+    }
+
+    let factory = || -> Box<dyn retrysim::Subject> {
+        Box::new(retrysim::Simulator::new(OnInterval(FrozenVersion)))
+    };
+    let found = explore(&factory, 0..2_000, &Bounds::default(), 2);
+    assert!(found.failure(retrysim::Invariant::NoLostUpdate).is_some());
+    // The column still says version 1 after the first edit; the harness counts 2. A stale
+    // edit based on version 1 is the lost update the column could not show.
+    let mut subject = factory();
+    let stale = (0..2_000).find(|&seed| {
+        let outcome = retrysim::run_seed(&mut *subject, seed, &Bounds::default(), false);
+        outcome.violations.iter().any(|v| {
+            v.invariant == retrysim::Invariant::NoLostUpdate
+                && v.detail.contains("based on version 1 over version 2")
+        })
+    });
+    assert!(stale.is_some(), "no stale edit over a newer one was caught");
+}

@@ -79,15 +79,16 @@ impl IntervalStore {
             .unwrap_or_else(|error| panic!("{sql}: {error}"))
     }
 
-    fn version_in(&self, automation_id: i64, workspace_id: &str) -> Option<i64> {
+    fn in_workspace(&self, automation_id: i64, workspace_id: &str) -> bool {
         self.db
             .keeper()
-            .prepare_cached("SELECT version FROM automations WHERE id = ?1 AND workspace_id = ?2")
+            .prepare_cached("SELECT 1 FROM automations WHERE id = ?1 AND workspace_id = ?2")
             .and_then(|mut s| {
-                s.query_row(params![automation_id, workspace_id], |row| row.get(0))
+                s.query_row(params![automation_id, workspace_id], |_| Ok(()))
                     .optional()
             })
             .expect("automations are readable")
+            .is_some()
     }
 }
 
@@ -135,7 +136,8 @@ impl<H: IntervalHandler> OnInterval<H> {
 pub struct Observed {
     /// Whether the caller had write scope and the automation was in its workspace.
     pub access: bool,
-    /// The automation's version in the caller's workspace, if it was there.
+    /// The automation's version by the ground truth (1, plus one per committed edit), if it
+    /// was in the caller's workspace.
     pub version: Option<i64>,
 }
 
@@ -221,10 +223,13 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         changed.expect("an admin change applies");
     }
 
+    // The version is the harness's own count: 1, plus one for every committed edit of the
+    // automation by the ground truth, never the handler's `version` column.
     fn observe(&self, store: &IntervalStore, request: &IntervalRequest) -> Observed {
         let principal = store.principal(request.identity);
         let version = int(&request.args.automation_id)
-            .and_then(|id| store.version_in(id, request.identity.workspace_id));
+            .filter(|&id| store.in_workspace(id, request.identity.workspace_id))
+            .map(|id| 1 + store.db.effects_on("automations", id) as i64);
         Observed {
             access: principal.can_write() && version.is_some(),
             version,
@@ -249,7 +254,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
             });
         }
         let expected = int(&request.args.expected_version);
-        if committed && matches!(reply, Reply::Applied(_)) && observed.version != expected {
+        if committed && observed.version != expected {
             found.push(Violation {
                 invariant: Invariant::NoLostUpdate,
                 detail: format!(
