@@ -383,3 +383,27 @@ fn a_platform_limit_kills_a_running_invocation() {
         })
         .run();
 }
+
+/// With no backoff at all, a client is ready again at once: time has nothing to pass to.
+#[test]
+fn a_zero_backoff_retries_at_once() {
+    let no_backoff = Bounds {
+        backoff_ms_base: 0,
+        ..Bounds::default()
+    };
+    let outcome = replayed("keyed-sqlite", "0,0,0,1,0,1", &no_backoff);
+    assert_eq!(
+        lane(&outcome, Lane::Client(0))[1..3],
+        [
+            "1000 ms: timeout on A#1; retries after 0 ms backoff",
+            "1000 ms: send A#2: e1 +5 (attempt 2/3)",
+        ]
+    );
+    let found = explore(
+        &entry("counter", "keyed-sqlite").build,
+        0..500,
+        &no_backoff,
+        2,
+    );
+    assert_eq!(found.violations, vec![]);
+}

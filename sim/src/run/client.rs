@@ -219,6 +219,8 @@ impl<S: System> Execution<'_, '_, S> {
             format!("{what}; retries after {backoff_ms} ms backoff")
         });
         match bounds.timeouts {
+            // No backoff at all: ready at once, with nothing for time to pass to.
+            Timeouts::Timed if backoff_ms == 0 => world.clients[client].phase = Phase::Ready,
             Timeouts::Timed => {
                 world.clients[client].phase = Phase::Backoff {
                     until_ms: world.now_ms + backoff_ms,
