@@ -235,7 +235,7 @@ const HANDLERS: &[HandlerEntry] = &[
     HandlerEntry {
         domain: "reservation",
         handler: "action-record",
-        summary: "reservation and completed record in one transaction; tenant-scoped lookup",
+        summary: "reservation and completed record in one transaction; tenant-scoped lookup; takes over a pending record whose lease expired",
         declared: Declared::Correct,
         invocations_max: 1,
         retention_ms: None,
@@ -267,6 +267,15 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         build: subject::<reservation::OnReservation<reservation::UnscopedLookup>>,
+    },
+    HandlerEntry {
+        domain: "reservation",
+        handler: "stuck-pending",
+        summary: "claims with a pending record that holds no lease; never resolves one",
+        declared: faulty(Invariant::EventualVerdict),
+        invocations_max: 1,
+        retention_ms: None,
+        build: subject::<reservation::OnReservation<reservation::StuckPending>>,
     },
 ];
 

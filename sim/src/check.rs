@@ -64,6 +64,7 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
                     None => replay_fidelity(id, intent),
                 },
                 Invariant::ScopeIsolation => scope_isolation(id, intents),
+                Invariant::EventualVerdict => eventual_verdict(id, intent),
                 // Judged per invocation by the system, or after crashes, while the run goes.
                 Invariant::NoLostUpdate
                 | Invariant::AccessBeforeReplay
@@ -136,6 +137,27 @@ fn outcome_agreement<R: Request, V: Eq + fmt::Display>(
         | Verdict::Skipped
         | Verdict::Pending => None,
     }
+}
+
+/// An intent owed a definite verdict (open, with attempts and retry horizon left, once the
+/// faults stopped) that ended without one.
+fn eventual_verdict<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> Option<String> {
+    if !intent.owed_verdict {
+        return None;
+    }
+    let ended = match intent.verdict.as_ref()? {
+        Verdict::GaveUp => "gave up: outcome unknown",
+        Verdict::Pending => "concluded pending",
+        Verdict::Succeeded(_) | Verdict::Failed(_) | Verdict::Denied(_) | Verdict::Skipped => {
+            return None
+        }
+    };
+    Some(format!(
+        "{} had attempts and retry horizon left once the faults stopped, yet {ended} after {} sends ({} answered pending)",
+        label(id, intent),
+        intent.attempts,
+        intent.polls
+    ))
 }
 
 fn silent_key_reuse<R: Request, V: fmt::Display>(

@@ -28,6 +28,9 @@ pub enum Invariant {
     EffectRecordAtomicity,
     /// Overlapping invocations never all wait on locks none of them will release.
     NoDeadlock,
+    /// Once faults stop, every intent whose client still had attempts and retry horizon left
+    /// reaches a definite verdict (judged with timed timeouts only).
+    EventualVerdict,
 }
 
 impl Invariant {
@@ -42,6 +45,7 @@ impl Invariant {
         Invariant::ScopeIsolation,
         Invariant::EffectRecordAtomicity,
         Invariant::NoDeadlock,
+        Invariant::EventualVerdict,
     ];
 
     /// The invariants of every retry contract: the default set of a system.
@@ -51,6 +55,7 @@ impl Invariant {
         Invariant::NoSilentKeyReuse,
         Invariant::ReplayFidelity,
         Invariant::NoDeadlock,
+        Invariant::EventualVerdict,
     ];
 
     /// The stable name, e.g. `at-most-once-effect`.
@@ -65,6 +70,7 @@ impl Invariant {
             Invariant::ScopeIsolation => "scope-isolation",
             Invariant::EffectRecordAtomicity => "effect-record-atomicity",
             Invariant::NoDeadlock => "no-deadlock",
+            Invariant::EventualVerdict => "eventual-verdict",
         }
     }
 
@@ -95,6 +101,9 @@ impl Invariant {
             }
             Invariant::NoDeadlock => {
                 "overlapping invocations never all wait on locks none of them will release"
+            }
+            Invariant::EventualVerdict => {
+                "once faults stop, every intent whose client still had attempts and retry horizon left reaches a definite verdict"
             }
         }
     }

@@ -142,7 +142,20 @@ pub fn shrink(
     let local = shrink_by(subject, bounds, tape, &breaks, false)
         .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"));
     let fewest_faults = fewer_faults(subject, bounds, &local, invariant).unwrap_or(local);
-    fewer_clients(subject, &fewest_faults, invariant).unwrap_or(fewest_faults)
+    let fewest_clients = fewer_clients(subject, &fewest_faults, invariant).unwrap_or(fewest_faults);
+    shorter(subject, &fewest_clients, invariant).unwrap_or(fewest_clients)
+}
+
+/// Edits can also stall on a long tape (a workload drawn late, a schedule that wanders): a
+/// small exhaustive search at the same fault level, smallest answers first, often meets a
+/// shorter story. Kept only if it is smaller.
+fn shorter(subject: &mut dyn Subject, shrunk: &Shrunk, invariant: Invariant) -> Option<Shrunk> {
+    let same_level = Bounds {
+        faults_max: shrunk.outcome.faults.total(),
+        ..shrunk.bounds
+    };
+    search(subject, &same_level, SHRINK_SEARCH_RUNS_MAX / 4, invariant)
+        .filter(|found| size(&found.outcome) < size(&shrunk.outcome))
 }
 
 /// Edits that lower answers cannot turn a fault into a timeout; a bounded exhaustive search

@@ -7,6 +7,7 @@ mod counter;
 mod determinism;
 mod exhaustive;
 mod interval;
+mod liveness;
 mod overlap;
 mod property;
 mod readme;

@@ -4,8 +4,8 @@
 
 use crate::entry;
 use retrysim::models::reservation::{
-    ActionRecord, Fixture, OnReservation, Reference, ReservationRequest, REQUEST_ID, TENANT_A,
-    TENANT_B,
+    ActionRecord, Fixture, OnReservation, Reference, ReservationRequest, PENDING_LEASE_MS,
+    REQUEST_ID, TENANT_A, TENANT_B,
 };
 use retrysim::{
     explore, replay, report, Bounds, ClientPolicy, IntentId, Invariant, Reply, RunOutcome, Sandbox,
@@ -141,14 +141,23 @@ fn process_exits_before_commit_then_lookup_and_create() {
     );
 }
 
+/// A pending record (an action in progress elsewhere) is answered "pending" while its
+/// owner's lease runs, with a retry-after to its end, and no reservation is made; once the
+/// lease ends, the retry takes the action over under the same id.
 #[test]
-fn pending_record_answers_pending_to_submission_and_lookup() {
-    let outcome = run("action-record", ClientPolicy::Faithful, "0,0,1,1,1,1");
+fn pending_record_answers_pending_until_its_lease_ends_then_is_taken_over() {
+    let outcome = run("action-record", ClientPolicy::Faithful, "0,0,1");
     let rows = server_rows(&outcome);
-    assert_eq!(rows, ["handle A#1 -> pending", "look up A#2 -> pending"]);
-    assert_eq!(reservations(&outcome), 0);
+    assert_eq!(
+        rows,
+        [
+            "handle A#1 -> retry after 1500 ms: pending until its owner's lease ends",
+            "handle A#2 -> applied rsv-1"
+        ]
+    );
+    assert_eq!(reservations(&outcome), 1);
     let timeline = outcome.timeline.as_ref().unwrap();
-    assert_eq!(timeline.intents[0].verdict, "unknown (pending: reconcile)");
+    assert_eq!(timeline.intents[0].verdict, "succeeded rsv-1");
     assert_eq!(outcome.violations, vec![]);
     snapshot(
         "reservation-pending",
@@ -156,6 +165,18 @@ fn pending_record_answers_pending_to_submission_and_lookup() {
         ClientPolicy::Faithful,
         &outcome,
     );
+}
+
+/// A status lookup of a pending record answers "pending": with untimed timeouts the client
+/// stops there, "unknown (pending: reconcile)", and resubmits nothing.
+#[test]
+fn pending_record_answers_pending_to_a_lookup() {
+    let outcome = run("action-record", ClientPolicy::Faithful, "0,0,1,1,1,1,1");
+    let rows = server_rows(&outcome);
+    assert_eq!(rows[0], "look up A#2 -> pending");
+    let timeline = outcome.timeline.as_ref().unwrap();
+    assert_eq!(timeline.intents[0].verdict, "unknown (pending: reconcile)");
+    assert_eq!(outcome.violations, vec![]);
 }
 
 #[test]
@@ -236,7 +257,7 @@ fn scripted_lookups_are_scoped_by_tenant_and_bound_to_the_slot() {
 }
 
 #[test]
-fn scripted_pending_fixture_is_never_turned_into_a_reservation() {
+fn scripted_pending_fixture_is_reserved_only_after_its_lease_ends() {
     let mut desk = Sandbox::new(OnReservation(ActionRecord));
     desk.apply(&Fixture::Pending {
         tenant: TENANT_A,
@@ -245,8 +266,25 @@ fn scripted_pending_fixture_is_never_turned_into_a_reservation() {
     });
     let request = ReservationRequest::new(TENANT_A, REQUEST_ID, "slot-A");
     assert_eq!(desk.lookup(Session::default(), &request), Status::Pending);
-    assert_eq!(desk.call(IntentId(0), &request), Reply::Pending);
+    assert_eq!(
+        desk.call(IntentId(0), &request),
+        Reply::RetryAfter {
+            retry_after_ms: PENDING_LEASE_MS,
+            why: "pending until its owner's lease ends".into()
+        }
+    );
     assert_eq!(desk.store().reservations(), 0);
+    desk.pass_time_to(PENDING_LEASE_MS);
+    assert_eq!(desk.lookup(Session::default(), &request), Status::Pending);
+    assert_eq!(
+        desk.call(IntentId(0), &request),
+        Reply::Applied(Reference("rsv-1".into()))
+    );
+    assert_eq!(desk.store().reservations(), 1);
+    assert_eq!(
+        desk.store().record_state(TENANT_A, REQUEST_ID).as_deref(),
+        Some("completed")
+    );
 }
 
 #[test]
@@ -281,10 +319,8 @@ fn every_faulty_client_is_caught_within_two_thousand_seeds() {
 
 #[test]
 fn a_fresh_id_client_turns_a_pending_action_into_a_reservation_and_is_caught() {
-    let bounds = Bounds {
-        client: ClientPolicy::FreshId,
-        ..Bounds::default()
-    };
+    // Untimed: the owner's lease is still running when the fresh id is submitted.
+    let bounds = pinned(ClientPolicy::FreshId);
     let mut subject = (entry("reservation", "action-record").build)();
     let caught = (0..5_000).find(|&seed| {
         let outcome = retrysim::run_seed(&mut *subject, seed, &bounds, false);

@@ -322,7 +322,8 @@ mod busy {
 }
 
 /// A reply that says "retry after 300 ms" makes the client wait that long, longer than its
-/// own backoff, before it sends again.
+/// own backoff, before it sends again; it is an answer, not a failed attempt, so it does not
+/// count against the attempt budget.
 #[test]
 fn a_client_honours_a_retry_after() {
     let mut subject = retrysim::Simulator::new(busy::RateLimited);
@@ -332,8 +333,8 @@ fn a_client_honours_a_retry_after() {
         lane(&outcome, Lane::Client(0))[..3],
         [
             "0 ms: send A#1: ping (attempt 1/3)",
-            "0 ms: A#1 says retry after 300 ms (rate limited); retries after 300 ms backoff",
-            "300 ms: send A#2: ping (attempt 2/3)",
+            "0 ms: A#1 says retry after 300 ms (rate limited): not a failed attempt; retries after 300 ms backoff",
+            "300 ms: send A#2: ping (attempt 1/3 + 1 poll)",
         ]
     );
     assert_eq!(

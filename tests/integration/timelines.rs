@@ -118,3 +118,17 @@ fn timelines_have_a_lane_per_actor_and_a_client_knows_column() {
         ]
     );
 }
+
+/// A claim left pending for ever: the shortest run in which a client with attempts and
+/// horizon left ends without a verdict once the faults stop.
+#[test]
+fn stuck_pending_shortest_failing_timeline() {
+    let shrunk = shortest_failure_in("reservation", "stuck-pending", Invariant::EventualVerdict);
+    assert!(shrunk.outcome.violates(Invariant::EventualVerdict));
+    let text = report::run_report(
+        entry("reservation", "stuck-pending"),
+        &shrunk.bounds,
+        &shrunk.outcome,
+    );
+    snapshot("reservation-stuck-pending-shortest", &text);
+}

@@ -6,12 +6,18 @@ use retrysim_sim::sqlite::{execute_cached, Stop};
 use retrysim_sim::{Ctx, Reply, Status};
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// An action record: its slot, state and reservation reference.
+/// An action record: its slot, state, reservation reference, and whether its owner still
+/// holds it (no lease, or a lease not yet expired by `retrysim_now()`).
 struct Record {
     slot: String,
     state: String,
     reference: Option<String>,
+    /// How long its owner's lease still runs (at most 0 once expired); `None`: no lease.
+    lease_left_ms: Option<i64>,
 }
+
+/// The columns [`record`] reads.
+const RECORD_COLUMNS: &str = "slot, state, reservation_ref, lease_expires_ms - retrysim_now()";
 
 /// The record under (tenant, request id), or under the request id alone when not `scoped`.
 fn record(
@@ -24,33 +30,51 @@ fn record(
             slot: row.get(0)?,
             state: row.get(1)?,
             reference: row.get(2)?,
+            lease_left_ms: row.get(3)?,
         })
     };
     if scoped {
-        db.prepare_cached(
-            "SELECT slot, state, reservation_ref FROM action_records \
-             WHERE tenant = ?1 AND request_id = ?2",
-        )?
+        db.prepare_cached(&format!(
+            "SELECT {RECORD_COLUMNS} FROM action_records WHERE tenant = ?1 AND request_id = ?2"
+        ))?
         .query_row(params![request.tenant, request.request_id], read)
         .optional()
     } else {
-        db.prepare_cached(
-            "SELECT slot, state, reservation_ref FROM action_records \
-             WHERE request_id = ?1 ORDER BY rowid LIMIT 1",
-        )?
+        db.prepare_cached(&format!(
+            "SELECT {RECORD_COLUMNS} FROM action_records \
+             WHERE request_id = ?1 ORDER BY rowid LIMIT 1"
+        ))?
         .query_row(params![request.request_id], read)
         .optional()
     }
 }
 
-/// The answer a submission gets for an existing record.
-fn answer(record: Record, request: &ReservationRequest) -> Reply<Reference> {
+/// What a submission does with an existing record.
+enum Found {
+    /// Answer at once.
+    Answer(Reply<Reference>),
+    /// A pending record whose owner is gone: take the action over under the same id.
+    TakeOver,
+}
+
+/// What a submission does with an existing record; `take_over` says whether a pending record
+/// whose owner's lease expired may be taken over.
+fn found(record: Record, request: &ReservationRequest, take_over: bool) -> Found {
     if record.slot != request.slot {
-        return Reply::KeyReuse;
+        return Found::Answer(Reply::KeyReuse);
     }
-    match (record.state.as_str(), record.reference) {
-        ("completed", Some(reference)) => Reply::Replayed(Reference(reference)),
-        _ => Reply::Pending,
+    match (
+        record.state.as_str(),
+        record.reference,
+        record.lease_left_ms,
+    ) {
+        ("completed", Some(reference), _) => Found::Answer(Reply::Replayed(Reference(reference))),
+        (_, _, Some(left_ms)) if take_over && left_ms <= 0 => Found::TakeOver,
+        (_, _, Some(left_ms)) if take_over => Found::Answer(Reply::RetryAfter {
+            retry_after_ms: left_ms as u64,
+            why: "pending until its owner's lease ends".into(),
+        }),
+        _ => Found::Answer(Reply::Pending),
     }
 }
 
@@ -78,18 +102,24 @@ fn reserve(db: &Connection, request: &ReservationRequest) -> rusqlite::Result<Re
     Ok(Reference(reference))
 }
 
-fn insert_completed(
+/// Records the action completed with `reference`: a new record, or the pending one it took
+/// over.
+fn record_completed(
     db: &Connection,
     request: &ReservationRequest,
     reference: &Reference,
 ) -> rusqlite::Result<()> {
-    db.prepare_cached("INSERT INTO action_records VALUES (?1, ?2, ?3, 'completed', ?4)")?
-        .execute(params![
-            request.tenant,
-            request.request_id,
-            request.slot,
-            reference.0
-        ])?;
+    db.prepare_cached(
+        "INSERT INTO action_records VALUES (?1, ?2, ?3, 'completed', ?4, NULL) \
+         ON CONFLICT (tenant, request_id) DO UPDATE \
+         SET state = 'completed', reservation_ref = excluded.reservation_ref, lease_expires_ms = NULL",
+    )?
+    .execute(params![
+        request.tenant,
+        request.request_id,
+        request.slot,
+        reference.0
+    ])?;
     Ok(())
 }
 
@@ -105,9 +135,9 @@ fn submit_with_record(
     execute_cached(db, "BEGIN IMMEDIATE")?;
     let saved = record(db, request, true)?;
     ctx.point("after-lookup")?;
-    if let Some(saved) = saved {
+    if let Some(Found::Answer(reply)) = saved.map(|saved| found(saved, request, true)) {
         execute_cached(db, "COMMIT")?;
-        return Ok(answer(saved, request));
+        return Ok(reply);
     }
     let reference = reserve(db, request)?;
     ctx.point("after-reservation")?;
@@ -116,7 +146,7 @@ fn submit_with_record(
         ctx.point("between-commits")?;
         execute_cached(db, "BEGIN IMMEDIATE")?;
     }
-    insert_completed(db, request, &reference)?;
+    record_completed(db, request, &reference)?;
     ctx.point("before-commit")?;
     execute_cached(db, "COMMIT")?;
     ctx.point("after-commit")?;
@@ -267,5 +297,63 @@ impl ReservationHandler for SessionMemory {
 
     fn keeps_records(&self) -> bool {
         false
+    }
+}
+
+/// `stuck-pending` (faulty): claims the action with a pending record in a transaction of its
+/// own, then reserves and completes the record in a second one. The claim holds no lease, so
+/// a crash between the two leaves the record pending for ever, and so does the seeded
+/// pending record whose owner is gone: no later attempt takes either over, and every retry is
+/// answered `pending` until the client's retry horizon ends (`eventual-verdict`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StuckPending;
+
+/// Claims the action (a pending record with no lease), commits, then reserves and completes.
+fn submit_claim_first(
+    ctx: &mut Ctx<'_>,
+    db: &Connection,
+    request: &ReservationRequest,
+) -> Result<Reply<Reference>, Stop> {
+    ctx.point("before-begin")?;
+    execute_cached(db, "BEGIN IMMEDIATE")?;
+    if let Some(saved) = record(db, request, true)? {
+        execute_cached(db, "COMMIT")?;
+        return Ok(match found(saved, request, false) {
+            Found::Answer(reply) => reply,
+            Found::TakeOver => Reply::Pending,
+        });
+    }
+    db.prepare_cached("INSERT INTO action_records VALUES (?1, ?2, ?3, 'pending', NULL, NULL)")?
+        .execute(params![request.tenant, request.request_id, request.slot])?;
+    execute_cached(db, "COMMIT")?;
+    ctx.point("after-claim")?;
+    execute_cached(db, "BEGIN IMMEDIATE")?;
+    let reference = reserve(db, request)?;
+    record_completed(db, request, &reference)?;
+    ctx.point("before-commit")?;
+    execute_cached(db, "COMMIT")?;
+    ctx.point("after-commit")?;
+    Ok(Reply::Applied(reference))
+}
+
+impl ReservationHandler for StuckPending {
+    fn submit(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        _memory: &mut SessionRecords,
+        request: &ReservationRequest,
+    ) -> Result<Reply<Reference>, Stop> {
+        submit_claim_first(ctx, db, request)
+    }
+
+    fn lookup(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        db: &Connection,
+        _memory: &mut SessionRecords,
+        request: &ReservationRequest,
+    ) -> Result<Status<Reference>, Stop> {
+        Ok(status(record(db, request, true)?, request))
     }
 }

@@ -7,15 +7,23 @@
 //! `pending` and no new row; none: insert the reservation and a completed record in the same
 //! transaction, `created`. The status lookup answers `completed` with the reference,
 //! `pending`, or `not_found`, always scoped by the tenant.
+//!
+//! A pending record is an action in progress elsewhere; its owner holds it under a lease
+//! ([`PENDING_LEASE_MS`] for the seeded one). While the lease runs, a submission is answered
+//! pending with a retry-after to its end; once it has ended the owner is taken to be gone, and
+//! the submission takes the action over under the same id, in the same transaction as the
+//! reservation. A pending record that no attempt can ever resolve (`stuck-pending`) leaves its
+//! client without a verdict (`eventual-verdict`).
 
 mod handlers;
 mod store;
 mod types;
 mod workload;
 
-pub use handlers::{ActionRecord, SessionMemory, SplitCommit, UnscopedLookup};
+pub use handlers::{ActionRecord, SessionMemory, SplitCommit, StuckPending, UnscopedLookup};
 pub use store::{
-    OnReservation, ReservationHandler, ReservationStore, SessionRecords, INVARIANTS, SCHEMA,
+    OnReservation, RecordSeen, ReservationHandler, ReservationStore, SessionRecords, INVARIANTS,
+    PENDING_LEASE_MS, SCHEMA,
 };
 pub use types::{Fixture, Reference, ReservationRequest};
 pub use workload::{workload, REQUEST_ID, TENANT_A, TENANT_B, WORKLOAD_LIMITS};

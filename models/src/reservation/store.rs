@@ -5,8 +5,8 @@ use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::{workload, WORKLOAD_LIMITS};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Invariant, Reply, Session, Situation, Status,
-    StoreCopy, System, Violation, Workload, WorkloadLimits,
+    Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Session,
+    Situation, Status, StoreCopy, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;
@@ -24,9 +24,17 @@ CREATE TABLE action_records (
     slot TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('pending', 'completed')),
     reservation_ref TEXT,
+    -- A pending record's owner holds it until then (simulated ms, as `retrysim_now()`);
+    -- NULL: for ever.
+    lease_expires_ms INTEGER,
     PRIMARY KEY (tenant, request_id)
 );
 ";
+
+/// How long the owner of a pending action record (e.g. the seeded one, an action in progress
+/// elsewhere) holds it, in simulated milliseconds from the start of the run: after that the
+/// owner is taken to be gone, and a submission under the same id may take the action over.
+pub const PENDING_LEASE_MS: u64 = 1_500;
 
 const RESET: &[&str] = &["DELETE FROM action_records", "DELETE FROM reservations"];
 
@@ -38,6 +46,7 @@ pub const INVARIANTS: &[Invariant] = &[
     Invariant::ReplayFidelity,
     Invariant::ScopeIsolation,
     Invariant::EffectRecordAtomicity,
+    Invariant::EventualVerdict,
 ];
 
 /// Server memory that a handler keeps per client session: (session, tenant, request id) to
@@ -65,17 +74,38 @@ impl ReservationStore {
 
     /// The state of the action record under (tenant, request id), if any.
     pub fn record_state(&self, tenant: &str, request_id: &str) -> Option<String> {
+        self.record(tenant, request_id).map(|record| record.state)
+    }
+
+    /// The action record under (tenant, request id), if any: its state and whether its owner
+    /// still holds it now.
+    pub fn record(&self, tenant: &str, request_id: &str) -> Option<RecordSeen> {
         self.db
             .keeper()
             .prepare_cached(
-                "SELECT state FROM action_records WHERE tenant = ?1 AND request_id = ?2",
+                "SELECT state, coalesce(lease_expires_ms > retrysim_now(), 1) \
+                 FROM action_records WHERE tenant = ?1 AND request_id = ?2",
             )
             .and_then(|mut s| {
-                s.query_row(params![tenant, request_id], |row| row.get(0))
-                    .optional()
+                s.query_row(params![tenant, request_id], |row| {
+                    Ok(RecordSeen {
+                        state: row.get(0)?,
+                        held: row.get(1)?,
+                    })
+                })
+                .optional()
             })
             .expect("action records are readable")
     }
+}
+
+/// An action record as the harness saw it before an invocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordSeen {
+    /// `pending` or `completed`.
+    pub state: String,
+    /// Whether its owner still held it (no lease, or a lease not yet expired).
+    pub held: bool,
 }
 
 /// A reservation handler: submission and status lookup on the server's connection.
@@ -114,8 +144,8 @@ impl<H: ReservationHandler> System for OnReservation<H> {
     type Store = ReservationStore;
     type Memory = SessionRecords;
     type Event = Fixture;
-    /// The state of the record under the intent's first request id, before the invocation.
-    type Observation = Option<String>;
+    /// The record under the intent's first request id, before the invocation.
+    type Observation = Option<RecordSeen>;
 
     fn open(&self, tag: &IntentTag) -> ReservationStore {
         let db = HarnessDb::create(tag, SCHEMA, &["reservations"]).expect("the schema loads");
@@ -162,28 +192,56 @@ impl<H: ReservationHandler> System for OnReservation<H> {
             .db
             .keeper()
             .execute(
-                "INSERT INTO action_records VALUES (?1, ?2, ?3, 'pending', NULL)",
-                params![tenant, request_id, slot],
+                "INSERT INTO action_records VALUES (?1, ?2, ?3, 'pending', NULL, ?4)",
+                params![tenant, request_id, slot, PENDING_LEASE_MS],
             )
             .expect("the pending fixture inserts");
     }
 
-    fn observe(&self, store: &ReservationStore, request: &ReservationRequest) -> Option<String> {
-        store.record_state(request.tenant, &request.first_id)
+    /// The end of each pending record's lease: from then on a submission may take the action
+    /// over.
+    fn deadlines(&self, store: &ReservationStore) -> Vec<Deadline> {
+        let keeper = store.db.keeper();
+        let mut statement = keeper
+            .prepare_cached(
+                "SELECT lease_expires_ms, tenant || '/' || request_id FROM action_records \
+                 WHERE state = 'pending' AND lease_expires_ms IS NOT NULL",
+            )
+            .expect("action records are readable");
+        let leases = statement
+            .query_map([], |row| {
+                Ok(Deadline {
+                    at_ms: row.get(0)?,
+                    what: format!("the lease on {} ends", row.get::<_, String>(1)?),
+                })
+            })
+            .expect("action records are readable");
+        leases.map(|lease| lease.expect("a lease reads")).collect()
+    }
+
+    fn observe(
+        &self,
+        store: &ReservationStore,
+        request: &ReservationRequest,
+    ) -> Option<RecordSeen> {
+        store.record(request.tenant, &request.first_id)
     }
 
     fn judge(
         &self,
-        observed: &Option<String>,
+        observed: &Option<RecordSeen>,
         request: &ReservationRequest,
         _reply: &Reply<Reference>,
         committed: bool,
     ) -> Vec<Violation> {
-        if committed && observed.as_deref() == Some("pending") {
+        let held_pending = observed
+            .as_ref()
+            .is_some_and(|record| record.state == "pending" && record.held);
+        if committed && held_pending {
             return vec![Violation {
                 invariant: Invariant::AtMostOnceEffect,
                 detail: format!(
-                    "reserved although {} {} was pending: a pending action turned into a second reservation",
+                    "reserved although {} {} was pending and its owner still held it: a pending action turned into a second reservation",
                     request.tenant, request.first_id
                 ),
             }];
@@ -250,6 +308,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         );
         let records = read(
             "SELECT tenant || '/' || request_id || ' ' || state || coalesce(' ' || reservation_ref, '') \
+             || CASE WHEN state = 'pending' THEN coalesce(' (lease to ' || lease_expires_ms || ' ms)', '') ELSE '' END \
              FROM action_records ORDER BY tenant, request_id",
         );
         format!(

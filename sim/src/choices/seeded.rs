@@ -11,6 +11,13 @@ pub struct Odds {
     pub fault_percent: u32,
     /// Percent chance that the server crashes at a crash point.
     pub crash_percent: u32,
+    /// Percent chance that a run goes quiet: after a number of answers drawn uniformly below
+    /// `quiet_after_answers_max`, every answer is 0 — no more faults, the oldest message
+    /// first, time passing only when nothing else can happen. That is the liveness phase in
+    /// which `eventual-verdict` holds a handler to a verdict.
+    pub quiet_percent: u32,
+    /// The most answers a run gives before it goes quiet.
+    pub quiet_after_answers_max: u32,
 }
 
 impl Default for Odds {
@@ -18,6 +25,8 @@ impl Default for Odds {
         Odds {
             fault_percent: 20,
             crash_percent: 4,
+            quiet_percent: 50,
+            quiet_after_answers_max: 64,
         }
     }
 }
@@ -26,9 +35,15 @@ impl Default for Odds {
 ///
 /// Schedule and workload choices are uniform. Fault and crash choices answer 0 (no fault)
 /// except with the probability given by [`Odds`], then uniformly among the eventful answers.
+/// Some runs go quiet after a number of answers ([`Odds::quiet_percent`]), drawn from a
+/// stream of its own so that the answers before it do not depend on it.
 pub struct SeededChoices {
     rng: ChaCha8Rng,
     odds: Odds,
+    /// Answers given so far.
+    answered: u32,
+    /// After how many answers every answer is 0, if the run goes quiet.
+    quiet_after: Option<u32>,
 }
 
 impl SeededChoices {
@@ -39,16 +54,20 @@ impl SeededChoices {
 
     /// A source for `seed` with the given odds.
     pub fn with_odds(seed: u64, odds: Odds) -> Self {
+        let mut quiet_rng = ChaCha8Rng::seed_from_u64(seed);
+        quiet_rng.set_stream(1);
+        let quiet = below(&mut quiet_rng, 100) < odds.quiet_percent;
+        let quiet_after = quiet.then(|| below(&mut quiet_rng, odds.quiet_after_answers_max.max(1)));
         SeededChoices {
             rng: ChaCha8Rng::seed_from_u64(seed),
             odds,
+            answered: 0,
+            quiet_after,
         }
     }
 
-    /// A uniform value in `0..bound`, by multiply-shift on one 64-bit draw. Written here rather
-    /// than taken from `rand` so that the mapping can never change under a dependency update.
     fn below(&mut self, bound: u32) -> u32 {
-        ((u128::from(self.rng.next_u64()) * u128::from(bound)) >> 64) as u32
+        below(&mut self.rng, bound)
     }
 
     fn eventful(&mut self, percent: u32, options: u32) -> u32 {
@@ -59,8 +78,18 @@ impl SeededChoices {
     }
 }
 
+/// A uniform value in `0..bound`, by multiply-shift on one 64-bit draw. Written here rather
+/// than taken from `rand` so that the mapping can never change under a dependency update.
+fn below(rng: &mut ChaCha8Rng, bound: u32) -> u32 {
+    ((u128::from(rng.next_u64()) * u128::from(bound)) >> 64) as u32
+}
+
 impl Choices for SeededChoices {
     fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
+        self.answered += 1;
+        if self.quiet_after.is_some_and(|after| self.answered > after) {
+            return 0;
+        }
         match kind {
             ChoiceKind::Workload | ChoiceKind::Schedule => self.below(options),
             ChoiceKind::Fault => self.eventful(self.odds.fault_percent, options),

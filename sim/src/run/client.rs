@@ -19,8 +19,9 @@ use std::str::FromStr;
 pub enum ClientPolicy {
     /// Persists the request id before the first send and reuses it for every retry; after a
     /// reconnect, looks the status up (when the system offers a lookup) and acts on it:
-    /// completed → done, pending → wait and reconcile, not found → resubmit under the original
-    /// id. Gives up as *unknown*, never as failed.
+    /// completed → done, pending → wait and reconcile (with timed timeouts: come back after
+    /// the backoff and resubmit under the same id, within the retry horizon), not found →
+    /// resubmit under the original id. Gives up as *unknown*, never as failed.
     #[default]
     Faithful,
     /// Makes a new request id after a reconnect and submits again.
@@ -90,6 +91,13 @@ impl<S: System> Execution<'_, '_, S> {
         let state = world.intent_mut(intent);
         state.attempts += 1;
         let attempt = state.attempts;
+        let counted = attempt - state.polls;
+        // Sends after a pending or retry-after answer are polls, outside the attempt budget.
+        let answered = match state.polls {
+            0 => String::new(),
+            1 => " + 1 poll".to_string(),
+            polls => format!(" + {polls} polls"),
+        };
         let request = state.sending.clone();
         let body = match next {
             NextSend::Submit => Body::Request(request, session),
@@ -106,10 +114,10 @@ impl<S: System> Execution<'_, '_, S> {
             let request = w.intent(intent).sending.describe();
             match next {
                 NextSend::Submit => {
-                    format!("send {intent}#{attempt}: {request} (attempt {attempt}/{attempts_max})")
+                    format!("send {intent}#{attempt}: {request} (attempt {counted}/{attempts_max}{answered})")
                 }
                 NextSend::Lookup => format!(
-                    "look up {intent}#{attempt}: status of {request} (attempt {attempt}/{attempts_max})"
+                    "look up {intent}#{attempt}: status of {request} (attempt {counted}/{attempts_max}{answered})"
                 ),
             }
         });
@@ -144,6 +152,7 @@ impl<S: System> Execution<'_, '_, S> {
         points.faults.reconnects += 1;
         let policy = points.bounds.client;
         let lookup = self.system.supports_lookup();
+        self.disturbed();
         let world = &mut self.world;
         let state = &mut world.clients[client];
         state.generation += 1;
@@ -177,8 +186,9 @@ impl<S: System> Execution<'_, '_, S> {
         let intent = self.world.clients[client]
             .current()
             .expect("an open intent");
-        let attempts = self.world.intent(intent).attempts;
-        if attempts >= bounds.attempts_max {
+        let state = self.world.intent(intent);
+        let attempts = state.attempts;
+        if attempts - state.polls >= bounds.attempts_max {
             self.give_up(client, what);
             return;
         }
@@ -203,6 +213,33 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         self.retry_after(client, what, backoff_ms + jitter_ms);
+    }
+
+    /// The server answered *pending* or *retry after* (timed timeouts): an answer, not a failed
+    /// attempt, so the client comes back after its backoff, and no sooner than `at_least_ms`
+    /// (resubmitting under the same id, which is how it learns the outcome), for as long as
+    /// its retry horizon allows.
+    ///
+    /// Only an answer to the client's latest send counts: an older one (a slow or duplicated
+    /// message) says less than the send the client is waiting on. Returns whether it counted.
+    fn poll_later(&mut self, client: usize, attempt: u32, what: &str, at_least_ms: u64) -> bool {
+        let intent = self.world.clients[client]
+            .current()
+            .expect("an open intent");
+        let latest = self.world.intent(intent).attempts;
+        if attempt != latest || !self.world.clients[client].waiting() {
+            self.world.note(Lane::Client(client as u32), |_| {
+                format!("{what}: stale, waits on {intent}#{latest}")
+            });
+            return false;
+        }
+        self.world.intent_mut(intent).polls += 1;
+        self.retry_or_give_up(
+            client,
+            &format!("{what}: not a failed attempt"),
+            at_least_ms,
+        );
+        true
     }
 
     /// The client will send its current intent again after `backoff_ms`: on the clock with
@@ -268,6 +305,19 @@ impl<S: System> Execution<'_, '_, S> {
             Reply::KeyReuse => Verdict::Failed("key-reuse conflict".into()),
             Reply::Refused(why) => Verdict::Failed(why.into_owned()),
             Reply::Denied(why) => Verdict::Denied(why.into_owned()),
+            Reply::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
+                self.poll_later(client, attempt, &format!("{intent}#{attempt} pending"), 0);
+                return;
+            }
+            Reply::RetryAfter {
+                retry_after_ms,
+                why,
+            } if self.points.bounds.timeouts == Timeouts::Timed => {
+                let what =
+                    format!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
+                self.poll_later(client, attempt, &what, retry_after_ms);
+                return;
+            }
             Reply::Pending => Verdict::Pending,
             Reply::Unavailable(why) => {
                 let what = format!("{intent}#{attempt} unavailable ({why})");
@@ -302,6 +352,13 @@ impl<S: System> Execution<'_, '_, S> {
         let lane = Lane::Client(client as u32);
         let verdict = match status {
             Status::Completed(value) => Verdict::Succeeded(value),
+            Status::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
+                let what = format!("status {intent}#{attempt} pending");
+                if self.poll_later(client, attempt, &what, 0) {
+                    self.world.clients[client].next = NextSend::Submit;
+                }
+                return;
+            }
             Status::Pending => Verdict::Pending,
             Status::Conflict => Verdict::Failed("key-reuse conflict".into()),
             Status::NotFound => {

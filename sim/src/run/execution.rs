@@ -223,6 +223,12 @@ impl<S: System> Execution<'_, '_, S> {
         let final_state =
             (self.pruning.is_some() && end != RunEnd::Pruned).then(|| self.state_fingerprint());
         let applicable = self.system.invariants();
+        if end != RunEnd::Completed || self.points.bounds.timeouts != Timeouts::Timed {
+            // Liveness is judged only on a run that ran to its end, on the clock.
+            for intent in &mut self.world.intents {
+                intent.owed_verdict = false;
+            }
+        }
         let mut violations = if end == RunEnd::Pruned {
             Vec::new()
         } else {
@@ -292,6 +298,7 @@ impl<S: System> Execution<'_, '_, S> {
         let message = match kind {
             Delivery::Duplicate => {
                 self.points.faults.duplicates += 1;
+                self.disturbed();
                 let copy = copy_of(&self.world.network[index]);
                 self.world.note(Lane::Network, |_| {
                     format!("duplicate {}: one copy stays in flight", copy.label())
@@ -302,6 +309,7 @@ impl<S: System> Execution<'_, '_, S> {
         };
         if kind == Delivery::Drop {
             self.points.faults.drops += 1;
+            self.disturbed();
             self.world
                 .note(Lane::Network, |_| format!("drop {}", message.label()));
             return;
@@ -353,6 +361,14 @@ impl<S: System> Execution<'_, '_, S> {
         self.note_store_change(store_before);
     }
 
+    /// A fault happened: the quiet phase, in which `eventual-verdict` is judged, starts no
+    /// earlier.
+    pub(super) fn disturbed(&mut self) {
+        let bounds = &self.points.bounds;
+        self.world
+            .disturbed(bounds.attempts_max, bounds.retry_horizon_ms);
+    }
+
     /// Records the reply of an invocation of `intent` (judged against `observation`, taken
     /// before it ran) and sends it to the client.
     pub(super) fn answer(
@@ -393,6 +409,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     pub(super) fn note_crash(&mut self, what: &str, crash: Crash) {
+        self.disturbed();
         self.world.note(Lane::Server, |_| {
             format!("{what} -> CRASH at {}; restart, memory lost", crash.point)
         });

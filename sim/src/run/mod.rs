@@ -15,7 +15,7 @@ use crate::bounds::Bounds;
 use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
 use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, System};
-use crate::timeline::Timeline;
+use crate::timeline::{Lane, Timeline};
 use crate::{Invariant, Violation};
 use checkpoint::{Checkpoints, EngineState};
 use corosensei::stack::DefaultStack;
@@ -399,8 +399,18 @@ impl<S: System> Simulator<S> {
         for event in &workload.setup {
             self.system.apply_event(&mut self.store, event);
         }
+        let seeded = !workload.setup.is_empty();
+        let mut world = World::new(workload, trace);
+        if seeded {
+            // What the run starts from, when it is not an empty store.
+            let store = &self.store;
+            let system = &self.system;
+            world.note(Lane::Store, |_| {
+                format!("at start: {}", system.describe_store(store))
+            });
+        }
         let state = EngineState {
-            world: World::new(workload, trace),
+            world,
             memory: S::Memory::default(),
             faults: FaultCounts::default(),
             points_seen: Vec::new(),

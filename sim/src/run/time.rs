@@ -121,6 +121,7 @@ impl<S: System> Execution<'_, '_, S> {
                 .collect()
         });
         let limits = self.limits_reached(now_ms);
+        let over_work_in_flight = !self.world.network.is_empty() || !self.tasks.is_empty();
         self.world.now_ms = now_ms;
         self.tag.clock().set(now_ms);
         self.world.note(Lane::Clock, |world| {
@@ -129,6 +130,10 @@ impl<S: System> Execution<'_, '_, S> {
             reached.extend(limits.iter().cloned());
             format!("time passes to {now_ms} ms: {}", reached.join("; "))
         });
+        if over_work_in_flight {
+            // A slow network or server: as much a fault, for liveness, as a lost message.
+            self.disturbed();
+        }
         if !store_due.is_empty() {
             self.lose_messages_in_flight();
             self.store_changes();

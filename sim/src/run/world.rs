@@ -22,6 +22,12 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) after_success: bool,
     /// Sends so far (submissions and status lookups).
     pub(crate) attempts: u32,
+    /// Sends the server answered *pending* (timed timeouts): answers, not failed attempts,
+    /// so they do not count against the attempt budget.
+    pub(crate) polls: u32,
+    /// Whether the intent is owed a definite verdict: it was open, with attempts and retry
+    /// horizon left, after the run's last fault so far (`eventual-verdict`).
+    pub(crate) owed_verdict: bool,
     /// When the client first sent it: its retry horizon runs from here.
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
@@ -198,6 +204,8 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     request,
                     after_success,
                     attempts: 0,
+                    polls: 0,
+                    owed_verdict: true,
                     first_send_ms: None,
                     verdict: None,
                     replies: Vec::new(),
@@ -252,6 +260,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             intent.request.hash(hasher);
             intent.after_success.hash(hasher);
             intent.verdict.hash(hasher);
+            intent.owed_verdict.hash(hasher);
             intent.effects.hash(hasher);
             intent.original.hash(hasher);
             // The checks ask whether some reply breaks a rule: a set of replies suffices.
@@ -260,6 +269,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             if intent.verdict.is_none() {
                 intent.sending.hash(hasher);
                 intent.attempts.hash(hasher);
+                intent.polls.hash(hasher);
                 intent.first_send_ms.map(age).hash(hasher);
             }
         }
@@ -366,6 +376,20 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
 
     pub(crate) fn intent_mut(&mut self, intent: IntentId) -> &mut IntentState<R, V> {
         &mut self.intents[intent.0 as usize]
+    }
+
+    /// A fault happened (or time passed over a message in flight): the quiet phase can start
+    /// no earlier. An intent is owed a definite verdict from here if it is still open with
+    /// attempts and retry horizon left (`eventual-verdict`).
+    pub(crate) fn disturbed(&mut self, attempts_max: u32, retry_horizon_ms: u64) {
+        let now_ms = self.now_ms;
+        for intent in &mut self.intents {
+            let attempts_left = intent.attempts - intent.polls < attempts_max;
+            let horizon_left = intent
+                .first_send_ms
+                .is_none_or(|first_ms| now_ms - first_ms < retry_horizon_ms);
+            intent.owed_verdict = intent.verdict.is_none() && attempts_left && horizon_left;
+        }
     }
 
     /// Records the client's verdict on its current intent and moves it to its next intent,

@@ -1,0 +1,173 @@
+//! The liveness phase: once faults stop, every intent whose client still has attempts and
+//! retry horizon left reaches a definite verdict (`eventual-verdict`). A record left pending
+//! for ever is caught; a pending record whose owner's lease ended is taken over; a client whose
+//! budget the faults used up is owed nothing; and seeded runs go quiet.
+
+use crate::entry;
+use retrysim::{
+    exhaust, replay, Bounds, CheckOptions, ChoiceKind, Choices, Invariant, Lane, Odds, RunOutcome,
+    SeededChoices, Tape,
+};
+
+fn replayed(domain: &str, handler: &str, tape: &str, bounds: &Bounds) -> RunOutcome {
+    let tape: Tape = tape.parse().unwrap();
+    replay(&mut *(entry(domain, handler).build)(), &tape, bounds).unwrap()
+}
+
+/// The rows of `lane`, in order.
+fn lane(outcome: &RunOutcome, lane: Lane) -> Vec<String> {
+    let timeline = outcome.timeline.as_ref().unwrap();
+    timeline
+        .rows
+        .iter()
+        .filter(|row| row.lane == lane)
+        .map(|row| format!("{} ms: {}", row.time_ms, row.text))
+        .collect()
+}
+
+/// `stuck-pending` crashes after committing its claim (the run's one fault); every retry
+/// after that is answered "pending" until the client's retry horizon ends, and the client
+/// had two attempts and most of its horizon left when the fault happened.
+#[test]
+fn a_claim_left_pending_by_a_crash_is_caught_by_eventual_verdict() {
+    // One client, one intent, no seeded record (0,0,0); deliver the request (0, 0); no crash
+    // before the claim (0); crash after it (1). Every later answer is 0: the quiet phase.
+    let outcome = replayed(
+        "reservation",
+        "stuck-pending",
+        "0,0,0,0,0,0,1",
+        &Bounds::default(),
+    );
+    assert_eq!(outcome.faults.crashes, 1);
+    assert_eq!(outcome.faults.total(), 1);
+    let violated: Vec<Invariant> = outcome.violations.iter().map(|v| v.invariant).collect();
+    assert_eq!(violated, [Invariant::EventualVerdict]);
+    let client = lane(&outcome, Lane::Client(0));
+    let last = client.last().unwrap();
+    assert!(
+        last.ends_with("past the 60000 ms retry horizon; gives up: outcome unknown"),
+        "{last}"
+    );
+    let timeline = outcome.timeline.as_ref().unwrap();
+    assert!(
+        timeline.store.contains("tenant-a/req-247 pending"),
+        "{}",
+        timeline.store
+    );
+}
+
+/// The correct handler answers a seeded pending record (an action whose owner is elsewhere)
+/// with a retry-after to the end of the owner's lease, then takes it over under the same id.
+#[test]
+fn a_pending_record_whose_lease_ended_is_taken_over() {
+    // One client, one intent, the seeded pending record (0,0,1); everything else uneventful.
+    let outcome = replayed("reservation", "action-record", "0,0,1", &Bounds::default());
+    assert_eq!(outcome.violations, vec![]);
+    assert_eq!(
+        lane(&outcome, Lane::Clock),
+        ["1500 ms: time passes to 1500 ms: the lease on tenant-a/req-247 ends; c1's backoff before A#2"]
+    );
+    assert_eq!(
+        lane(&outcome, Lane::Server),
+        [
+            "0 ms: handle A#1 -> retry after 1500 ms: pending until its owner's lease ends",
+            "1500 ms: handle A#2 -> applied rsv-1",
+        ]
+    );
+    assert_eq!(
+        outcome.timeline.as_ref().unwrap().intents[0].verdict,
+        "succeeded rsv-1"
+    );
+}
+
+/// A lease that outlives the clients' retry horizon leaves them without a verdict, even with
+/// the correct handler and no fault at all: the horizon is the liveness bound.
+#[test]
+fn a_lease_longer_than_the_retry_horizon_is_caught() {
+    let short_horizon = Bounds {
+        retry_horizon_ms: 1_000,
+        ..Bounds::default()
+    };
+    let outcome = replayed("reservation", "action-record", "0,0,1", &short_horizon);
+    assert_eq!(outcome.faults.total(), 0);
+    assert!(
+        outcome.violates(Invariant::EventualVerdict),
+        "{:?}",
+        outcome.violations
+    );
+}
+
+/// A client whose every attempt the faults used up gives up without a verdict, and that is
+/// no violation: nothing was owed to it once the faults stopped.
+#[test]
+fn a_client_whose_attempts_the_faults_used_up_is_owed_no_verdict() {
+    let one_attempt = Bounds {
+        attempts_max: 1,
+        ..Bounds::default()
+    };
+    // One client, one intent; the request is dropped (1); the client times out and gives up.
+    let outcome = replayed("counter", "keyed-sqlite", "0,0,0,0,1", &one_attempt);
+    assert_eq!(outcome.faults.drops, 1);
+    assert_eq!(
+        outcome.timeline.as_ref().unwrap().intents[0].verdict,
+        "unknown (gave up)"
+    );
+    assert_eq!(outcome.violations, vec![]);
+}
+
+/// `check` finds the crash that strands the claim at one fault, and nothing at none but the
+/// seeded record, which no fault is needed for.
+#[test]
+fn check_finds_the_stuck_pending_record() {
+    let bounds = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 2,
+        ..Bounds::default()
+    };
+    let report = exhaust(
+        &mut *(entry("reservation", "stuck-pending").build)(),
+        &CheckOptions::new(bounds),
+    );
+    let found = report
+        .violation(Invariant::EventualVerdict)
+        .expect("eventual-verdict is broken");
+    assert_eq!(found.level_faults_max, 0);
+}
+
+/// A seeded run that goes quiet answers 0 to every choice after its quiet point; the answers
+/// before it are those of the same seed without a quiet phase.
+#[test]
+fn a_seeded_run_goes_quiet_after_its_quiet_point() {
+    let quiet = Odds {
+        quiet_percent: 100,
+        quiet_after_answers_max: 8,
+        ..Odds::default()
+    };
+    let loud = Odds {
+        quiet_percent: 0,
+        ..Odds::default()
+    };
+    for seed in 0..50 {
+        let mut quieting = SeededChoices::with_odds(seed, quiet);
+        let mut never_quiet = SeededChoices::with_odds(seed, loud);
+        let answers: Vec<(u32, u32)> = (0..40)
+            .map(|_| {
+                (
+                    quieting.choose(ChoiceKind::Schedule, 5),
+                    never_quiet.choose(ChoiceKind::Schedule, 5),
+                )
+            })
+            .collect();
+        let quiet_from = answers
+            .iter()
+            .position(|(quieting, loud)| quieting != loud)
+            .unwrap_or(answers.len());
+        assert!(quiet_from <= 8, "seed {seed}: loud until {quiet_from}");
+        assert!(
+            answers[quiet_from..].iter().all(|&(answer, _)| answer == 0),
+            "seed {seed}: {answers:?}"
+        );
+    }
+}
