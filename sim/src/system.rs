@@ -379,6 +379,13 @@ pub trait System {
         None
     }
 
+    /// Whether the committed store holds `request`'s record as pending (in progress). Once
+    /// the faults stop, an intent owed a verdict must not leave its record so
+    /// (`eventual-verdict`). The default, for stores with no pending state, is `false`.
+    fn is_pending(&self, _store: &Self::Store, _request: &Self::Request) -> bool {
+        false
+    }
+
     /// Handles one delivered request. Call `ctx.point(name)?` at each crash point.
     fn handle(
         &self,

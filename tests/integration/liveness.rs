@@ -40,8 +40,25 @@ fn a_claim_left_pending_by_a_crash_is_caught_by_eventual_verdict() {
     );
     assert_eq!(outcome.faults.crashes, 1);
     assert_eq!(outcome.faults.total(), 1);
-    let violated: Vec<Invariant> = outcome.violations.iter().map(|v| v.invariant).collect();
-    assert_eq!(violated, [Invariant::EventualVerdict]);
+    // Both sides of it: the client ends without a verdict, and the record stays pending.
+    let details: Vec<(Invariant, &str)> = outcome
+        .violations
+        .iter()
+        .map(|v| (v.invariant, v.detail.as_str()))
+        .collect();
+    assert_eq!(
+        details,
+        [
+            (
+                Invariant::EventualVerdict,
+                "A (c1 tenant-a req-247 slot-A) had attempts and retry horizon left once the faults stopped, yet gave up: outcome unknown after 10 sends (9 answered pending)"
+            ),
+            (
+                Invariant::EventualVerdict,
+                "A (c1 tenant-a req-247 slot-A) left its record pending once the faults stopped"
+            ),
+        ]
+    );
     let client = lane(&outcome, Lane::Client(0));
     let last = client.last().unwrap();
     assert!(

@@ -257,6 +257,25 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         })
     }
 
+    /// Whether the intent's own record (its tenant, first request id and slot) is pending.
+    fn is_pending(&self, store: &ReservationStore, request: &ReservationRequest) -> bool {
+        store
+            .db
+            .keeper()
+            .prepare_cached(
+                "SELECT count(*) FROM action_records \
+                 WHERE tenant = ?1 AND request_id = ?2 AND slot = ?3 AND state = 'pending'",
+            )
+            .and_then(|mut s| {
+                s.query_row(
+                    params![request.tenant, request.first_id, request.slot],
+                    |row| row.get::<_, i64>(0),
+                )
+            })
+            .expect("action records are readable")
+            > 0
+    }
+
     fn handle(
         &self,
         ctx: &mut Ctx<'_>,

@@ -233,7 +233,9 @@ impl<S: System> Execution<'_, '_, S> {
             Vec::new()
         } else {
             let effects = self.system.effects(self.store);
-            check(&self.world.intents, &effects, applicable)
+            let mut found = check(&self.world.intents, &effects, applicable);
+            found.extend(self.records_left_pending());
+            found
         };
         if end == RunEnd::Pruned {
             self.world.audit.clear();
@@ -265,6 +267,23 @@ impl<S: System> Execution<'_, '_, S> {
             final_state,
             timeline,
         }
+    }
+
+    /// `eventual-verdict`, on the store: no intent owed a verdict leaves its record pending.
+    fn records_left_pending(&self) -> Vec<Violation> {
+        let owed = self.world.intents.iter().enumerate();
+        owed.filter(|(_, intent)| intent.owed_verdict)
+            .filter(|(_, intent)| self.system.is_pending(self.store, &intent.request))
+            .map(|(index, intent)| Violation {
+                invariant: Invariant::EventualVerdict,
+                detail: format!(
+                    "{} (c{} {}) left its record pending once the faults stopped",
+                    IntentId(index as u32),
+                    intent.client + 1,
+                    intent.request.describe()
+                ),
+            })
+            .collect()
     }
 
     fn delivery_kind(&mut self, is_request: bool) -> Delivery {
