@@ -138,6 +138,7 @@ impl<S: System> Execution<'_, '_, S> {
             steps: self.world.steps,
             faults,
             budget_left: bounds.faults_max.saturating_sub(faults.counted(bounds)),
+            owed: self.world.owed_verdicts(),
         };
         let pruning = self.pruning.as_mut().expect("hashing states");
         pruning.visited.seen(state, visit)

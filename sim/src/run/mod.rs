@@ -38,12 +38,12 @@ struct Pruning<'v> {
 }
 
 /// The states an exhaustive check has explored: for each fingerprint of a state (everything
-/// but the faults spent reaching it), the ways it was reached — steps taken, faults spent of
-/// each kind, and fault budget left.
+/// but the faults spent reaching it and the verdicts it owes), the ways it was reached — steps
+/// taken, faults spent of each kind, fault budget left, and the intents owed a verdict.
 ///
 /// A state met again is skipped when an earlier visit reached it in no more steps, with no
-/// more faults of any kind and at least as much budget left: everything ahead of the new visit
-/// was ahead of the earlier one. Drops are not counted when they are unbounded. One set can
+/// more faults of any kind, at least as much budget left and every intent the new visit owes a
+/// verdict owed too: everything ahead of the new visit was ahead of the earlier one. Drops are not counted when they are unbounded. One set can
 /// serve a whole check, level after level: a state explored at a lower fault level with as
 /// much budget left is not explored again.
 #[derive(Debug, Default)]
@@ -79,6 +79,9 @@ struct Visit {
     steps: u32,
     faults: FaultCounts,
     budget_left: u32,
+    /// The intents owed a definite verdict (`eventual-verdict`), one bit each: a visit that
+    /// owes more can break it in every way one that owes less can.
+    owed: u64,
 }
 
 impl Visit {
@@ -86,6 +89,7 @@ impl Visit {
         self.steps <= other.steps
             && self.faults.within(&other.faults)
             && self.budget_left >= other.budget_left
+            && self.owed & other.owed == other.owed
     }
 }
 

@@ -41,6 +41,18 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) original: Option<V>,
 }
 
+impl<R, V> IntentState<R, V> {
+    /// Whether the intent is owed a definite verdict and has none yet (once it has one, being
+    /// owed it no longer matters).
+    pub(crate) fn owes_verdict(&self) -> bool {
+        self.owed_verdict
+            && matches!(
+                self.verdict,
+                None | Some(Verdict::GaveUp) | Some(Verdict::Pending)
+            )
+    }
+}
+
 impl<R, V: Hash> IntentState<R, V> {
     /// Records one more answer of the server for this intent.
     pub(crate) fn add_reply(&mut self, reply: ServerReply<V>) {
@@ -255,12 +267,16 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         // left out.
         let age = |since_ms: u64| timed.then(|| self.now_ms.saturating_sub(since_ms));
         let ahead = |at_ms: u64| timed.then(|| at_ms.saturating_sub(self.now_ms));
-        for intent in &self.intents {
+        for (index, intent) in self.intents.iter().enumerate() {
+            if index >= 64 {
+                intent.owes_verdict().hash(hasher);
+            }
             intent.client.hash(hasher);
             intent.request.hash(hasher);
             intent.after_success.hash(hasher);
             intent.verdict.hash(hasher);
-            intent.owed_verdict.hash(hasher);
+            // Which of the first 64 intents are owed a verdict is not hashed: a visit's
+            // record holds it (see `owed_verdicts`).
             intent.effects.hash(hasher);
             intent.original.hash(hasher);
             // The checks ask whether some reply breaks a rule: a set of replies suffices.
@@ -390,6 +406,17 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 .is_none_or(|first_ms| now_ms - first_ms < retry_horizon_ms);
             intent.owed_verdict = intent.verdict.is_none() && attempts_left && horizon_left;
         }
+    }
+
+    /// The first 64 intents owed a definite verdict, one bit each (the fingerprint holds the
+    /// rest).
+    pub(crate) fn owed_verdicts(&self) -> u64 {
+        self.intents
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, intent)| intent.owes_verdict())
+            .fold(0, |mask, (index, _)| mask | 1u64 << index)
     }
 
     /// Records the client's verdict on its current intent and moves it to its next intent,
