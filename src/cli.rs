@@ -154,6 +154,10 @@ struct BoundsArgs {
     /// Client sessions ended (reconnects) in one run.
     #[arg(long, default_value_t = Bounds::default().reconnects_max)]
     reconnects_max: u32,
+    /// COMMITs made to fail (storage faults) in one run, chosen at crash points; SQLite
+    /// stores only [default: the handler's own, 0 or 1]
+    #[arg(long)]
+    storage_faults_max: Option<u32>,
     /// How clients behave: faithful (correct), fresh-id, fresh-id-per-retry,
     /// timeout-is-failure.
     #[arg(long, default_value = "faithful", value_parser = parse_client)]
@@ -196,6 +200,7 @@ impl BoundsArgs {
             duplicates_max: self.duplicates_max,
             crashes_max: self.crashes_max,
             reconnects_max: self.reconnects_max,
+            storage_faults_max: self.storage_faults_max.unwrap_or(entry.storage_faults_max),
             client: self.client,
             timeouts: self.timeouts,
             timeout_ms: self.timeout_ms,
@@ -477,6 +482,7 @@ fn list(json: bool) -> Printed {
                     "summary": h.summary,
                     "declared": h.declared.to_string(),
                     "invocations_max": h.invocations_max,
+                    "storage_faults_max": h.storage_faults_max,
                     "retention_ms": h.retention_ms,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
@@ -498,6 +504,9 @@ fn list(json: bool) -> Printed {
             let mut notes = Vec::new();
             if handler.invocations_max > 1 {
                 notes.push(format!("invocations_max={}", handler.invocations_max));
+            }
+            if handler.storage_faults_max > 0 {
+                notes.push(format!("storage_faults_max={}", handler.storage_faults_max));
             }
             if let Some(retention_ms) = handler.retention_ms {
                 notes.push(format!("retention_ms={retention_ms}"));
@@ -805,6 +814,18 @@ fn run_matrix() -> Printed {
             out.text,
             "invocations_max=2 (overlapping invocations) for {}",
             overlapping.join(", ")
+        );
+    }
+    let failing_writes: Vec<String> = models::handlers()
+        .iter()
+        .filter(|entry| entry.storage_faults_max != bounds.storage_faults_max)
+        .map(|entry| format!("{}/{}", entry.domain, entry.handler))
+        .collect();
+    if !failing_writes.is_empty() {
+        let _ = writeln!(
+            out.text,
+            "storage_faults_max=1 (a COMMIT may fail) for {}",
+            failing_writes.join(", ")
         );
     }
     out.text.push('\n');

@@ -26,6 +26,13 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
     if bounds.invocations_max != entry.invocations_max {
         let _ = write!(command, " --invocations-max {}", bounds.invocations_max);
     }
+    if bounds.storage_faults_max != entry.storage_faults_max {
+        let _ = write!(
+            command,
+            " --storage-faults-max {}",
+            bounds.storage_faults_max
+        );
+    }
     command
 }
 
@@ -112,7 +119,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}/{}  tape {}  steps {}  faults {} (drops {}, duplicates {}, crashes {}, reconnects {})  ended: {}",
+        "{}/{}  tape {}  steps {}  faults {} (drops {}, duplicates {}, crashes {}, reconnects {}, storage {})  ended: {}",
         entry.domain,
         entry.handler,
         outcome.tape,
@@ -122,6 +129,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
         outcome.faults.duplicates,
         outcome.faults.crashes,
         outcome.faults.reconnects,
+        outcome.faults.storage,
         match outcome.end {
             crate::RunEnd::Completed => "completed",
             crate::RunEnd::StepLimit => "step limit",
@@ -338,8 +346,12 @@ pub fn check_report(
     let coverage = &report.coverage;
     let _ = writeln!(
         out,
-        "coverage (runs): drops {}, duplicates {}, crashes {}, reconnects {}",
-        coverage.drops, coverage.duplicates, coverage.crashes, coverage.reconnects
+        "coverage (runs): drops {}, duplicates {}, crashes {}, reconnects {}, storage faults {}",
+        coverage.drops,
+        coverage.duplicates,
+        coverage.crashes,
+        coverage.reconnects,
+        coverage.storage
     );
     let points: Vec<String> = coverage
         .crash_points

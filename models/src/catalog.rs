@@ -52,15 +52,21 @@ pub struct HandlerEntry {
     /// How long its store keeps the records that let it recognise a retry, in simulated
     /// milliseconds; `None` for ever (or for a handler that keeps none).
     pub retention_ms: Option<u64>,
+    /// Storage faults per run under which it is explored unless told otherwise
+    /// ([`retrysim_sim::Bounds::storage_faults_max`]): 1 for a handler whose flaw is in its
+    /// handling of a failed write, 0 for the rest.
+    pub storage_faults_max: u32,
     /// Builds a fresh subject (with its own store) for this handler.
     pub build: fn() -> Box<dyn Subject>,
 }
 
 impl HandlerEntry {
-    /// `base` with this handler's own [`HandlerEntry::invocations_max`].
+    /// `base` with this handler's own [`HandlerEntry::invocations_max`] and
+    /// [`HandlerEntry::storage_faults_max`].
     pub fn bounds_from(&self, base: Bounds) -> Bounds {
         Bounds {
             invocations_max: self.invocations_max,
+            storage_faults_max: self.storage_faults_max,
             ..base
         }
     }
@@ -103,6 +109,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<crate::counter::OnMemory<crate::counter::Naive>>,
     },
     HandlerEntry {
@@ -113,6 +120,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<crate::counter::OnMemory<crate::counter::KeyedMemory>>,
     },
     HandlerEntry {
@@ -122,6 +130,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: Declared::Correct,
         invocations_max: 1,
         retention_ms: Some(crate::counter::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqlite>>,
     },
     HandlerEntry {
@@ -131,7 +140,18 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
         retention_ms: Some(crate::counter::SHORT_RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<crate::counter::OnSqlite<crate::counter::ShortRetention>>,
+    },
+    HandlerEntry {
+        domain: "counter",
+        handler: "unavailable-after-commit",
+        summary: "answers unavailable when an audit write after the commit fails",
+        declared: faulty(Invariant::TruthfulReply),
+        invocations_max: 1,
+        retention_ms: Some(crate::counter::RETENTION_MS),
+        storage_faults_max: 1,
+        build: subject::<crate::counter::OnSqlite<crate::counter::UnavailableAfterCommit>>,
     },
     HandlerEntry {
         domain: "counter",
@@ -140,6 +160,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 2,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqliteDeferred>>,
     },
     HandlerEntry {
@@ -149,6 +170,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: Declared::Correct,
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::Receipt>>,
     },
     HandlerEntry {
@@ -158,6 +180,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 1,
         retention_ms: Some(interval::SHORT_RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::ShortRetention>>,
     },
     HandlerEntry {
@@ -167,6 +190,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 2,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::DeferredLookup>>,
     },
     HandlerEntry {
@@ -176,6 +200,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::VersionOnly>>,
     },
     HandlerEntry {
@@ -185,6 +210,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::OutcomeAgreement),
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::VersionBeforeReceipt>>,
     },
     HandlerEntry {
@@ -194,6 +220,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::AccessBeforeReplay),
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::ReplayBeforeAccess>>,
     },
     HandlerEntry {
@@ -203,6 +230,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::EffectRecordAtomicity),
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::SplitCommit>>,
     },
     HandlerEntry {
@@ -212,6 +240,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::ScopeIsolation),
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::UnscopedKey>>,
     },
     HandlerEntry {
@@ -221,6 +250,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::NoSilentKeyReuse),
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::NoPayloadCheck>>,
     },
     HandlerEntry {
@@ -230,6 +260,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::NoLostUpdate),
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
+        storage_faults_max: 0,
         build: subject::<interval::OnInterval<interval::LastWriteWins>>,
     },
     HandlerEntry {
@@ -239,6 +270,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: Declared::Correct,
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<reservation::OnReservation<reservation::ActionRecord>>,
     },
     HandlerEntry {
@@ -248,6 +280,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::AtMostOnceEffect),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<reservation::OnReservation<reservation::SessionMemory>>,
     },
     HandlerEntry {
@@ -257,6 +290,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::EffectRecordAtomicity),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<reservation::OnReservation<reservation::SplitCommit>>,
     },
     HandlerEntry {
@@ -266,6 +300,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::ScopeIsolation),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<reservation::OnReservation<reservation::UnscopedLookup>>,
     },
     HandlerEntry {
@@ -275,6 +310,7 @@ const HANDLERS: &[HandlerEntry] = &[
         declared: faulty(Invariant::EventualVerdict),
         invocations_max: 1,
         retention_ms: None,
+        storage_faults_max: 0,
         build: subject::<reservation::OnReservation<reservation::StuckPending>>,
     },
 ];

@@ -34,6 +34,11 @@ pub struct Bounds {
     pub crashes_max: u32,
     /// Client sessions ended (reconnects) in one run (within `faults_max`).
     pub reconnects_max: u32,
+    /// COMMITs the schedule makes fail in one run (within `faults_max`): a storage fault,
+    /// chosen at a crash point, fails the next COMMIT before the handler's next crash point
+    /// (SQLite rolls it back and the statement errors). Only stores that can fail one
+    /// ([`crate::System::storage_faults_possible`]); 0, the default, for none.
+    pub storage_faults_max: u32,
     /// Simulated milliseconds a client waits for a reply before it retries.
     pub timeout_ms: u64,
     /// Simulated milliseconds of backoff before the first retry; doubled for each later one.
@@ -69,6 +74,7 @@ impl Default for Bounds {
             duplicates_max: 2,
             crashes_max: 2,
             reconnects_max: 1,
+            storage_faults_max: 0,
             timeout_ms: 1_000,
             backoff_ms_base: 100,
             backoff_jitter_ms: 0,
@@ -97,6 +103,7 @@ impl Bounds {
             self.duplicates_max,
             self.crashes_max,
             self.reconnects_max,
+            self.storage_faults_max,
         ]
         .iter()
         .fold(0u32, |sum, &kind| sum.saturating_add(kind))
@@ -184,7 +191,7 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} invocation_limit_ms={} client={}",
+            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={} storage_faults_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} invocation_limit_ms={} client={}",
             self.steps_max,
             self.clients_max,
             self.intents_max,
@@ -195,6 +202,7 @@ impl fmt::Display for Bounds {
             self.duplicates_max,
             self.crashes_max,
             self.reconnects_max,
+            self.storage_faults_max,
             self.timeouts,
             self.timeout_ms,
             self.backoff_ms_base,

@@ -64,6 +64,7 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
                     None => replay_fidelity(id, intent),
                 },
                 Invariant::ScopeIsolation => scope_isolation(id, intents),
+                Invariant::TruthfulReply => truthful_reply(id, intent),
                 Invariant::EventualVerdict => eventual_verdict(id, intent),
                 // Judged per invocation by the system, or after crashes, while the run goes.
                 Invariant::NoLostUpdate
@@ -137,6 +138,36 @@ fn outcome_agreement<R: Request, V: Eq + fmt::Display>(
         | Verdict::Skipped
         | Verdict::Pending => None,
     }
+}
+
+/// A reply that misstates what its own invocation committed: "nothing applied" (or a replay)
+/// from one that committed an effect, or "applied" from one that committed none.
+fn truthful_reply<R: Request, V: fmt::Display>(
+    id: IntentId,
+    intent: &IntentState<R, V>,
+) -> Option<String> {
+    let who = label(id, intent);
+    intent.replies.iter().find_map(|server| {
+        let claims_applied = match &server.reply {
+            Reply::Applied(_) => true,
+            Reply::Replayed(_)
+            | Reply::KeyReuse
+            | Reply::Refused(_)
+            | Reply::Denied(_)
+            | Reply::Unavailable(_)
+            | Reply::RetryAfter { .. }
+            | Reply::Pending => false,
+        };
+        match (claims_applied, server.committed) {
+            (false, true) => Some(format!(
+                "{who} was answered {server}, but that invocation committed an effect"
+            )),
+            (true, false) => Some(format!(
+                "{who} was answered {server}, but that invocation committed nothing"
+            )),
+            _ => None,
+        }
+    })
 }
 
 /// An intent owed a definite verdict (open, with attempts and retry horizon left, once the

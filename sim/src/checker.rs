@@ -121,6 +121,8 @@ pub struct Coverage {
     pub crashes: u64,
     /// Runs in which a client reconnected.
     pub reconnects: u64,
+    /// Runs in which the schedule made a COMMIT fail (a storage fault).
+    pub storage: u64,
     /// For each crash point the handler passed, the runs that crashed there.
     pub crash_points: BTreeMap<&'static str, u64>,
     /// For each situation the system declares ([`crate::System::situations`]), in its order,
@@ -144,6 +146,7 @@ impl Coverage {
         self.duplicates += other.duplicates;
         self.crashes += other.crashes;
         self.reconnects += other.reconnects;
+        self.storage += other.storage;
         for (point, runs) in &other.crash_points {
             *self.crash_points.entry(point).or_insert(0) += runs;
         }
@@ -167,6 +170,7 @@ impl Coverage {
             ("duplicates", self.duplicates, bounds.duplicates_max),
             ("crashes", self.crashes, bounds.crashes_max),
             ("reconnects", self.reconnects, bounds.reconnects_max),
+            ("storage faults", self.storage, bounds.storage_faults_max),
         ];
         for (kind, runs, limit) in kinds {
             if runs == 0 && limit > 0 && bounds.faults_max > 0 {
@@ -541,6 +545,7 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
     coverage.duplicates += u64::from(faults.duplicates > 0);
     coverage.crashes += u64::from(faults.crashes > 0);
     coverage.reconnects += u64::from(faults.reconnects > 0);
+    coverage.storage += u64::from(faults.storage > 0);
     for point in &outcome.points {
         coverage.crash_points.entry(point).or_insert(0);
     }

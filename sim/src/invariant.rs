@@ -17,6 +17,10 @@ pub enum Invariant {
     NoSilentKeyReuse,
     /// A replay returns exactly the original result, marked as a replay.
     ReplayFidelity,
+    /// A reply tells the truth about its own invocation: one that says nothing was applied
+    /// (refused, denied, key reuse, unavailable, retry after, pending) or that replays comes
+    /// from an invocation that committed no effect; an *applied* one from one that did.
+    TruthfulReply,
     /// A new intent with a stale expected version never overwrites a newer edit.
     NoLostUpdate,
     /// Nothing (replay included) is returned to a principal who currently lacks access, or
@@ -40,6 +44,7 @@ impl Invariant {
         Invariant::OutcomeAgreement,
         Invariant::NoSilentKeyReuse,
         Invariant::ReplayFidelity,
+        Invariant::TruthfulReply,
         Invariant::NoLostUpdate,
         Invariant::AccessBeforeReplay,
         Invariant::ScopeIsolation,
@@ -54,6 +59,7 @@ impl Invariant {
         Invariant::OutcomeAgreement,
         Invariant::NoSilentKeyReuse,
         Invariant::ReplayFidelity,
+        Invariant::TruthfulReply,
         Invariant::NoDeadlock,
         Invariant::EventualVerdict,
     ];
@@ -65,6 +71,7 @@ impl Invariant {
             Invariant::OutcomeAgreement => "outcome-agreement",
             Invariant::NoSilentKeyReuse => "no-silent-key-reuse",
             Invariant::ReplayFidelity => "replay-fidelity",
+            Invariant::TruthfulReply => "truthful-reply",
             Invariant::NoLostUpdate => "no-lost-update",
             Invariant::AccessBeforeReplay => "access-before-replay",
             Invariant::ScopeIsolation => "scope-isolation",
@@ -86,6 +93,9 @@ impl Invariant {
             }
             Invariant::ReplayFidelity => {
                 "a replay returns exactly the original result, marked as a replay"
+            }
+            Invariant::TruthfulReply => {
+                "a reply that says nothing was applied, or that replays, comes from an invocation that committed no effect; an applied one from one that did"
             }
             Invariant::NoLostUpdate => {
                 "a new intent with a stale expected version never overwrites a newer edit"

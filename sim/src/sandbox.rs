@@ -180,7 +180,7 @@ impl<S: System> Sandbox<S> {
                 let task = unsafe {
                     Task::new(
                         stacks,
-                        prepare_connection(opened, commits),
+                        prepare_connection(opened, commits, &self.tag),
                         (Session::default(), clock.clone()),
                         handle,
                     )

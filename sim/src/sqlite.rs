@@ -188,7 +188,11 @@ impl HarnessDb {
     pub fn connect(&self) -> rusqlite::Result<Connection> {
         let connection = open_connection(&self.uri, &self.tag)?;
         let commits = Arc::clone(&self.other_commits);
+        let tag = self.tag.clone();
         connection.commit_hook(Some(move || {
+            if tag.commit_fails() {
+                return true;
+            }
             commits.fetch_add(1, Ordering::Relaxed);
             false
         }));
@@ -419,6 +423,9 @@ fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
         FunctionFlags::SQLITE_UTF8,
         move |_| Ok(i64::try_from(clock.now_ms()).unwrap_or(i64::MAX)),
     )?;
+    // A storage fault the schedule chose: this COMMIT rolls back and fails.
+    let storage = tag.clone();
+    connection.commit_hook(Some(move || storage.commit_fails()));
     Ok(connection)
 }
 

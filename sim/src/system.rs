@@ -8,7 +8,7 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// One intended operation of a run, by its position in the workload (0 = the first intent).
@@ -33,14 +33,27 @@ impl fmt::Display for IntentId {
 
 /// What the engine tells a store: the intent the server is working for right now (set before
 /// the engine hands a request to the handler; ground-truth recorders read it, handlers never
-/// set it), and the run's simulated [`Clock`].
+/// set it), the run's simulated [`Clock`], and whether the schedule has made the next COMMIT
+/// fail (a storage fault).
 ///
-/// It is shared (an `Arc`) so that a SQL function registered on a database connection can
-/// read it from inside a trigger.
+/// It is shared (an `Arc`) so that a SQL function or commit hook registered on a database
+/// connection can read it.
 #[derive(Clone, Debug, Default)]
 pub struct IntentTag {
     intent: Arc<AtomicU32>,
     clock: Clock,
+    storage_fault: Arc<AtomicU8>,
+}
+
+/// Whether a storage fault is due (the schedule chose one at a crash point) or came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StorageFault {
+    /// None chosen.
+    Idle = 0,
+    /// The next COMMIT fails.
+    Due = 1,
+    /// A COMMIT failed.
+    Came = 2,
 }
 
 impl IntentTag {
@@ -60,6 +73,40 @@ impl IntentTag {
     /// The run's simulated clock.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// For a commit hook: whether this COMMIT fails, because the schedule chose a storage
+    /// fault (SQLite then rolls the transaction back and the statement returns an error, as a
+    /// full disk or an I/O error would). Every connection [`crate::sqlite::HarnessDb`] opens
+    /// asks it; a store of its own can too, and says so in
+    /// [`System::storage_faults_possible`].
+    pub fn commit_fails(&self) -> bool {
+        self.storage_fault
+            .compare_exchange(
+                StorageFault::Due as u8,
+                StorageFault::Came as u8,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Makes the next COMMIT fail.
+    pub(crate) fn make_commit_fail(&self) {
+        self.storage_fault
+            .store(StorageFault::Due as u8, Ordering::Relaxed);
+    }
+
+    /// Where the storage fault stands, and idle from now.
+    pub(crate) fn take_storage_fault(&self) -> StorageFault {
+        match self
+            .storage_fault
+            .swap(StorageFault::Idle as u8, Ordering::Relaxed)
+        {
+            1 => StorageFault::Due,
+            2 => StorageFault::Came,
+            _ => StorageFault::Idle,
+        }
     }
 
     pub(crate) fn set(&self, intent: Option<IntentId>) {
@@ -170,6 +217,9 @@ pub enum Status<V> {
     NotFound,
     /// The request id is recorded with different arguments: a key-reuse conflict.
     Conflict,
+    /// The lookup failed (e.g. a storage error): it says nothing about the request; look
+    /// again later.
+    Unavailable(Cow<'static, str>),
 }
 
 impl<V: fmt::Display> fmt::Display for Status<V> {
@@ -179,6 +229,7 @@ impl<V: fmt::Display> fmt::Display for Status<V> {
             Status::Pending => f.write_str("pending"),
             Status::NotFound => f.write_str("not_found"),
             Status::Conflict => f.write_str("conflict"),
+            Status::Unavailable(why) => write!(f, "unavailable: {why}"),
         }
     }
 }
@@ -383,6 +434,13 @@ pub trait System {
     /// the faults stop, an intent owed a verdict must not leave its record so
     /// (`eventual-verdict`). The default, for stores with no pending state, is `false`.
     fn is_pending(&self, _store: &Self::Store, _request: &Self::Request) -> bool {
+        false
+    }
+
+    /// Whether the store's commits ask [`IntentTag::commit_fails`] (every
+    /// [`crate::sqlite::HarnessDb`] connection does), so that the schedule can make a COMMIT
+    /// fail: a storage fault, within [`Bounds::storage_faults_max`]. The default is `false`.
+    fn storage_faults_possible(&self) -> bool {
         false
     }
 

@@ -172,7 +172,7 @@ fn correct_handlers_exhaust_their_bounds_clean() {
 }
 
 /// The bound that must hold: two clients with one intent each, three attempts, two faults
-/// (the per-kind budgets at their defaults). A correct handler exhausts it clean, with every
+/// (the per-kind budgets at their defaults, and one storage fault). A correct handler exhausts it clean, with every
 /// fault kind and crash point exercised. With one intent per client, no request id is reused
 /// with other arguments in `interval` and `reservation` (their reuse is a client's second
 /// intent): the report names that situation as never exercised, and
@@ -191,6 +191,11 @@ fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
         faults_max: 2,
         ..Bounds::default()
     });
+    // With storage faults on: a COMMIT may fail too.
+    let bounds = Bounds {
+        storage_faults_max: 1,
+        ..bounds
+    };
     let options = CheckOptions {
         runs_max: 20_000_000,
         ..CheckOptions::new(bounds)

@@ -12,6 +12,7 @@ mod overlap;
 mod property;
 mod readme;
 mod reservation;
+mod storage_faults;
 mod store;
 mod tape;
 mod time;

@@ -38,6 +38,34 @@ impl SqliteHandler for ShortRetention {
     }
 }
 
+/// `unavailable-after-commit` (faulty): `keyed-sqlite`, then an audit row written in a
+/// transaction of its own after the deposit committed. When that write fails (a storage
+/// fault), the error is answered `unavailable` — "nothing was applied" — although the deposit
+/// committed (`truthful-reply`). The retry is replayed, so the client ends right; the lie is
+/// in the reply, which a client that stops at the first answer would believe.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnavailableAfterCommit;
+
+impl SqliteHandler for UnavailableAfterCommit {
+    fn submit(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Stop> {
+        let reply = KeyedSqlite.submit(ctx, db, request)?;
+        if let Reply::Applied(accepted) = &reply {
+            db.prepare_cached("INSERT INTO audit VALUES (?1, ?2)")?
+                .execute(params![request.key, accepted.total])?;
+        }
+        Ok(reply)
+    }
+
+    fn retention_ms(&self) -> Option<u64> {
+        Some(RETENTION_MS)
+    }
+}
+
 impl SqliteHandler for KeyedSqlite {
     fn retention_ms(&self) -> Option<u64> {
         Some(RETENTION_MS)

@@ -13,7 +13,9 @@ mod naive;
 mod sqlite;
 
 pub use keyed_memory::{KeyedMemory, Records};
-pub use keyed_sqlite::{KeyedSqlite, ShortRetention, RETENTION_MS, SHORT_RETENTION_MS};
+pub use keyed_sqlite::{
+    KeyedSqlite, ShortRetention, UnavailableAfterCommit, RETENTION_MS, SHORT_RETENTION_MS,
+};
 pub use keyed_sqlite_deferred::KeyedSqliteDeferred;
 pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;

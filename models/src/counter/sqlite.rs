@@ -21,10 +21,18 @@ CREATE TABLE records (
     total INTEGER NOT NULL,
     created_ms INTEGER NOT NULL
 );
+CREATE TABLE audit (
+    key TEXT NOT NULL,
+    total INTEGER NOT NULL
+);
 INSERT INTO counter VALUES (1, 0);
 ";
 
-const RESET: &[&str] = &["DELETE FROM records", "UPDATE counter SET total = 0"];
+const RESET: &[&str] = &[
+    "DELETE FROM records",
+    "DELETE FROM audit",
+    "UPDATE counter SET total = 0",
+];
 
 /// The counter's SQLite store: the harness database and the server's connection to it.
 pub struct SqliteCounter {
@@ -95,6 +103,11 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
 
     fn store_version(&self, store: &SqliteCounter) -> Option<u64> {
         Some(store.db.version())
+    }
+
+    /// Every connection of the harness's database asks whether its COMMIT fails.
+    fn storage_faults_possible(&self) -> bool {
+        true
     }
 
     fn save(&self, store: &SqliteCounter) -> Option<StoreCopy> {

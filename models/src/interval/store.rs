@@ -180,6 +180,11 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         Some(store.db.version() + store.revocations_changed)
     }
 
+    /// Every connection of the harness's database asks whether its COMMIT fails.
+    fn storage_faults_possible(&self) -> bool {
+        true
+    }
+
     fn save(&self, store: &IntervalStore) -> Option<StoreCopy> {
         Some(StoreCopy::new((store.db.save(), store.revoked.clone())))
     }

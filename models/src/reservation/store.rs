@@ -44,6 +44,7 @@ pub const INVARIANTS: &[Invariant] = &[
     Invariant::OutcomeAgreement,
     Invariant::NoSilentKeyReuse,
     Invariant::ReplayFidelity,
+    Invariant::TruthfulReply,
     Invariant::ScopeIsolation,
     Invariant::EffectRecordAtomicity,
     Invariant::EventualVerdict,
@@ -162,6 +163,11 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn store_version(&self, store: &ReservationStore) -> Option<u64> {
         Some(store.db.version())
+    }
+
+    /// Every connection of the harness's database asks whether its COMMIT fails.
+    fn storage_faults_possible(&self) -> bool {
+        true
     }
 
     fn save(&self, store: &ReservationStore) -> Option<StoreCopy> {
@@ -298,10 +304,19 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         memory: &mut SessionRecords,
         request: &ReservationRequest,
     ) -> Result<Status<Reference>, Crash> {
-        match self.0.lookup(ctx, store.db.server(), memory, request) {
+        let server = store.db.server();
+        match self.0.lookup(ctx, server, memory, request) {
             Ok(status) => Ok(status),
             Err(Stop::Crash(crash)) => Err(crash),
-            Err(Stop::Storage(error)) => panic!("a status lookup failed: {error}"),
+            Err(Stop::Storage(error)) => {
+                if !server.is_autocommit() {
+                    // A failed rollback leaves the transaction to the next crash or reset.
+                    let _ = server.execute_batch("ROLLBACK");
+                }
+                Ok(Status::Unavailable(
+                    format!("storage error: {error}").into(),
+                ))
+            }
         }
     }
 

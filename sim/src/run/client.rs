@@ -223,16 +223,12 @@ impl<S: System> Execution<'_, '_, S> {
     /// Only an answer to the client's latest send counts: an older one (a slow or duplicated
     /// message) says less than the send the client is waiting on. Returns whether it counted.
     fn poll_later(&mut self, client: usize, attempt: u32, what: &str, at_least_ms: u64) -> bool {
+        if !self.answers_latest_send(client, attempt, what) {
+            return false;
+        }
         let intent = self.world.clients[client]
             .current()
             .expect("an open intent");
-        let latest = self.world.intent(intent).attempts;
-        if attempt != latest || !self.world.clients[client].waiting() {
-            self.world.note(Lane::Client(client as u32), |_| {
-                format!("{what}: stale, waits on {intent}#{latest}")
-            });
-            return false;
-        }
         self.world.intent_mut(intent).polls += 1;
         self.retry_or_give_up(
             client,
@@ -240,6 +236,23 @@ impl<S: System> Execution<'_, '_, S> {
             at_least_ms,
         );
         true
+    }
+
+    /// Whether an answer that is not a verdict (unavailable, pending, retry after) to
+    /// `attempt` answers the send the client waits on. An older one (a slow or duplicated
+    /// message) says less than the newer send still out, so the client notes it and waits on.
+    fn answers_latest_send(&mut self, client: usize, attempt: u32, what: &str) -> bool {
+        let intent = self.world.clients[client]
+            .current()
+            .expect("an open intent");
+        let latest = self.world.intent(intent).attempts;
+        if attempt == latest && self.world.clients[client].waiting() {
+            return true;
+        }
+        self.world.note(Lane::Client(client as u32), |_| {
+            format!("{what}: stale, waits on {intent}#{latest}")
+        });
+        false
     }
 
     /// The client will send its current intent again after `backoff_ms`: on the clock with
@@ -321,7 +334,9 @@ impl<S: System> Execution<'_, '_, S> {
             Reply::Pending => Verdict::Pending,
             Reply::Unavailable(why) => {
                 let what = format!("{intent}#{attempt} unavailable ({why})");
-                self.retry_or_give_up(client, &what, 0);
+                if self.answers_latest_send(client, attempt, &what) {
+                    self.retry_or_give_up(client, &what, 0);
+                }
                 return;
             }
             Reply::RetryAfter {
@@ -361,6 +376,13 @@ impl<S: System> Execution<'_, '_, S> {
             }
             Status::Pending => Verdict::Pending,
             Status::Conflict => Verdict::Failed("key-reuse conflict".into()),
+            Status::Unavailable(why) => {
+                let what = format!("status {intent}#{attempt} unavailable ({why})");
+                if self.answers_latest_send(client, attempt, &what) {
+                    self.retry_or_give_up(client, &what, 0);
+                }
+                return;
+            }
             Status::NotFound => {
                 let world = &mut self.world;
                 world.clients[client].next = NextSend::Submit;

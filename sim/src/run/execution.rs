@@ -363,6 +363,7 @@ impl<S: System> Execution<'_, '_, S> {
                 .handle(&mut ctx, self.store, &mut self.memory, request)
         };
         self.tag.set(None);
+        self.note_storage_faults(&format!("handle {intent}#{attempt}"));
         if result.is_err() {
             // The crashed server's connections close before anything reads the store.
             self.memory = S::Memory::default();
@@ -379,6 +380,24 @@ impl<S: System> Execution<'_, '_, S> {
             Err(crash) => self.note_crash(&format!("handle {intent}#{attempt}"), crash),
         }
         self.note_store_change(store_before);
+    }
+
+    /// Settles the storage fault chosen at the handler's last crash point and notes each one
+    /// settled: whether the COMMIT it aimed at failed, or none came before the next point.
+    pub(super) fn note_storage_faults(&mut self, label: &str) {
+        self.points.settle_storage_fault();
+        for (point, came) in std::mem::take(&mut self.points.storage_settled) {
+            if came {
+                self.disturbed();
+            }
+            self.world.note(Lane::Server, |_| {
+                if came {
+                    format!("{label}: storage fault after {point}: the next COMMIT fails and rolls back")
+                } else {
+                    format!("{label}: storage fault after {point}: no COMMIT came before the next point")
+                }
+            });
+        }
     }
 
     /// A fault happened: the quiet phase, in which `eventual-verdict` is judged, starts no
@@ -449,6 +468,7 @@ impl<S: System> Execution<'_, '_, S> {
             self.system
                 .lookup(&mut ctx, self.store, &mut self.memory, request)
         };
+        self.note_storage_faults(&format!("look up {intent}#{attempt}"));
         let status = match result {
             Ok(status) => status,
             Err(crash) => {
@@ -462,7 +482,7 @@ impl<S: System> Execution<'_, '_, S> {
             Status::Completed(value) => Some(Reply::Replayed(value.clone())),
             Status::Pending => Some(Reply::Pending),
             Status::Conflict => Some(Reply::KeyReuse),
-            Status::NotFound => None,
+            Status::NotFound | Status::Unavailable(_) => None,
         };
         if let Some(reply) = recorded {
             self.world.intent_mut(intent).add_reply(ServerReply {

@@ -14,7 +14,7 @@ pub use client::ClientPolicy;
 use crate::bounds::Bounds;
 use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
 use crate::clock::Clock;
-use crate::system::{Crash, IntentTag, System};
+use crate::system::{Crash, IntentTag, StorageFault, System};
 use crate::timeline::{Lane, Timeline};
 use crate::{Invariant, Violation};
 use checkpoint::{Checkpoints, EngineState};
@@ -202,12 +202,14 @@ pub struct FaultCounts {
     pub crashes: u32,
     /// Client sessions ended (the client reconnected).
     pub reconnects: u32,
+    /// COMMITs made to fail (storage faults).
+    pub storage: u32,
 }
 
 impl FaultCounts {
     /// All faults together.
     pub fn total(&self) -> u32 {
-        self.drops + self.duplicates + self.crashes + self.reconnects
+        self.drops + self.duplicates + self.crashes + self.reconnects + self.storage
     }
 
     /// Whether every count is at most the other's.
@@ -216,6 +218,7 @@ impl FaultCounts {
             && self.duplicates <= other.duplicates
             && self.crashes <= other.crashes
             && self.reconnects <= other.reconnects
+            && self.storage <= other.storage
     }
 
     /// The faults that count toward `faults_max` (all but drops when drops are unbounded).
@@ -225,7 +228,7 @@ impl FaultCounts {
         } else {
             self.drops
         };
-        drops + self.duplicates + self.crashes + self.reconnects
+        drops + self.duplicates + self.crashes + self.reconnects + self.storage
     }
 }
 
@@ -451,6 +454,12 @@ impl<S: System> Simulator<S> {
                 faults: state.faults,
                 seen: state.points_seen,
                 crashed_at: state.crashed_at,
+                storage: self
+                    .system
+                    .storage_faults_possible()
+                    .then(|| self.tag.clone()),
+                storage_chosen_at: None,
+                storage_settled: Vec::new(),
             },
             world: state.world,
             pruning,
@@ -519,27 +528,66 @@ struct Points<'s> {
     seen: Vec<&'static str>,
     /// Crash points where the server crashed (coverage).
     crashed_at: Vec<&'static str>,
+    /// The tag that makes a COMMIT fail, when the store can fail one.
+    storage: Option<IntentTag>,
+    /// The crash point at which the schedule chose a storage fault not yet settled.
+    storage_chosen_at: Option<&'static str>,
+    /// Storage faults settled since the engine last noted them: where each was chosen, and
+    /// whether a COMMIT failed before the next crash point.
+    storage_settled: Vec<(&'static str, bool)>,
 }
 
 impl Points<'_> {
     fn fault_allowed(&self) -> bool {
         self.faults.counted(&self.bounds) < self.bounds.faults_max
     }
+
+    /// Whether a storage fault may be chosen now.
+    fn storage_fault_allowed(&self) -> bool {
+        self.storage.is_some() && self.faults.storage < self.bounds.storage_faults_max
+    }
+
+    /// Settles the storage fault chosen at the last crash point, if any: it came if a COMMIT
+    /// failed since; one that did not come is void.
+    fn settle_storage_fault(&mut self) {
+        let Some(point) = self.storage_chosen_at.take() else {
+            return;
+        };
+        let tag = self.storage.as_ref().expect("chosen only with a tag");
+        let came = tag.take_storage_fault() == StorageFault::Came;
+        self.storage_settled.push((point, came));
+    }
 }
 
 impl CrashPoints for Points<'_> {
+    /// At a crash point the schedule may crash the server or (answer last) make the next
+    /// COMMIT fail.
     fn at(&mut self, point: &'static str) -> Result<(), Crash> {
+        self.settle_storage_fault();
         if !self.seen.contains(&point) {
             self.seen.push(point);
         }
-        if !self.fault_allowed() || self.faults.crashes >= self.bounds.crashes_max {
+        if !self.fault_allowed() {
             return Ok(());
         }
-        if self.decider.choose(ChoiceKind::Crash, 2) == 0 {
+        let crash = self.faults.crashes < self.bounds.crashes_max;
+        let storage = self.storage_fault_allowed();
+        let options = 1 + u32::from(crash) + u32::from(storage);
+        let answer = self.decider.choose(ChoiceKind::Crash, options);
+        if answer == 0 {
             return Ok(());
         }
-        self.faults.crashes += 1;
-        self.crashed_at.push(point);
-        Err(Crash { point })
+        if crash && answer == 1 {
+            self.faults.crashes += 1;
+            self.crashed_at.push(point);
+            return Err(Crash { point });
+        }
+        self.faults.storage += 1;
+        self.storage_chosen_at = Some(point);
+        self.storage
+            .as_ref()
+            .expect("allowed only with a tag")
+            .make_commit_fail();
+        Ok(())
     }
 }

@@ -162,7 +162,7 @@ impl<S: System> Execution<'_, '_, S> {
                 .system
                 .connect(self.store)
                 .expect("an overlapping system opens a connection per invocation");
-            prepare_connection(opened, &self.commits)
+            prepare_connection(opened, &self.commits, self.tag)
         });
         let observation = self.system.observe(self.store, request);
         let system = self.system;
@@ -229,6 +229,8 @@ impl<S: System> Execution<'_, '_, S> {
         let turn = invocation.task.resume(Go::Continue, self.stacks);
         self.tag.set(None);
         self.read_truth_after(index);
+        let label = self.tasks[index].label().to_string();
+        self.note_storage_faults(&label);
         let invocation = &mut self.tasks[index];
         if let Turn::Paused(pause) = &turn {
             invocation.history = hash_of(&(invocation.history, pause));

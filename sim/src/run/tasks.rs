@@ -5,7 +5,7 @@
 
 use super::{CrashPoints, Ctx, Session};
 use crate::clock::Clock;
-use crate::system::{Crash, Reply};
+use crate::system::{Crash, IntentTag, Reply};
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use rusqlite::{ffi, Connection};
@@ -190,13 +190,22 @@ impl<V> Task<V> {
 }
 
 /// Makes `connection` an invocation's connection: its lock waits belong to the schedule
-/// ([`wait_for_lock`]) and its commits are counted into `commits`.
-pub(crate) fn prepare_connection(connection: Connection, commits: &Arc<AtomicU64>) -> Connection {
+/// ([`wait_for_lock`]), its commits are counted into `commits`, and one fails when `tag` says
+/// a storage fault is due.
+pub(crate) fn prepare_connection(
+    connection: Connection,
+    commits: &Arc<AtomicU64>,
+    tag: &IntentTag,
+) -> Connection {
     connection
         .busy_handler(Some(wait_for_lock))
         .expect("a busy handler installs");
     let counted = Arc::clone(commits);
+    let tag = tag.clone();
     connection.commit_hook(Some(move || {
+        if tag.commit_fails() {
+            return true;
+        }
         counted.fetch_add(1, Ordering::Relaxed);
         false
     }));

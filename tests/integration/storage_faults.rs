@@ -1,0 +1,149 @@
+//! Storage faults from the schedule: at a crash point the schedule may make the next COMMIT
+//! fail (SQLite's commit hook rolls it back), and `truthful-reply` holds every reply to what
+//! its own invocation committed.
+
+use crate::entry;
+use retrysim::models::counter::{CounterRequest, KeyedSqlite, OnSqlite};
+use retrysim::models::reservation::{
+    ActionRecord, OnReservation, ReservationRequest, REQUEST_ID, TENANT_A,
+};
+use retrysim::{
+    exhaust, replay, Bounds, CheckOptions, Invariant, Lane, RunOutcome, Sandbox, Session, Status,
+    Tape,
+};
+
+fn with_storage_faults() -> Bounds {
+    Bounds {
+        storage_faults_max: 1,
+        ..Bounds::default()
+    }
+}
+
+fn replayed(handler: &str, tape: &str) -> RunOutcome {
+    let tape: Tape = tape.parse().unwrap();
+    replay(
+        &mut *(entry("counter", handler).build)(),
+        &tape,
+        &with_storage_faults(),
+    )
+    .unwrap()
+}
+
+fn server_rows(outcome: &RunOutcome) -> Vec<String> {
+    let timeline = outcome.timeline.as_ref().unwrap();
+    timeline
+        .rows
+        .iter()
+        .filter(|row| row.lane == Lane::Server)
+        .map(|row| row.text.clone())
+        .collect()
+}
+
+/// A storage fault chosen at `before-commit` fails the COMMIT: the deposit rolls back, the
+/// correct handler answers `unavailable`, and the retry applies it once.
+#[test]
+fn a_failed_commit_rolls_back_and_is_answered_unavailable() {
+    // One client, one intent (0,0,0); deliver the request (0,0); no fault at before-begin,
+    // after-lookup and after-effect (0,0,0); at before-commit, the storage fault (2, after
+    // "go on" and "crash").
+    let outcome = replayed("keyed-sqlite", "0,0,0,0,0,0,0,0,2");
+    assert_eq!(outcome.faults.storage, 1);
+    assert_eq!(
+        server_rows(&outcome),
+        [
+            "handle A#1: storage fault after before-commit: the next COMMIT fails and rolls back",
+            "handle A#1 -> unavailable: storage error: constraint failed",
+            "handle A#2 -> applied accepted 5 (total 5)",
+        ]
+    );
+    assert_eq!(outcome.violations, vec![]);
+    assert_eq!(
+        outcome.timeline.as_ref().unwrap().store,
+        "total=5 records=[e1:5]"
+    );
+}
+
+/// A storage fault chosen where no COMMIT follows before the next crash point is void: it is
+/// noted, and nothing fails.
+#[test]
+fn a_storage_fault_with_no_commit_to_fail_is_void() {
+    let outcome = replayed("keyed-sqlite", "0,0,0,0,0,0,0,0,0,2");
+    assert_eq!(
+        server_rows(&outcome)[..2],
+        [
+            "handle A#1: storage fault after after-commit: no COMMIT came before the next point",
+            "handle A#1 -> applied accepted 5 (total 5)",
+        ]
+    );
+    assert_eq!(outcome.violations, vec![]);
+}
+
+/// `unavailable-after-commit` says "nothing was applied" after its deposit committed, when
+/// the audit write that follows fails: `truthful-reply` catches it with one storage fault, and
+/// no other invariant does (the retry is replayed).
+#[test]
+fn a_reply_that_denies_a_committed_effect_breaks_truthful_reply() {
+    let bounds = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        faults_max: 1,
+        storage_faults_max: 1,
+        ..Bounds::default()
+    };
+    let report = exhaust(
+        &mut *(entry("counter", "unavailable-after-commit").build)(),
+        &CheckOptions::new(bounds),
+    );
+    let found = report
+        .violation(Invariant::TruthfulReply)
+        .expect("truthful-reply is broken");
+    assert_eq!(found.level_faults_max, 1);
+    let broken: Vec<Invariant> = report.violations.iter().map(|v| v.invariant).collect();
+    assert_eq!(broken, [Invariant::TruthfulReply]);
+}
+
+/// Without storage faults the same handler is clean: the flaw is only in its error path.
+#[test]
+fn without_storage_faults_unavailable_after_commit_is_clean() {
+    let bounds = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        faults_max: 1,
+        ..Bounds::default()
+    };
+    let report = exhaust(
+        &mut *(entry("counter", "unavailable-after-commit").build)(),
+        &CheckOptions::new(bounds),
+    );
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+/// A status lookup that hits a storage error answers `unavailable` instead of panicking.
+#[test]
+fn a_lookup_that_fails_is_answered_unavailable() {
+    let mut desk = Sandbox::new(OnReservation(ActionRecord));
+    desk.store()
+        .db()
+        .keeper()
+        .execute_batch("DROP TABLE action_records")
+        .unwrap();
+    let request = ReservationRequest::new(TENANT_A, REQUEST_ID, "slot-A");
+    let status = desk.lookup(Session::default(), &request);
+    assert!(
+        matches!(&status, Status::Unavailable(why) if why.starts_with("storage error: no such table")),
+        "{status:?}"
+    );
+}
+
+/// A direct call on a sandbox never fails a COMMIT: storage faults come from a run's schedule
+/// only.
+#[test]
+fn a_sandbox_call_commits() {
+    let mut desk = Sandbox::new(OnSqlite(KeyedSqlite));
+    let request = CounterRequest {
+        key: "e1".into(),
+        amount: 5,
+    };
+    let reply = desk.call(retrysim::IntentId(0), &request);
+    assert!(matches!(reply, retrysim::Reply::Applied(_)), "{reply:?}");
+}
