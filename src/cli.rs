@@ -131,7 +131,8 @@ struct BoundsArgs {
     /// Intents at most per client in a workload.
     #[arg(long = "intents", default_value_t = Bounds::default().intents_max)]
     intents_max: u32,
-    /// Sends of one intent before a client gives up.
+    /// Sends of one intent before a client gives up (polls after a pending or retry-after
+    /// answer do not count; the retry horizon bounds them).
     #[arg(long, default_value_t = Bounds::default().attempts_max)]
     attempts_max: u32,
     /// Handler invocations in progress at once (above 1, invocations of a SQLite handler

@@ -15,7 +15,9 @@ pub struct Bounds {
     pub clients_max: u32,
     /// Intents at most per client in a workload (a domain may draw fewer).
     pub intents_max: u32,
-    /// Sends of one intent a client makes before it gives up (1 = no retry).
+    /// Sends of one intent a client makes before it gives up (1 = no retry). With timed
+    /// timeouts, polls after a *pending* or *retry after* answer do not count: they are
+    /// answers, not failed attempts, and `retry_horizon_ms` bounds them.
     pub attempts_max: u32,
     /// Handler invocations in progress at once in the server. With 1, each runs to its end
     /// when its request is delivered; above 1, invocations of a system that gives each its own
