@@ -490,3 +490,42 @@ fn whole_bound_counterexamples_replay_under_their_own_level() {
         }
     }
 }
+
+/// Shrinking a seed's failure never keeps more faults than the fewest `check` needs for the
+/// same invariant at the same bound (the one above: three attempts, two faults), for every
+/// built-in faulty handler.
+#[test]
+fn shrinking_keeps_no_more_faults_than_the_check_needs() {
+    for entry in models::handlers() {
+        let Declared::Faulty { caught_by } = entry.declared else {
+            continue;
+        };
+        let (clients_max, intents_max) = match caught_by {
+            Invariant::NoSilentKeyReuse => (1, 2),
+            _ => (2, 1),
+        };
+        let bounds = entry.bounds_from(Bounds {
+            clients_max,
+            intents_max,
+            attempts_max: 3,
+            faults_max: 2,
+            ..Bounds::default()
+        });
+        let found = explore(&entry.build, 0..2_000, &bounds, 2);
+        let failure = found.failure(caught_by).expect("caught by a seed");
+        let shrunk = shrink(&mut *(entry.build)(), &bounds, &failure.tape, caught_by);
+        let options = CheckOptions {
+            runs_max: 5_000_000,
+            only: Some(caught_by),
+            ..CheckOptions::new(bounds)
+        };
+        let report = exhaust(&mut *(entry.build)(), &options);
+        assert_eq!(report.stopped, Stopped::Violation, "{entry:?}");
+        let fewest = report.violation(caught_by).expect("found").level_faults_max;
+        assert!(
+            shrunk.outcome.faults.counted(&bounds) <= fewest,
+            "{entry:?}: shrunk to {:?}, the check needs {fewest}",
+            shrunk.outcome.faults
+        );
+    }
+}
