@@ -22,6 +22,7 @@ mod run;
 mod sandbox;
 mod shrink;
 mod situation;
+mod sql_handler;
 pub mod sqlite;
 mod subject;
 mod system;
@@ -47,10 +48,11 @@ pub use run::{
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use situation::Situation;
+pub use sql_handler::{OnSql, SqlHandler, SqlStore};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
-    Crash, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request, Status, StoreCopy, System,
-    Workload, WorkloadLimits,
+    Crash, Intent, IntentId, IntentTag, Keyed, Ledger, NoEvent, Reply, Request, Status, StoreCopy,
+    System, Workload, WorkloadLimits,
 };
 pub use timeline::{IntentSummary, Lane, Row, Timeline};
 pub use workloads::workload_answers;

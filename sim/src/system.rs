@@ -293,6 +293,61 @@ pub struct Workload<R, E> {
     pub setup: Vec<E>,
 }
 
+impl<R, E> Workload<R, E> {
+    /// A workload of `clients` (each its intents, in order), with no outside events.
+    pub fn of_clients(clients: Vec<Vec<Intent<R>>>) -> Self {
+        Workload {
+            clients,
+            events: Vec::new(),
+            setup: Vec::new(),
+        }
+    }
+}
+
+/// A request that is a request id and arguments, for a handler that needs nothing more: its
+/// key is the request id (unscoped), and a fresh id appends `-r{generation}`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Keyed<A> {
+    /// The request id, chosen before the first send and reused by retries.
+    pub id: Cow<'static, str>,
+    /// The arguments.
+    pub args: A,
+}
+
+impl<A> Keyed<A> {
+    /// A request under `id` with `args`.
+    pub fn new(id: &'static str, args: A) -> Self {
+        Keyed {
+            id: Cow::Borrowed(id),
+            args,
+        }
+    }
+}
+
+impl<A: Clone + Eq + Hash + fmt::Debug + fmt::Display> Request for Keyed<A> {
+    type Key = Cow<'static, str>;
+
+    fn key(&self) -> Cow<'static, str> {
+        self.id.clone()
+    }
+
+    fn request_id(&self) -> &str {
+        &self.id
+    }
+
+    fn with_fresh_id(&self, generation: u32) -> Self {
+        Keyed {
+            id: Cow::Owned(format!("{}-r{generation}", self.id)),
+            args: self.args.clone(),
+        }
+    }
+
+    /// `id: args`.
+    fn describe(&self) -> String {
+        format!("{}: {}", self.id, self.args)
+    }
+}
+
 /// One intended operation as a workload plans it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Intent<R> {
@@ -335,7 +390,27 @@ impl fmt::Display for NoEvent {
 ///
 /// The engine owns the schedule, the transport, the clock and the clients; the system owns the
 /// store and the handler. Every decision the system needs (the workload's shape) is asked of
-/// the run's [`Decider`] so that the run stays a function of its tape.
+/// the run's [`Decider`] so that the run stays a function of its tape. For a handler on a
+/// SQLite schema of its own, [`crate::SqlHandler`] and [`crate::OnSql`] write all of this
+/// but the schema, the handler and the workload.
+///
+/// # Rules a handler follows
+/// - Call `ctx.point(name)?` at its crash points, and return the `Err` at once: the engine
+///   rolls back what was not committed and restarts the server.
+/// - Put a crash point between a COMMIT and the next write transaction: a crash there must be
+///   possible, or a split between two commits cannot be found (the engine panics when two
+///   write transactions of one invocation commit with no point between them).
+/// - Read the time through [`Ctx::now_ms`] or SQL's `retrysim_now()`, never the wall clock;
+///   draw nothing at random. A run is a function of its tape.
+/// - Keep request state in the store or in [`System::Memory`], not in connection-local
+///   state (TEMP tables, PRAGMAs): a crash rolls a connection back but keeps it.
+/// - Answer a storage error [`Reply::Unavailable`] after rolling back
+///   ([`crate::sqlite::settle`] does both); it may come from the schedule (a storage fault,
+///   [`crate::Bounds::storage_faults_max`]).
+/// - Say what happened: *applied* only when this invocation committed the effect,
+///   *replayed* only when an earlier one did, and *refused*, *unavailable* or *pending* only
+///   when this one committed nothing (`truthful-reply`). The invariants judge from the
+///   harness's own record of committed effects, never from a reply or a column.
 pub trait System {
     /// The request a client sends.
     type Request: Request;

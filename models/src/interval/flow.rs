@@ -55,18 +55,25 @@ impl Rules {
     };
 }
 
-/// Validated arguments of one call.
-struct Call<'a> {
-    principal: &'a Principal,
-    request_id: &'a str,
-    automation_id: i64,
-    expected_version: i64,
-    interval_minutes: i64,
+/// Validated arguments of one call: what [`validate`] makes of a principal and its tool
+/// arguments, and what the other steps of the receipt contract take.
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'a> {
+    /// Who calls.
+    pub principal: &'a Principal,
+    /// The request id, 1-64 letters, digits or `-`.
+    pub request_id: &'a str,
+    /// The automation to change.
+    pub automation_id: i64,
+    /// The version the caller based its edit on.
+    pub expected_version: i64,
+    /// The new interval, 5-1440 minutes.
+    pub interval_minutes: i64,
 }
 
 impl Call<'_> {
     /// The canonical payload the receipt binds the key to: the three integers, sorted keys.
-    fn payload(&self) -> String {
+    pub fn payload(&self) -> String {
         format!(
             "{{\"id\":{},\"interval\":{},\"version\":{}}}",
             self.automation_id, self.interval_minutes, self.expected_version
@@ -74,11 +81,13 @@ impl Call<'_> {
     }
 }
 
-fn refused(why: &'static str) -> Reply<EditResult> {
+/// A definite refusal, e.g. [`VERSION_CONFLICT`].
+pub fn refused(why: &'static str) -> Reply<EditResult> {
     Reply::Refused(why.into())
 }
 
-fn denied(why: &'static str) -> Reply<EditResult> {
+/// A refusal for lack of current access, e.g. [`UNAVAILABLE`].
+pub fn denied(why: &'static str) -> Reply<EditResult> {
     Reply::Denied(why.into())
 }
 
@@ -101,8 +110,9 @@ fn valid_request_id(arg: &Arg) -> Option<&str> {
     }
 }
 
-/// Validation first: nothing is written when it fails.
-fn validate<'a>(
+/// Validation first, before anything is read or written: write scope, request id, positive
+/// integer id and version, interval 5-1440. Its `Err` is the reply to give.
+pub fn validate<'a>(
     principal: &'a Principal,
     args: &'a ToolArgs,
 ) -> Result<Call<'a>, Reply<EditResult>> {
@@ -137,7 +147,8 @@ fn validate<'a>(
     })
 }
 
-fn accessible(db: &Connection, call: &Call<'_>) -> rusqlite::Result<bool> {
+/// Rule (1): whether the automation exists in the caller's workspace now.
+pub fn accessible(db: &Connection, call: &Call<'_>) -> rusqlite::Result<bool> {
     db.prepare_cached("SELECT 1 FROM automations WHERE id = ?1 AND workspace_id = ?2")?
         .query_row(
             params![call.automation_id, call.principal.identity.workspace_id],
@@ -147,8 +158,9 @@ fn accessible(db: &Connection, call: &Call<'_>) -> rusqlite::Result<bool> {
         .map(|found| found.is_some())
 }
 
-/// The saved (payload, response) under the call's key.
-fn saved_receipt(
+/// Rule (2): the saved (payload, response) under the call's key, scoped by (workspace, user,
+/// tool, request id), or by the request id alone when not `scoped`.
+pub fn saved_receipt(
     db: &Connection,
     call: &Call<'_>,
     scoped: bool,
@@ -179,8 +191,9 @@ fn saved_receipt(
     }
 }
 
-/// The answer for a saved receipt: the historical result marked replayed, or key reuse.
-fn answer_saved(
+/// The answer for a saved receipt: the historical result marked replayed, or key reuse when
+/// `payload_check` finds another payload under the key.
+pub fn answer_saved(
     call: &Call<'_>,
     (payload, response): (String, String),
     payload_check: bool,
@@ -198,7 +211,9 @@ fn answer_saved(
     Ok(Reply::Replayed(result))
 }
 
-fn update(
+/// Rule (3): the update, conditioned on the expected version when `versioned`; `None` when no
+/// row matched (a version conflict).
+pub fn update(
     db: &Connection,
     call: &Call<'_>,
     versioned: bool,
@@ -231,7 +246,12 @@ fn update(
         .optional()
 }
 
-fn insert_receipt(db: &Connection, call: &Call<'_>, result: &EditResult) -> rusqlite::Result<()> {
+/// Rule (4): the receipt for `result` under the call's scoped key, created now.
+pub fn insert_receipt(
+    db: &Connection,
+    call: &Call<'_>,
+    result: &EditResult,
+) -> rusqlite::Result<()> {
     let identity = call.principal.identity;
     db.prepare_cached("INSERT INTO receipts VALUES (?1, ?2, ?3, ?4, ?5, ?6, retrysim_now())")?
         .execute(params![
@@ -246,7 +266,7 @@ fn insert_receipt(db: &Connection, call: &Call<'_>, result: &EditResult) -> rusq
 }
 
 /// Ends the transaction without its writes and answers `reply`.
-fn abandon(db: &Connection, reply: Reply<EditResult>) -> Result<Reply<EditResult>, Stop> {
+pub fn abandon(db: &Connection, reply: Reply<EditResult>) -> Result<Reply<EditResult>, Stop> {
     run(db, "ROLLBACK")?;
     Ok(reply)
 }

@@ -14,9 +14,10 @@ mod types;
 mod workload;
 
 pub use flow::{
-    DeferredLookup, LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess, Rules,
-    ShortRetention, SplitCommit, UnscopedKey, VersionBeforeReceipt, VersionOnly, RETENTION_MS,
-    SHORT_RETENTION_MS,
+    abandon, accessible, answer_saved, denied, insert_receipt, refused, saved_receipt, update,
+    validate, Call, DeferredLookup, LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess,
+    Rules, ShortRetention, SplitCommit, UnscopedKey, VersionBeforeReceipt, VersionOnly,
+    RETENTION_MS, SHORT_RETENTION_MS,
 };
 pub use store::{IntervalHandler, IntervalStore, Observed, OnInterval, INVARIANTS, SCHEMA};
 pub use types::{

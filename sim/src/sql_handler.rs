@@ -1,0 +1,263 @@
+//! Your own handler on your own SQLite schema: write the schema, the handler and the workload
+//! ([`SqlHandler`]); [`OnSql`] makes it a system under test, with store setup and reset,
+//! checkpoints, ground truth (triggers on the tables you name as effects), crash points,
+//! storage faults, overlapping invocations on connections of their own, and timelines.
+//!
+//! The rules a handler follows are those of [`System`]: call `ctx.point(name)?` at crash
+//! points and return the `Err` at once; put a crash point between a COMMIT and the next write
+//! transaction (a crash there must be possible for `effect-record-atomicity` to mean
+//! anything); read the clock through `ctx.now_ms()` or SQL's `retrysim_now()`, never the wall
+//! clock; keep nothing in connection-local state (TEMP tables, PRAGMAs) between requests; and
+//! let a storage error propagate as [`Stop::Storage`] (the `?` on a `rusqlite` call does): it
+//! is rolled back and answered [`Reply::Unavailable`].
+
+use crate::choices::Decider;
+use crate::run::Ctx;
+use crate::sqlite::{settle, DbImage, HarnessDb, Stop};
+use crate::system::{
+    Crash, IntentId, IntentTag, NoEvent, Reply, Request, StoreCopy, System, Workload,
+    WorkloadLimits,
+};
+use crate::{Bounds, Invariant};
+use rusqlite::Connection;
+use std::fmt;
+use std::hash::Hash;
+
+/// A handler on a SQLite schema of its own, with the workload its clients send.
+pub trait SqlHandler {
+    /// The request a client sends.
+    type Request: Request;
+    /// The result of an applied operation.
+    type Value: Clone + Eq + Hash + fmt::Debug + fmt::Display;
+    /// Server memory kept between requests (a cache), lost on a crash; `()` for none. With
+    /// overlapping invocations each invocation starts from an empty one.
+    type Memory: Default + Hash + Clone;
+
+    /// The schema: `CREATE TABLE` statements and the rows every run starts from.
+    fn schema(&self) -> &'static str;
+
+    /// The tables whose changes are the effects the invariants count (a row inserted, updated
+    /// or deleted there while serving an intent is one effect of that intent).
+    fn effect_tables(&self) -> &'static [&'static str];
+
+    /// Draws the run's workload: the clients and their intents. Ask every choice of
+    /// `decider`, so the run stays a function of its tape.
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<Self::Request, NoEvent>;
+
+    /// Handles one delivered request on `db`. Call `ctx.point(name)?` at crash points.
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        memory: &mut Self::Memory,
+        request: &Self::Request,
+    ) -> Result<Reply<Self::Value>, Stop>;
+
+    /// The invariants that apply; the retry contract's core ones by default.
+    fn invariants(&self) -> &'static [Invariant] {
+        Invariant::CORE
+    }
+
+    /// Whether the committed store (read on `db`, the harness's own connection) holds the
+    /// completion record of `request`, for `effect-record-atomicity`; `None` (the default)
+    /// for a handler that keeps none.
+    fn has_record(&self, _db: &Connection, _request: &Self::Request) -> Option<bool> {
+        None
+    }
+
+    /// The most clients, and intents per client, [`SqlHandler::workload`] draws.
+    fn workload_limits(&self) -> WorkloadLimits {
+        WorkloadLimits::NONE
+    }
+}
+
+/// A [`SqlHandler`] as a system under test.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnSql<H>(pub H);
+
+/// The store of an [`OnSql`] system: the harness database and the image every run starts
+/// from.
+pub struct SqlStore {
+    db: HarnessDb,
+    initial: DbImage,
+    tables: Vec<String>,
+}
+
+impl SqlStore {
+    /// The harness database; its keeper connection reads committed state.
+    pub fn db(&self) -> &HarnessDb {
+        &self.db
+    }
+}
+
+impl<H: SqlHandler> System for OnSql<H> {
+    type Request = H::Request;
+    type Value = H::Value;
+    type Store = SqlStore;
+    type Memory = H::Memory;
+    type Event = NoEvent;
+    type Observation = ();
+
+    fn open(&self, tag: &IntentTag) -> SqlStore {
+        let db = HarnessDb::create(tag, self.0.schema(), self.0.effect_tables())
+            .unwrap_or_else(|error| panic!("the handler's schema loads: {error}"));
+        let initial = db.save();
+        let tables = user_tables(db.keeper()).expect("the schema's tables are readable");
+        SqlStore {
+            db,
+            initial,
+            tables,
+        }
+    }
+
+    fn reset(&self, store: &mut SqlStore) {
+        store.db.restore(&store.initial);
+    }
+
+    fn save(&self, store: &SqlStore) -> Option<StoreCopy> {
+        Some(StoreCopy::new(store.db.save()))
+    }
+
+    fn restore(&self, store: &mut SqlStore, copy: &StoreCopy) {
+        store
+            .db
+            .restore(copy.get().expect("a copy of this database"));
+    }
+
+    fn store_version(&self, store: &SqlStore) -> Option<u64> {
+        Some(store.db.version())
+    }
+
+    fn storage_faults_possible(&self) -> bool {
+        true
+    }
+
+    fn restart(&self, store: &mut SqlStore) {
+        store.db.restart_server();
+    }
+
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<H::Request, NoEvent> {
+        self.0.workload(decider, bounds)
+    }
+
+    fn apply_event(&self, _store: &mut SqlStore, event: &NoEvent) {
+        match *event {}
+    }
+
+    fn observe(&self, _store: &SqlStore, _request: &H::Request) {}
+
+    fn has_record(&self, store: &SqlStore, request: &H::Request) -> Option<bool> {
+        self.0.has_record(store.db.keeper(), request)
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut SqlStore,
+        memory: &mut H::Memory,
+        request: &H::Request,
+    ) -> Result<Reply<H::Value>, Crash> {
+        let server = store.db.server();
+        settle(self.0.handle(ctx, server, memory, request), server)
+    }
+
+    fn connect(&self, store: &SqlStore) -> Option<Connection> {
+        Some(
+            store
+                .db
+                .connect()
+                .expect("a connection to the database opens"),
+        )
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        _store: &SqlStore,
+        connection: &Connection,
+        request: &H::Request,
+    ) -> Result<Reply<H::Value>, Crash> {
+        let mut memory = H::Memory::default();
+        settle(
+            self.0.handle(ctx, connection, &mut memory, request),
+            connection,
+        )
+    }
+
+    fn effects(&self, store: &SqlStore) -> Vec<IntentId> {
+        store.db.effects()
+    }
+
+    /// Every table, one after another: `table [row; row]`, each row its values by commas.
+    fn describe_store(&self, store: &SqlStore) -> String {
+        let keeper = store.db.keeper();
+        let described: Vec<String> = store
+            .tables
+            .iter()
+            .map(|table| {
+                let rows = table_rows(keeper, table).expect("the store is readable");
+                format!("{table} [{}]", rows.join("; "))
+            })
+            .collect();
+        described.join(" ")
+    }
+
+    fn fingerprint(&self, store: &SqlStore) -> u64 {
+        let tables: Vec<&str> = store.tables.iter().map(String::as_str).collect();
+        store.db.fingerprint(&tables)
+    }
+
+    fn invariants(&self) -> &'static [Invariant] {
+        self.0.invariants()
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        self.0.workload_limits()
+    }
+}
+
+/// The schema's own tables, by name (not the harness's).
+fn user_tables(keeper: &Connection) -> rusqlite::Result<Vec<String>> {
+    keeper
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect()
+}
+
+/// The rows of `table` in rowid order (or key order without rowids), each as its values
+/// joined by commas.
+fn table_rows(keeper: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut statement = keeper.prepare_cached(&format!("SELECT * FROM \"{table}\""))?;
+    let columns = statement.column_count();
+    let mut rows = statement.query([])?;
+    let mut described = Vec::new();
+    while let Some(row) = rows.next()? {
+        let values: Vec<String> = (0..columns)
+            .map(|column| row.get::<_, rusqlite::types::Value>(column).map(show))
+            .collect::<rusqlite::Result<_>>()?;
+        described.push(values.join(","));
+    }
+    Ok(described)
+}
+
+fn show(value: rusqlite::types::Value) -> String {
+    use rusqlite::types::Value;
+    match value {
+        Value::Null => "null".into(),
+        Value::Integer(integer) => integer.to_string(),
+        Value::Real(real) => real.to_string(),
+        Value::Text(text) => text,
+        Value::Blob(blob) => format!("<{} bytes>", blob.len()),
+    }
+}
