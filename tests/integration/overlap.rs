@@ -201,3 +201,32 @@ mod own_lock {
         }
     }
 }
+
+/// `reservation` gives each invocation a connection of its own: the correct handler stays
+/// clean when a retry and a duplicate race in the server, and a race of two invocations
+/// shows `split-commit`'s flaw with no fault at all.
+#[test]
+fn reservation_invocations_race_on_connections_of_their_own() {
+    let racing = |clients_max, faults_max| Bounds {
+        clients_max,
+        intents_max: 1,
+        attempts_max: 2,
+        faults_max,
+        invocations_max: 2,
+        ..Bounds::default()
+    };
+    let clean = retrysim::exhaust(
+        &mut *crate::subject("reservation", "action-record"),
+        &retrysim::CheckOptions::new(racing(1, 1)),
+    );
+    assert_eq!(clean.stopped, retrysim::Stopped::Exhausted);
+    assert!(clean.violations.is_empty(), "{:?}", clean.violations);
+    let caught = retrysim::exhaust(
+        &mut *crate::subject("reservation", "split-commit"),
+        &retrysim::CheckOptions::new(racing(2, 0)),
+    );
+    let found = caught
+        .violation(retrysim::Invariant::AtMostOnceEffect)
+        .expect("two racing invocations reserve twice");
+    assert_eq!(found.level_faults_max, 0);
+}

@@ -5,7 +5,7 @@ use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::{workload, WORKLOAD_LIMITS};
 use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Session,
+    Bounds, Clock, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Session,
     Situation, Status, StoreCopy, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
@@ -57,6 +57,7 @@ pub type SessionRecords = BTreeMap<(Session, &'static str, String), Reference>;
 /// The durable side of the domain: the SQLite database and the server's connection.
 pub struct ReservationStore {
     db: HarnessDb,
+    clock: Clock,
 }
 
 impl ReservationStore {
@@ -78,20 +79,20 @@ impl ReservationStore {
         self.record(tenant, request_id).map(|record| record.state)
     }
 
-    /// The action record under (tenant, request id), if any: its state and whether its owner
-    /// still holds it now.
+    /// The action record under (tenant, request id), if any: its state and its owner's lease.
     pub fn record(&self, tenant: &str, request_id: &str) -> Option<RecordSeen> {
         self.db
             .keeper()
             .prepare_cached(
-                "SELECT state, coalesce(lease_expires_ms > retrysim_now(), 1) \
-                 FROM action_records WHERE tenant = ?1 AND request_id = ?2",
+                "SELECT state, lease_expires_ms FROM action_records \
+                 WHERE tenant = ?1 AND request_id = ?2",
             )
             .and_then(|mut s| {
                 s.query_row(params![tenant, request_id], |row| {
                     Ok(RecordSeen {
                         state: row.get(0)?,
-                        held: row.get(1)?,
+                        lease_expires_ms: row.get(1)?,
+                        clock: self.clock.clone(),
                     })
                 })
                 .optional()
@@ -101,12 +102,22 @@ impl ReservationStore {
 }
 
 /// An action record as the harness saw it before an invocation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RecordSeen {
     /// `pending` or `completed`.
     pub state: String,
-    /// Whether its owner still held it (no lease, or a lease not yet expired).
-    pub held: bool,
+    /// When its owner's lease ends, in simulated ms; `None`: it never does.
+    pub lease_expires_ms: Option<u64>,
+    /// The run's clock.
+    clock: Clock,
+}
+
+impl RecordSeen {
+    /// Whether the owner holds the record now: no lease, or one not yet ended.
+    pub fn held_now(&self) -> bool {
+        self.lease_expires_ms
+            .is_none_or(|expires_ms| expires_ms > self.clock.now_ms())
+    }
 }
 
 /// A reservation handler: submission and status lookup on the server's connection.
@@ -150,7 +161,10 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn open(&self, tag: &IntentTag) -> ReservationStore {
         let db = HarnessDb::create(tag, SCHEMA, &["reservations"]).expect("the schema loads");
-        ReservationStore { db }
+        ReservationStore {
+            db,
+            clock: tag.clock().clone(),
+        }
     }
 
     fn reset(&self, store: &mut ReservationStore) {
@@ -240,9 +254,11 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         _reply: &Reply<Reference>,
         committed: bool,
     ) -> Vec<Violation> {
+        // Judged when the invocation answers: in a sequential run that is when it ran; an
+        // invocation that overlaps others may have committed a little earlier.
         let held_pending = observed
             .as_ref()
-            .is_some_and(|record| record.state == "pending" && record.held);
+            .is_some_and(|record| record.state == "pending" && record.held_now());
         if committed && held_pending {
             return vec![Violation {
                 invariant: Invariant::AtMostOnceEffect,
@@ -291,6 +307,30 @@ impl<H: ReservationHandler> System for OnReservation<H> {
     ) -> Result<Reply<Reference>, Crash> {
         let result = self.0.submit(ctx, store.db.server(), memory, request);
         settle(result, store.db.server())
+    }
+
+    /// A connection per invocation, so that overlapping invocations race for real.
+    fn connect(&self, store: &ReservationStore) -> Option<Connection> {
+        Some(
+            store
+                .db
+                .connect()
+                .expect("a connection to the reservation store opens"),
+        )
+    }
+
+    /// Handles a submission on the invocation's own connection, with a session memory of its
+    /// own (empty: memory kept per session does not cross invocations that overlap).
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        _store: &ReservationStore,
+        connection: &Connection,
+        request: &ReservationRequest,
+    ) -> Result<Reply<Reference>, Crash> {
+        let mut memory = SessionRecords::new();
+        let result = self.0.submit(ctx, connection, &mut memory, request);
+        settle(result, connection)
     }
 
     fn supports_lookup(&self) -> bool {
