@@ -7,7 +7,7 @@
 use retrysim::sqlite::rusqlite::{params, Connection, OptionalExtension};
 use retrysim::sqlite::{execute_cached, Stop};
 use retrysim::{
-    Bounds, CheckOptions, ChoiceKind, Ctx, Decider, Intent, Keyed, NoEvent, OnSql, Reply,
+    AdminSql, Bounds, CheckOptions, ChoiceKind, Ctx, Decider, Intent, Keyed, OnSql, Reply,
     Simulator, SqlHandler, Workload,
 };
 
@@ -34,7 +34,7 @@ impl SqlHandler for Mailer {
     }
 
     /// One client: a message to ada, maybe followed by another one to her.
-    fn workload(&self, decider: &mut Decider<'_>, _: &Bounds) -> Workload<Send, NoEvent> {
+    fn workload(&self, decider: &mut Decider<'_>, _: &Bounds) -> Workload<Send, AdminSql> {
         let mut intents = vec![Intent::new(Keyed::new("m1", "ada"))];
         if decider.choose(ChoiceKind::Workload, 2) == 1 {
             intents.push(Intent::new(Keyed::new("m2", "ada")));

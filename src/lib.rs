@@ -141,7 +141,7 @@ pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
     check_determinism, exhaust, exhaust_on, exhaust_on_reporting, explore, replay, run_seed,
-    shrink, shrink_by, workload_answers, Bounds, BoundsError, CheckOptions, CheckReport,
+    shrink, shrink_by, workload_answers, AdminSql, Bounds, BoundsError, CheckOptions, CheckReport,
     ChoiceKind, Choices, ClientPolicy, Clock, Counterexample, Coverage, Crash, Ctx, Deadline,
     Decider, Enumeration, Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary,
     IntentTag, Invariant, Keyed, Lane, Ledger, Level, NoEvent, Odds, OnSql, Reduction, Reply,

@@ -48,7 +48,7 @@ pub use run::{
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use situation::Situation;
-pub use sql_handler::{OnSql, SqlHandler, SqlStore};
+pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
     Crash, Intent, IntentId, IntentTag, Keyed, Ledger, NoEvent, Reply, Request, Status, StoreCopy,

@@ -15,8 +15,7 @@ use crate::choices::Decider;
 use crate::run::Ctx;
 use crate::sqlite::{settle, DbImage, HarnessDb, Stop};
 use crate::system::{
-    Crash, IntentId, IntentTag, NoEvent, Reply, Request, StoreCopy, System, Workload,
-    WorkloadLimits,
+    Crash, IntentId, IntentTag, Reply, Request, Status, StoreCopy, System, Workload, WorkloadLimits,
 };
 use crate::{Bounds, Invariant};
 use rusqlite::Connection;
@@ -40,13 +39,14 @@ pub trait SqlHandler {
     /// or deleted there while serving an intent is one effect of that intent).
     fn effect_tables(&self) -> &'static [&'static str];
 
-    /// Draws the run's workload: the clients and their intents. Ask every choice of
-    /// `decider`, so the run stays a function of its tape.
+    /// Draws the run's workload: the clients and their intents, and any outside changes
+    /// ([`AdminSql`]: at a moment the schedule chooses, or before the run as setup). Ask
+    /// every choice of `decider`, so the run stays a function of its tape.
     fn workload(
         &self,
         decider: &mut Decider<'_>,
         bounds: &Bounds,
-    ) -> Workload<Self::Request, NoEvent>;
+    ) -> Workload<Self::Request, AdminSql>;
 
     /// Handles one delivered request on `db`. Call `ctx.point(name)?` at crash points.
     fn handle(
@@ -56,6 +56,24 @@ pub trait SqlHandler {
         memory: &mut Self::Memory,
         request: &Self::Request,
     ) -> Result<Reply<Self::Value>, Stop>;
+
+    /// Whether the handler answers status lookups ([`SqlHandler::lookup`]): a faithful client
+    /// that reconnects asks one before it resubmits. `false` by default.
+    fn supports_lookup(&self) -> bool {
+        false
+    }
+
+    /// Looks up the status of `request` on `db` (called only when
+    /// [`SqlHandler::supports_lookup`]). A storage error is answered
+    /// [`Status::Unavailable`].
+    fn lookup(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        _db: &Connection,
+        _request: &Self::Request,
+    ) -> Result<Status<Self::Value>, Stop> {
+        Ok(Status::NotFound)
+    }
 
     /// The invariants that apply; the retry contract's core ones by default.
     fn invariants(&self) -> &'static [Invariant] {
@@ -72,6 +90,17 @@ pub trait SqlHandler {
     /// The most clients, and intents per client, [`SqlHandler::workload`] draws.
     fn workload_limits(&self) -> WorkloadLimits {
         WorkloadLimits::NONE
+    }
+}
+
+/// An outside change to the store: one SQL statement an administrator runs on the committed
+/// store (e.g. `DELETE FROM grants WHERE user = 'bob'`), between invocations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AdminSql(pub &'static str);
+
+impl fmt::Display for AdminSql {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "admin: {}", self.0)
     }
 }
 
@@ -99,7 +128,7 @@ impl<H: SqlHandler> System for OnSql<H> {
     type Value = H::Value;
     type Store = SqlStore;
     type Memory = H::Memory;
-    type Event = NoEvent;
+    type Event = AdminSql;
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqlStore {
@@ -144,12 +173,43 @@ impl<H: SqlHandler> System for OnSql<H> {
         &self,
         decider: &mut Decider<'_>,
         bounds: &Bounds,
-    ) -> Workload<H::Request, NoEvent> {
+    ) -> Workload<H::Request, AdminSql> {
         self.0.workload(decider, bounds)
     }
 
-    fn apply_event(&self, _store: &mut SqlStore, event: &NoEvent) {
-        match *event {}
+    fn apply_event(&self, store: &mut SqlStore, event: &AdminSql) {
+        store
+            .db
+            .keeper()
+            .execute_batch(event.0)
+            .unwrap_or_else(|error| panic!("the outside change {:?} runs: {error}", event.0));
+    }
+
+    fn supports_lookup(&self) -> bool {
+        self.0.supports_lookup()
+    }
+
+    fn lookup(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut SqlStore,
+        _memory: &mut H::Memory,
+        request: &H::Request,
+    ) -> Result<Status<H::Value>, Crash> {
+        let server = store.db.server();
+        match self.0.lookup(ctx, server, request) {
+            Ok(status) => Ok(status),
+            Err(Stop::Crash(crash)) => Err(crash),
+            Err(Stop::Storage(error)) => {
+                if !server.is_autocommit() {
+                    // A failed rollback leaves the transaction to the next crash or reset.
+                    let _ = server.execute_batch("ROLLBACK");
+                }
+                Ok(Status::Unavailable(
+                    format!("storage error: {error}").into(),
+                ))
+            }
+        }
     }
 
     fn observe(&self, _store: &SqlStore, _request: &H::Request) {}

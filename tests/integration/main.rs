@@ -9,6 +9,7 @@ mod exhaustive;
 mod interval;
 mod liveness;
 mod overlap;
+mod own_handler;
 mod property;
 mod readme;
 mod reservation;
