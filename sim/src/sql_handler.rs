@@ -13,7 +13,7 @@
 
 use crate::choices::Decider;
 use crate::run::Ctx;
-use crate::sqlite::{settle, DbImage, HarnessDb, Stop};
+use crate::sqlite::{settle, settle_lookup, DbImage, HarnessDb, Stop};
 use crate::system::{
     Crash, IntentId, IntentTag, Reply, Request, Status, StoreCopy, System, Workload, WorkloadLimits,
 };
@@ -197,19 +197,7 @@ impl<H: SqlHandler> System for OnSql<H> {
         request: &H::Request,
     ) -> Result<Status<H::Value>, Crash> {
         let server = store.db.server();
-        match self.0.lookup(ctx, server, request) {
-            Ok(status) => Ok(status),
-            Err(Stop::Crash(crash)) => Err(crash),
-            Err(Stop::Storage(error)) => {
-                if !server.is_autocommit() {
-                    // A failed rollback leaves the transaction to the next crash or reset.
-                    let _ = server.execute_batch("ROLLBACK");
-                }
-                Ok(Status::Unavailable(
-                    format!("storage error: {error}").into(),
-                ))
-            }
-        }
+        settle_lookup(self.0.lookup(ctx, server, request), server)
     }
 
     fn observe(&self, _store: &SqlStore, _request: &H::Request) {}

@@ -10,7 +10,7 @@
 
 use crate::clock::Deadline;
 pub use crate::run::tasks::wait_for_lock;
-use crate::system::{Crash, IntentId, IntentTag, Reply};
+use crate::system::{Crash, IntentId, IntentTag, Reply, Status};
 /// The rusqlite the harness is built on: write handlers against this one, so that their
 /// connections are the engine's type.
 pub use rusqlite;
@@ -465,6 +465,33 @@ impl From<rusqlite::Error> for Stop {
     }
 }
 
+/// Turns a status lookup's result into a lookup's result: a crash passes through, a storage
+/// error rolls back any open transaction and is answered [`Status::Unavailable`]
+/// (`storage error: ...`).
+pub fn settle_lookup<V>(
+    result: Result<Status<V>, Stop>,
+    connection: &Connection,
+) -> Result<Status<V>, Crash> {
+    match result {
+        Ok(status) => Ok(status),
+        Err(Stop::Crash(crash)) => Err(crash),
+        Err(Stop::Storage(error)) => {
+            roll_back(connection);
+            Ok(Status::Unavailable(
+                format!("storage error: {error}").into(),
+            ))
+        }
+    }
+}
+
+/// Rolls back the transaction `connection` has open, if any; a failed rollback leaves it to
+/// the next crash or reset.
+fn roll_back(connection: &Connection) {
+    if !connection.is_autocommit() {
+        let _ = connection.execute_batch("ROLLBACK");
+    }
+}
+
 /// Turns a handler body's result into a handler's result: a crash passes through (the engine
 /// closes the connection), a storage error rolls back any open transaction and is answered
 /// [`Reply::Unavailable`] (`storage error: ...`).
@@ -476,10 +503,7 @@ pub fn settle<V>(
         Ok(reply) => Ok(reply),
         Err(Stop::Crash(crash)) => Err(crash),
         Err(Stop::Storage(error)) => {
-            if !connection.is_autocommit() {
-                // A failed rollback leaves the transaction to the next crash or reset.
-                let _ = connection.execute_batch("ROLLBACK");
-            }
+            roll_back(connection);
             Ok(Reply::Unavailable(format!("storage error: {error}").into()))
         }
     }

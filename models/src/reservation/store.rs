@@ -3,7 +3,7 @@
 
 use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::{workload, WORKLOAD_LIMITS};
-use retrysim_sim::sqlite::{settle, HarnessDb, Stop};
+use retrysim_sim::sqlite::{settle, settle_lookup, HarnessDb, Stop};
 use retrysim_sim::{
     Bounds, Clock, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Session,
     Situation, Status, StoreCopy, System, Violation, Workload, WorkloadLimits,
@@ -345,19 +345,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         request: &ReservationRequest,
     ) -> Result<Status<Reference>, Crash> {
         let server = store.db.server();
-        match self.0.lookup(ctx, server, memory, request) {
-            Ok(status) => Ok(status),
-            Err(Stop::Crash(crash)) => Err(crash),
-            Err(Stop::Storage(error)) => {
-                if !server.is_autocommit() {
-                    // A failed rollback leaves the transaction to the next crash or reset.
-                    let _ = server.execute_batch("ROLLBACK");
-                }
-                Ok(Status::Unavailable(
-                    format!("storage error: {error}").into(),
-                ))
-            }
-        }
+        settle_lookup(self.0.lookup(ctx, server, memory, request), server)
     }
 
     fn effects(&self, store: &ReservationStore) -> Vec<IntentId> {
