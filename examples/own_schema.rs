@@ -1,5 +1,5 @@
 //! A handler written from scratch on its own schema: a mailer that sends each message once per
-//! request id. With `by_recipient` it keys its records by recipient instead (the bug): a second
+//! request id. `Mailer(true)` keys its records by recipient instead (the bug): a second
 //! message to the same person is answered with the first one's id, and never sent.
 //!
 //! `cargo run --example own_schema` checks both; `cargo test` runs the tests below.
@@ -13,25 +13,26 @@ use retrysim::{
 
 /// "Send a message to this recipient", under a request id.
 type Send = Keyed<&'static str>;
+/// What the handler returns: a reply, or a crash or storage error to stop at.
+type Answer = Result<Reply<i64>, Stop>;
+/// The message already sent under a key.
+const SENT: &str = "SELECT message FROM sent WHERE key = ?1";
+/// Sends (queues) a message.
+const SEND: &str = "INSERT INTO outbox (recipient) VALUES (?1) RETURNING id";
 
-/// The mailer; `by_recipient` is the bug.
-pub struct Mailer {
-    by_recipient: bool,
-}
+/// The mailer; `Mailer(true)` keys its records by recipient, the bug.
+pub struct Mailer(bool);
 
 impl SqlHandler for Mailer {
     type Request = Send;
     type Value = i64;
     type Memory = ();
 
-    fn schema(&self) -> &'static str {
+    const SCHEMA: &'static str =
         "CREATE TABLE outbox (id INTEGER PRIMARY KEY, recipient TEXT NOT NULL);
-         CREATE TABLE sent (key TEXT PRIMARY KEY, message INTEGER NOT NULL);"
-    }
+         CREATE TABLE sent (key TEXT PRIMARY KEY, message INTEGER NOT NULL);";
 
-    fn effect_tables(&self) -> &'static [&'static str] {
-        &["outbox"]
-    }
+    const EFFECT_TABLES: &'static [&'static str] = &["outbox"];
 
     /// One client: a message to ada, maybe followed by another one to her.
     fn workload(&self, decider: &mut Decider<'_>, _: &Bounds) -> Workload<Send, AdminSql> {
@@ -42,29 +43,16 @@ impl SqlHandler for Mailer {
         Workload::of_clients(vec![intents])
     }
 
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        db: &Connection,
-        _: &mut (),
-        send: &Send,
-    ) -> Result<Reply<i64>, Stop> {
-        let key = if self.by_recipient {
-            send.args
-        } else {
-            &send.id
-        };
+    fn handle(&self, ctx: &mut Ctx, db: &Connection, _: &mut (), send: &Send) -> Answer {
+        // The record's key: the request id, or (the bug) the recipient.
+        let key = if self.0 { send.args } else { &send.id };
         ctx.point("before-begin")?;
         execute_cached(db, "BEGIN IMMEDIATE")?;
-        let sent = db.query_row("SELECT message FROM sent WHERE key = ?1", [key], |row| {
-            row.get(0)
-        });
-        if let Some(message) = sent.optional()? {
+        if let Some(message) = db.query_row(SENT, [key], |row| row.get(0)).optional()? {
             execute_cached(db, "COMMIT")?;
             return Ok(Reply::Replayed(message));
         }
-        let insert = "INSERT INTO outbox (recipient) VALUES (?1) RETURNING id";
-        let message: i64 = db.query_row(insert, [send.args], |row| row.get(0))?;
+        let message: i64 = db.query_row(SEND, [send.args], |row| row.get(0))?;
         db.execute("INSERT INTO sent VALUES (?1, ?2)", params![key, message])?;
         ctx.point("before-commit")?;
         execute_cached(db, "COMMIT")?;
@@ -85,7 +73,7 @@ fn bounds() -> Bounds {
 
 fn main() {
     for by_recipient in [false, true] {
-        let mut subject = Simulator::new(OnSql(Mailer { by_recipient }));
+        let mut subject = Simulator::new(OnSql(Mailer(by_recipient)));
         let report = retrysim::exhaust(&mut subject, &CheckOptions::new(bounds()));
         let broken: Vec<String> = report
             .violations
@@ -105,7 +93,7 @@ mod tests {
     use retrysim::{exhaust, explore, shrink, Invariant, Stopped, Subject};
 
     fn mailer(by_recipient: bool) -> Simulator<OnSql<Mailer>> {
-        Simulator::new(OnSql(Mailer { by_recipient }))
+        Simulator::new(OnSql(Mailer(by_recipient)))
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A variant of `interval/receipt` built from the domain's public pieces: validation, the
 //! access check, the receipt lookup and answer, the versioned update and the receipt insert.
-//! With `mark_replays` it is the receipt contract itself; without, a retry that finds its
+//! `ReceiptVariant(true)` is the receipt contract itself; with `false`, a retry that finds its
 //! receipt is answered "applied" as if it had just run, an unmarked replay.
 //!
 //! (A variant that only drops one rule of the contract is shorter still:
@@ -15,10 +15,9 @@ use retrysim::sqlite::rusqlite::Connection;
 use retrysim::sqlite::{execute_cached, Stop};
 use retrysim::{Bounds, CheckOptions, Ctx, Reply, Simulator};
 
-/// The receipt contract, step by step; `mark_replays: false` is the bug.
-pub struct ReceiptVariant {
-    mark_replays: bool,
-}
+/// The receipt contract, step by step; `ReceiptVariant(false)` does not mark replays, the
+/// bug.
+pub struct ReceiptVariant(bool);
 
 impl IntervalHandler for ReceiptVariant {
     fn set_interval(
@@ -41,7 +40,7 @@ impl IntervalHandler for ReceiptVariant {
         if let Some(saved) = saved_receipt(db, &call, true)? {
             execute_cached(db, "COMMIT")?;
             return Ok(match answer_saved(&call, saved, true)? {
-                Reply::Replayed(result) if !self.mark_replays => Reply::Applied(result),
+                Reply::Replayed(result) if !self.0 => Reply::Applied(result),
                 answer => answer,
             });
         }
@@ -71,7 +70,7 @@ fn bounds() -> Bounds {
 
 fn main() {
     for mark_replays in [true, false] {
-        let mut subject = Simulator::new(OnInterval(ReceiptVariant { mark_replays }));
+        let mut subject = Simulator::new(OnInterval(ReceiptVariant(mark_replays)));
         let report = retrysim::exhaust(&mut subject, &CheckOptions::new(bounds()));
         let broken: Vec<String> = report
             .violations
@@ -91,7 +90,7 @@ mod tests {
     use retrysim::{exhaust, explore, Invariant, Stopped, Subject};
 
     fn variant(mark_replays: bool) -> Simulator<OnInterval<ReceiptVariant>> {
-        Simulator::new(OnInterval(ReceiptVariant { mark_replays }))
+        Simulator::new(OnInterval(ReceiptVariant(mark_replays)))
     }
 
     #[test]

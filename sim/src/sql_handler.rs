@@ -33,11 +33,11 @@ pub trait SqlHandler {
     type Memory: Default + Hash + Clone;
 
     /// The schema: `CREATE TABLE` statements and the rows every run starts from.
-    fn schema(&self) -> &'static str;
+    const SCHEMA: &'static str;
 
     /// The tables whose changes are the effects the invariants count (a row inserted, updated
     /// or deleted there while serving an intent is one effect of that intent).
-    fn effect_tables(&self) -> &'static [&'static str];
+    const EFFECT_TABLES: &'static [&'static str];
 
     /// Draws the run's workload: the clients and their intents, and any outside changes
     /// ([`AdminSql`]: at a moment the schedule chooses, or before the run as setup). Ask
@@ -132,7 +132,7 @@ impl<H: SqlHandler> System for OnSql<H> {
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqlStore {
-        let db = HarnessDb::create(tag, self.0.schema(), self.0.effect_tables())
+        let db = HarnessDb::create(tag, H::SCHEMA, H::EFFECT_TABLES)
             .unwrap_or_else(|error| panic!("the handler's schema loads: {error}"));
         let initial = db.save();
         let tables = user_tables(db.keeper()).expect("the schema's tables are readable");

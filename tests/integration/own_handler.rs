@@ -27,14 +27,10 @@ impl SqlHandler for Notes {
     type Value = i64;
     type Memory = ();
 
-    fn schema(&self) -> &'static str {
-        "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
-         CREATE TABLE keys (key TEXT PRIMARY KEY, id INTEGER NOT NULL);"
-    }
+    const SCHEMA: &'static str = "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);
+         CREATE TABLE keys (key TEXT PRIMARY KEY, id INTEGER NOT NULL);";
 
-    fn effect_tables(&self) -> &'static [&'static str] {
-        &["notes"]
-    }
+    const EFFECT_TABLES: &'static [&'static str] = &["notes"];
 
     /// One note; an administrator may rewrite the notes at any moment.
     fn workload(&self, decider: &mut Decider<'_>, _: &Bounds) -> Workload<Note, AdminSql> {
