@@ -3,7 +3,7 @@
 //! for ever is caught; a pending record whose owner's lease ended is taken over; a client whose
 //! budget the faults used up is owed nothing; and seeded runs go quiet.
 
-use crate::entry;
+use crate::{entry, lane};
 use retrysim::{
     exhaust, replay, Bounds, CheckOptions, ChoiceKind, Choices, Invariant, Lane, Odds, RunOutcome,
     SeededChoices, Tape,
@@ -12,17 +12,6 @@ use retrysim::{
 fn replayed(domain: &str, handler: &str, tape: &str, bounds: &Bounds) -> RunOutcome {
     let tape: Tape = tape.parse().unwrap();
     replay(&mut *(entry(domain, handler).build)(), &tape, bounds).unwrap()
-}
-
-/// The rows of `lane`, in order.
-fn lane(outcome: &RunOutcome, lane: Lane) -> Vec<String> {
-    let timeline = outcome.timeline.as_ref().unwrap();
-    timeline
-        .rows
-        .iter()
-        .filter(|row| row.lane == lane)
-        .map(|row| format!("{} ms: {}", row.time_ms, row.text))
-        .collect()
 }
 
 /// `stuck-pending` crashes after committing its claim (the run's one fault); every retry

@@ -22,6 +22,17 @@ mod timelines;
 use retrysim::models::{self, Declared, HandlerEntry};
 use retrysim::{explore, Bounds, Subject};
 
+/// The rows of `lane` in a traced run, in order, each with its time: `1000 ms: ...`.
+pub fn lane(outcome: &retrysim::RunOutcome, lane: retrysim::Lane) -> Vec<String> {
+    let timeline = outcome.timeline.as_ref().expect("a traced run");
+    timeline
+        .rows
+        .iter()
+        .filter(|row| row.lane == lane)
+        .map(|row| format!("{} ms: {}", row.time_ms, row.text))
+        .collect()
+}
+
 /// The built-in handler `domain/handler`.
 pub fn entry(domain: &str, handler: &str) -> &'static HandlerEntry {
     models::find(domain, handler).expect("a built-in handler")

@@ -2,7 +2,7 @@
 //! jitter, the retry horizon, a store's retention deadline), the clock as handlers and SQL
 //! read it, and retention shorter than the retry horizon caught.
 
-use crate::entry;
+use crate::{entry, lane};
 use retrysim::models::counter::{
     CounterRequest, KeyedSqlite, OnSqlite, ShortRetention, RETENTION_MS, SHORT_RETENTION_MS,
 };
@@ -22,17 +22,6 @@ fn e1() -> CounterRequest {
 fn replayed(handler: &str, tape: &str, bounds: &Bounds) -> RunOutcome {
     let tape: Tape = tape.parse().unwrap();
     replay(&mut *(entry("counter", handler).build)(), &tape, bounds).unwrap()
-}
-
-/// The rows of `lane`, in order.
-fn lane(outcome: &RunOutcome, lane: Lane) -> Vec<String> {
-    let timeline = outcome.timeline.as_ref().unwrap();
-    timeline
-        .rows
-        .iter()
-        .filter(|row| row.lane == lane)
-        .map(|row| format!("{} ms: {}", row.time_ms, row.text))
-        .collect()
 }
 
 /// One client sends e1 +5, time passes to its timeout (the request still in flight), and it
