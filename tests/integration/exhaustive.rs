@@ -79,6 +79,23 @@ fn every_faulty_handler_is_caught_with_the_fewest_faults() {
     }
 }
 
+/// Three attempts and two faults, over two clients of one intent each, or one client of two
+/// intents for a key reused with other arguments; with the handler's own invocation and
+/// storage-fault bounds.
+fn catching_bounds(entry: &HandlerEntry, caught_by: Invariant) -> Bounds {
+    let (clients_max, intents_max) = match caught_by {
+        Invariant::NoSilentKeyReuse => (1, 2),
+        _ => (2, 1),
+    };
+    entry.bounds_from(Bounds {
+        clients_max,
+        intents_max,
+        attempts_max: 3,
+        faults_max: 2,
+        ..Bounds::default()
+    })
+}
+
 /// The bound for faulty handlers: three attempts and two faults. A flaw shows with
 /// two clients of one intent each, except a key reused with other arguments, which takes one
 /// client with two intents.
@@ -88,20 +105,9 @@ fn faulty_handlers_are_caught_at_three_attempts_and_two_faults() {
         let Declared::Faulty { caught_by } = entry.declared else {
             continue;
         };
-        let (clients_max, intents_max) = match caught_by {
-            Invariant::NoSilentKeyReuse => (1, 2),
-            _ => (2, 1),
-        };
-        let bounds = Bounds {
-            clients_max,
-            intents_max,
-            attempts_max: 3,
-            faults_max: 2,
-            ..Bounds::default()
-        };
         let options = CheckOptions {
             runs_max: 200_000,
-            ..CheckOptions::new(entry.bounds_from(bounds))
+            ..CheckOptions::new(catching_bounds(entry, caught_by))
         };
         let report = exhaust(&mut *(entry.build)(), &options);
         assert_eq!(report.stopped, Stopped::Violation, "{entry:?}");
@@ -500,17 +506,7 @@ fn shrinking_keeps_no_more_faults_than_the_check_needs() {
         let Declared::Faulty { caught_by } = entry.declared else {
             continue;
         };
-        let (clients_max, intents_max) = match caught_by {
-            Invariant::NoSilentKeyReuse => (1, 2),
-            _ => (2, 1),
-        };
-        let bounds = entry.bounds_from(Bounds {
-            clients_max,
-            intents_max,
-            attempts_max: 3,
-            faults_max: 2,
-            ..Bounds::default()
-        });
+        let bounds = catching_bounds(entry, caught_by);
         let found = explore(&entry.build, 0..2_000, &bounds, 2);
         let failure = found.failure(caught_by).expect("caught by a seed");
         let shrunk = shrink(&mut *(entry.build)(), &bounds, &failure.tape, caught_by);
