@@ -182,7 +182,7 @@ struct BoundsArgs {
     retry_horizon_ms: u64,
     /// The platform's limit on one invocation, in simulated milliseconds: one still running
     /// then is killed at its next crash point (invocations that overlap, timed timeouts)
-    /// [default: none]
+    /// [default: the handler's own; none but for the payment handlers]
     #[arg(long)]
     invocation_limit_ms: Option<u64>,
 }
@@ -208,7 +208,7 @@ impl BoundsArgs {
             backoff_ms_base: self.backoff_ms_base,
             backoff_jitter_ms: self.backoff_jitter_ms,
             retry_horizon_ms: self.retry_horizon_ms,
-            invocation_limit_ms: self.invocation_limit_ms,
+            invocation_limit_ms: self.invocation_limit_ms.or(entry.invocation_limit_ms),
         };
         bounds
             .validate_for(subject.workload_limits())
@@ -484,6 +484,7 @@ fn list(json: bool) -> Printed {
                     "declared": h.declared.to_string(),
                     "invocations_max": h.invocations_max,
                     "storage_faults_max": h.storage_faults_max,
+                    "invocation_limit_ms": h.invocation_limit_ms,
                     "retention_ms": h.retention_ms,
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
@@ -508,6 +509,9 @@ fn list(json: bool) -> Printed {
             }
             if handler.storage_faults_max > 0 {
                 notes.push(format!("storage_faults_max={}", handler.storage_faults_max));
+            }
+            if let Some(limit_ms) = handler.invocation_limit_ms {
+                notes.push(format!("invocation_limit_ms={limit_ms}"));
             }
             if let Some(retention_ms) = handler.retention_ms {
                 notes.push(format!("retention_ms={retention_ms}"));
@@ -827,6 +831,20 @@ fn run_matrix() -> Printed {
             out.text,
             "storage_faults_max=1 (a COMMIT may fail) for {}",
             failing_writes.join(", ")
+        );
+    }
+    let limited: Vec<String> = models::handlers()
+        .iter()
+        .filter_map(|entry| {
+            let limit_ms = entry.invocation_limit_ms?;
+            Some(format!("{}/{} ({limit_ms} ms)", entry.domain, entry.handler))
+        })
+        .collect();
+    if !limited.is_empty() {
+        let _ = writeln!(
+            out.text,
+            "invocation_limit_ms (the platform's limit) for {}",
+            limited.join(", ")
         );
     }
     out.text.push('\n');

@@ -1,6 +1,6 @@
 //! The built-in domains and handlers, each with the verdict it declares.
 
-use crate::{interval, reservation};
+use crate::{interval, payment, reservation};
 use retrysim_sim::{Bounds, Invariant, Simulator, Subject};
 use std::fmt;
 
@@ -56,17 +56,23 @@ pub struct HandlerEntry {
     /// ([`retrysim_sim::Bounds::storage_faults_max`]): 1 for a handler whose flaw is in its
     /// handling of a failed write, 0 for the rest.
     pub storage_faults_max: u32,
+    /// The platform's limit on one invocation under which it is explored unless told
+    /// otherwise ([`retrysim_sim::Bounds::invocation_limit_ms`]): the payment handlers'
+    /// [`payment::PLATFORM_LIMIT_MS`], shorter than their lease; `None` for no limit.
+    pub invocation_limit_ms: Option<u64>,
     /// Builds a fresh subject (with its own store) for this handler.
     pub build: fn() -> Box<dyn Subject>,
 }
 
 impl HandlerEntry {
-    /// `base` with this handler's own [`HandlerEntry::invocations_max`] and
-    /// [`HandlerEntry::storage_faults_max`].
+    /// `base` with this handler's own [`HandlerEntry::invocations_max`],
+    /// [`HandlerEntry::storage_faults_max`] and [`HandlerEntry::invocation_limit_ms`] (when it
+    /// has one).
     pub fn bounds_from(&self, base: Bounds) -> Bounds {
         Bounds {
             invocations_max: self.invocations_max,
             storage_faults_max: self.storage_faults_max,
+            invocation_limit_ms: self.invocation_limit_ms.or(base.invocation_limit_ms),
             ..base
         }
     }
@@ -95,6 +101,10 @@ const DOMAINS: &[DomainEntry] = &[
         name: "reservation",
         summary: "a reservation whose acknowledgement is lost; the session reconnects and asks",
     },
+    DomainEntry {
+        name: "payment",
+        summary: "a charge at an outside payment provider, claimed under a lease",
+    },
 ];
 
 const fn faulty(caught_by: Invariant) -> Declared {
@@ -110,6 +120,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<crate::counter::OnMemory<crate::counter::Naive>>,
     },
     HandlerEntry {
@@ -121,6 +132,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<crate::counter::OnMemory<crate::counter::KeyedMemory>>,
     },
     HandlerEntry {
@@ -131,6 +143,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(crate::counter::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqlite>>,
     },
     HandlerEntry {
@@ -141,6 +154,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(crate::counter::SHORT_RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<crate::counter::OnSqlite<crate::counter::ShortRetention>>,
     },
     HandlerEntry {
@@ -151,6 +165,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(crate::counter::RETENTION_MS),
         storage_faults_max: 1,
+        invocation_limit_ms: None,
         build: subject::<crate::counter::OnSqlite<crate::counter::UnavailableAfterCommit>>,
     },
     HandlerEntry {
@@ -161,6 +176,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 2,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<crate::counter::OnSqlite<crate::counter::KeyedSqliteDeferred>>,
     },
     HandlerEntry {
@@ -171,6 +187,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::Receipt>>,
     },
     HandlerEntry {
@@ -181,6 +198,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::SHORT_RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::ShortRetention>>,
     },
     HandlerEntry {
@@ -191,6 +209,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 2,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::DeferredLookup>>,
     },
     HandlerEntry {
@@ -201,6 +220,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::VersionOnly>>,
     },
     HandlerEntry {
@@ -211,6 +231,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::VersionBeforeReceipt>>,
     },
     HandlerEntry {
@@ -221,6 +242,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::ReplayBeforeAccess>>,
     },
     HandlerEntry {
@@ -231,6 +253,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::SplitCommit>>,
     },
     HandlerEntry {
@@ -241,6 +264,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::UnscopedKey>>,
     },
     HandlerEntry {
@@ -251,6 +275,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::NoPayloadCheck>>,
     },
     HandlerEntry {
@@ -261,6 +286,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: Some(interval::RETENTION_MS),
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<interval::OnInterval<interval::LastWriteWins>>,
     },
     HandlerEntry {
@@ -271,6 +297,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<reservation::OnReservation<reservation::ActionRecord>>,
     },
     HandlerEntry {
@@ -281,6 +308,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<reservation::OnReservation<reservation::SessionMemory>>,
     },
     HandlerEntry {
@@ -291,6 +319,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<reservation::OnReservation<reservation::SplitCommit>>,
     },
     HandlerEntry {
@@ -301,6 +330,7 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<reservation::OnReservation<reservation::UnscopedLookup>>,
     },
     HandlerEntry {
@@ -311,7 +341,85 @@ const HANDLERS: &[HandlerEntry] = &[
         invocations_max: 1,
         retention_ms: None,
         storage_faults_max: 0,
+        invocation_limit_ms: None,
         build: subject::<reservation::OnReservation<reservation::StuckPending>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "lease-and-provider-key",
+        summary: "claim under a lease, call the provider with the request id as key, complete only under its own claim",
+        declared: Declared::Correct,
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::LeaseAndProviderKey>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "no-provider-key",
+        summary: "the lease is right, but the provider call carries no key",
+        declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::NoProviderKey>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "key-per-attempt",
+        summary: "a fresh provider key for every claim",
+        declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::KeyPerAttempt>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "lease-shorter-than-call",
+        summary: "no provider key, and a lease shorter than a provider call can take",
+        declared: faulty(Invariant::AtMostOnceEffect),
+        invocations_max: 2,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::LeaseShorterThanCall>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "completed-before-call",
+        summary: "marks the record completed and books the payment, then calls the provider",
+        declared: faulty(Invariant::OutcomeAgreement),
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::CompletedBeforeCall>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "delete-on-error",
+        summary: "on a call with no answer, deletes the record and answers failed",
+        declared: faulty(Invariant::OutcomeAgreement),
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::DeleteOnError>>,
+    },
+    HandlerEntry {
+        domain: "payment",
+        handler: "stale-claim-completes",
+        summary: "completes without checking its claim is still the record's (no platform limit: a long pause)",
+        declared: faulty(Invariant::NoOrphanEffect),
+        invocations_max: 2,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: None,
+        build: subject::<payment::OnPayment<payment::StaleClaimCompletes>>,
     },
 ];
 

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod counter;
 pub mod interval;
+pub mod payment;
 pub mod reservation;
 
 pub use catalog::{domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError};

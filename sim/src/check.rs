@@ -70,7 +70,8 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
                 Invariant::NoLostUpdate
                 | Invariant::AccessBeforeReplay
                 | Invariant::EffectRecordAtomicity
-                | Invariant::NoDeadlock => None,
+                | Invariant::NoDeadlock
+                | Invariant::NoOrphanEffect => None,
             };
             if let Some(detail) = detail {
                 found.push(Violation { invariant, detail });
@@ -155,8 +156,9 @@ fn truthful_reply<R: Request, V: fmt::Display>(
             | Reply::Refused(_)
             | Reply::Denied(_)
             | Reply::Unavailable(_)
-            | Reply::RetryAfter { .. }
-            | Reply::Pending => false,
+            | Reply::RetryAfter { .. } => false,
+            // In progress, outcome not yet known: it claims neither.
+            Reply::Pending => return None,
         };
         match (claims_applied, server.committed) {
             (false, true) => Some(format!(
@@ -274,4 +276,52 @@ fn scope_isolation<R: Request, V: fmt::Display>(
         label(id, intent),
         label(IntentId(source.0 as u32), source.1)
     ))
+}
+
+/// `no-orphan-effect`, per request (intents that send the same request share its effect):
+/// more local records of an effect than effects means a record without its effect; fewer,
+/// while an intent of the request is owed a verdict, an effect left without its record once
+/// the faults stopped.
+pub(crate) fn orphan_effects<R: Request, V>(
+    intents: &[IntentState<R, V>],
+    effects: &[IntentId],
+    records: &[IntentId],
+) -> Vec<Violation> {
+    // Each intent's group: the first intent with the same request.
+    let group = |id: &IntentId| {
+        let request = &intents[id.0 as usize].request;
+        let first = intents.iter().position(|other| other.request == *request);
+        IntentId(first.expect("an intent's own request") as u32)
+    };
+    let mut counts: BTreeMap<IntentId, (usize, usize)> = BTreeMap::new();
+    for id in effects {
+        counts.entry(group(id)).or_default().0 += 1;
+    }
+    for id in records {
+        counts.entry(group(id)).or_default().1 += 1;
+    }
+    let mut found = Vec::new();
+    for (first, (effects, records)) in counts {
+        let intent = &intents[first.0 as usize];
+        let who = label(first, intent);
+        let owed = intents
+            .iter()
+            .any(|other| other.owed_verdict && other.request == intent.request);
+        let detail = if records > effects {
+            format!(
+                "{who}: {records} local record(s) of its effect but {effects} effect(s) outside: a record without its effect"
+            )
+        } else if effects > records && owed {
+            format!(
+                "{who}: {effects} effect(s) outside but {records} local record(s) once the faults stopped: an effect without its record"
+            )
+        } else {
+            continue;
+        };
+        found.push(Violation {
+            invariant: Invariant::NoOrphanEffect,
+            detail,
+        });
+    }
+    found
 }

@@ -18,7 +18,7 @@ pub enum Invariant {
     /// A replay returns exactly the original result, marked as a replay.
     ReplayFidelity,
     /// A reply tells the truth about its own invocation: one that says nothing was applied
-    /// (refused, denied, key reuse, unavailable, retry after, pending) or that replays comes
+    /// (refused, denied, key reuse, unavailable, retry after) or that replays comes
     /// from an invocation that committed no effect; an *applied* one from one that did.
     TruthfulReply,
     /// A new intent with a stale expected version never overwrites a newer edit.
@@ -35,6 +35,10 @@ pub enum Invariant {
     /// Once faults stop, every intent whose client still had attempts and retry horizon left
     /// reaches a definite verdict (judged with timed timeouts only).
     EventualVerdict,
+    /// For an effect outside the store (a provider's charge): no local record of an effect
+    /// lacks its effect, and, once faults stop, no effect of an intent owed a verdict lacks its
+    /// local record.
+    NoOrphanEffect,
 }
 
 impl Invariant {
@@ -51,6 +55,7 @@ impl Invariant {
         Invariant::EffectRecordAtomicity,
         Invariant::NoDeadlock,
         Invariant::EventualVerdict,
+        Invariant::NoOrphanEffect,
     ];
 
     /// The invariants of every retry contract: the default set of a system.
@@ -78,6 +83,7 @@ impl Invariant {
             Invariant::EffectRecordAtomicity => "effect-record-atomicity",
             Invariant::NoDeadlock => "no-deadlock",
             Invariant::EventualVerdict => "eventual-verdict",
+            Invariant::NoOrphanEffect => "no-orphan-effect",
         }
     }
 
@@ -95,7 +101,7 @@ impl Invariant {
                 "a replay returns exactly the original result, marked as a replay"
             }
             Invariant::TruthfulReply => {
-                "a reply that says nothing was applied, or that replays, comes from an invocation that committed no effect; an applied one from one that did"
+                "a reply that says nothing was applied, or that replays, comes from an invocation that committed no effect; an applied one from one that did (pending claims neither)"
             }
             Invariant::NoLostUpdate => {
                 "a new intent with a stale expected version never overwrites a newer edit"
@@ -114,6 +120,9 @@ impl Invariant {
             }
             Invariant::EventualVerdict => {
                 "once faults stop, every intent whose client still had attempts and retry horizon left reaches a definite verdict"
+            }
+            Invariant::NoOrphanEffect => {
+                "no local record of an effect lacks its outside effect (a charge); once faults stop, no outside effect of an intent owed a verdict lacks its local record"
             }
         }
     }

@@ -18,6 +18,7 @@ mod clock;
 mod determinism;
 mod explore;
 mod invariant;
+mod provider;
 mod run;
 mod sandbox;
 mod shrink;
@@ -42,8 +43,9 @@ pub use clock::{Clock, Deadline, Timeouts};
 pub use determinism::check_determinism;
 pub use explore::{explore, Exploration, Failure, SubjectFactory, THREADS_MAX};
 pub use invariant::{Invariant, Violation};
+pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};
 pub use run::{
-    ClientPolicy, Ctx, Enumeration, FaultCounts, RunEnd, RunOutcome, Session, Simulator, Visited,
+    ClientPolicy, Ctx, Enumeration, FaultCounts, Link, RunEnd, RunOutcome, Session, Simulator, Visited,
 };
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};

@@ -201,7 +201,7 @@ impl<S: System> Sandbox<S> {
             let turn = task.resume(Go::Continue, stacks);
             self.tag.set(None);
             match turn {
-                Turn::Paused(Pause::Point(_)) => {
+                Turn::Paused(Pause::Point(_) | Pause::Call(_)) => {
                     progress += 1;
                     *blocked_since = None;
                 }

@@ -8,8 +8,8 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// One intended operation of a run, by its position in the workload (0 = the first intent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -43,6 +43,16 @@ pub struct IntentTag {
     intent: Arc<AtomicU32>,
     clock: Clock,
     storage_fault: Arc<AtomicU8>,
+    outside: Arc<Outside>,
+}
+
+/// What outside services (a [`crate::Provider`]) tell the engine: how many effects they have
+/// applied, and, in a traced run, what happened at each call, for the timeline.
+#[derive(Debug, Default)]
+struct Outside {
+    effects: AtomicU64,
+    tracing: AtomicBool,
+    notes: Mutex<Vec<String>>,
 }
 
 /// Whether a storage fault is due (the schedule chose one at a crash point) or came.
@@ -107,6 +117,42 @@ impl IntentTag {
             2 => StorageFault::Came,
             _ => StorageFault::Idle,
         }
+    }
+
+    /// For an outside service: it applied an effect (the engine then reads the ground truth
+    /// again, as after a COMMIT).
+    pub fn outside_effect_applied(&self) {
+        self.outside.effects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Effects outside services have applied since the store opened.
+    pub(crate) fn outside_effects(&self) -> u64 {
+        self.outside.effects.load(Ordering::Relaxed)
+    }
+
+    /// For an outside service: whether the run is traced, so that [`IntentTag::note_outside`]
+    /// is worth the formatting.
+    pub fn tracing(&self) -> bool {
+        self.outside.tracing.load(Ordering::Relaxed)
+    }
+
+    /// For an outside service: what happened at a call, for the timeline's lane of outside
+    /// services (read only in a traced run).
+    pub fn note_outside(&self, text: String) {
+        if self.tracing() {
+            self.outside.notes.lock().expect("notes lock").push(text);
+        }
+    }
+
+    /// Starts or stops tracing outside calls; forgets notes not yet taken.
+    pub(crate) fn trace_outside(&self, tracing: bool) {
+        self.outside.tracing.store(tracing, Ordering::Relaxed);
+        self.outside.notes.lock().expect("notes lock").clear();
+    }
+
+    /// The outside notes not yet taken, in order.
+    pub(crate) fn take_outside_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.outside.notes.lock().expect("notes lock"))
     }
 
     pub(crate) fn set(&self, intent: Option<IntentId>) {
@@ -202,7 +248,9 @@ pub enum Reply<V> {
         /// Why, for timelines.
         why: Cow<'static, str>,
     },
-    /// The operation is recorded as in progress: wait and reconcile, never resubmit blindly.
+    /// The operation is recorded as in progress and its outcome is not known yet (e.g. an
+    /// outside call got no answer): wait and reconcile, never resubmit blindly. It claims
+    /// neither that something was applied nor that nothing was.
     Pending,
 }
 
@@ -408,8 +456,8 @@ impl fmt::Display for NoEvent {
 ///   ([`crate::sqlite::settle`] does both); it may come from the schedule (a storage fault,
 ///   [`crate::Bounds::storage_faults_max`]).
 /// - Say what happened: *applied* only when this invocation committed the effect,
-///   *replayed* only when an earlier one did, and *refused*, *unavailable* or *pending* only
-///   when this one committed nothing (`truthful-reply`). The invariants judge from the
+///   *replayed* only when an earlier one did, *refused* or *unavailable* only when this one
+///   committed nothing, and *pending* when it cannot know (`truthful-reply`). The invariants judge from the
 ///   harness's own record of committed effects, never from a reply or a column.
 pub trait System {
     /// The request a client sends.
@@ -510,6 +558,17 @@ pub trait System {
     /// (`eventual-verdict`). The default, for stores with no pending state, is `false`.
     fn is_pending(&self, _store: &Self::Store, _request: &Self::Request) -> bool {
         false
+    }
+
+    /// For a system whose effects happen outside its store (a [`crate::Provider`]'s charges,
+    /// which [`System::effects`] then returns): the local records of those effects the
+    /// committed store holds (e.g. rows of a `payments` table), each under the intent whose
+    /// invocation committed it, in any order. They are ground truth too: recorded by the
+    /// harness (triggers on the table), never read from a column the handler writes. Judged
+    /// against the effects by `no-orphan-effect`. `None`, the default, for a system whose
+    /// effects are its store's own.
+    fn effect_records(&self, _store: &Self::Store) -> Option<Vec<IntentId>> {
+        None
     }
 
     /// Whether the store's commits ask [`IntentTag::commit_fails`] (every

@@ -23,6 +23,8 @@ pub enum Lane {
     Server,
     /// The durable store (committed state only).
     Store,
+    /// An outside service the handler calls (a [`crate::Provider`]), with its own state.
+    Provider,
 }
 
 impl Lane {
@@ -35,6 +37,7 @@ impl Lane {
             Lane::Network => "network".into(),
             Lane::Server => "server".into(),
             Lane::Store => "store".into(),
+            Lane::Provider => "provider".into(),
         }
     }
 }
@@ -152,6 +155,9 @@ impl Timeline {
             lanes.push(Lane::Admin);
         }
         lanes.extend([Lane::Network, Lane::Server, Lane::Store]);
+        if self.rows.iter().any(|row| row.lane == Lane::Provider) {
+            lanes.push(Lane::Provider);
+        }
         lanes
     }
 }

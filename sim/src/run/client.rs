@@ -384,14 +384,14 @@ impl<S: System> Execution<'_, '_, S> {
                 return;
             }
             Status::NotFound => {
+                let what = format!("status {intent}#{attempt}: not found");
+                if !self.answers_latest_send(client, attempt, &what) {
+                    return;
+                }
                 let world = &mut self.world;
                 world.clients[client].next = NextSend::Submit;
                 world.clients[client].phase = Phase::Ready;
-                world.note(lane, |_| {
-                    format!(
-                        "status {intent}#{attempt}: not found; will resubmit {intent} under its id"
-                    )
-                });
+                world.note(lane, |_| format!("{what}; will resubmit {intent} under its id"));
                 return;
             }
         };

@@ -6,7 +6,7 @@ use super::overlap::Invocation;
 use super::world::{Action, Body, Message, ServerReply, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
 use crate::bounds::Bounds;
-use crate::check::check;
+use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
@@ -60,6 +60,9 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) commits: Arc<AtomicU64>,
     /// `commits` when the ground truth was last read.
     pub(super) commits_read: u64,
+    /// The effects outside services had applied ([`IntentTag::outside_effect_applied`]) when
+    /// the ground truth was last read.
+    pub(super) outside_read: u64,
     /// Turns that got somewhere (a crash point reached, an invocation ended): a waiting
     /// invocation tries its lock again only after some.
     pub(super) progress: u64,
@@ -236,6 +239,9 @@ impl<S: System> Execution<'_, '_, S> {
             let effects = self.system.effects(self.store);
             let mut found = check(&self.world.intents, &effects, applicable);
             found.extend(self.records_left_pending());
+            if let Some(records) = self.system.effect_records(self.store) {
+                found.extend(orphan_effects(&self.world.intents, &effects, &records));
+            }
             found
         };
         if end == RunEnd::Pruned {
@@ -397,6 +403,18 @@ impl<S: System> Execution<'_, '_, S> {
                     format!("{label}: storage fault after {point}: no COMMIT came before the next point")
                 }
             });
+        }
+        self.note_outside_calls();
+    }
+
+    /// Notes what outside services did at the calls since the last note, and counts a lost
+    /// call or answer as a fault for liveness.
+    fn note_outside_calls(&mut self) {
+        for text in self.tag.take_outside_notes() {
+            self.world.note(Lane::Provider, |_| text);
+        }
+        if std::mem::take(&mut self.points.links_lost) > 0 {
+            self.disturbed();
         }
     }
 

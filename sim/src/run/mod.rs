@@ -141,6 +141,23 @@ pub struct Ctx<'r> {
 
 trait CrashPoints {
     fn at(&mut self, point: &'static str) -> Result<(), Crash>;
+
+    /// A crash point at which the handler calls an outside service: then what becomes of the
+    /// call on its lossy link.
+    fn call(&mut self, point: &'static str) -> Result<Link, Crash>;
+}
+
+/// What becomes of a call to an outside service (a [`crate::Provider`]) on its own lossy
+/// link, as the schedule chooses. A lost call or answer is a dropped message: it spends the
+/// drop budget ([`Bounds::drops_max`]) and counts as a drop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Link {
+    /// The call reaches the service and its answer comes back.
+    Answered,
+    /// The call is lost on the way: the service never sees it; the caller hears nothing.
+    CallLost,
+    /// The service acts on the call, but its answer is lost: the caller hears nothing.
+    AnswerLost,
 }
 
 impl Ctx<'_> {
@@ -187,6 +204,18 @@ impl Ctx<'_> {
         match self.points.as_mut() {
             Some(points) => points.at(point),
             None => Ok(()),
+        }
+    }
+
+    /// Marks a crash point named `point` at which the handler calls an outside service, and
+    /// returns what becomes of the call on the service's lossy link ([`Link`]). An outside
+    /// service such as [`crate::Provider`] calls it for the handler. With overlapping
+    /// invocations the call is a pause: other invocations run and time passes while it is in
+    /// flight. A context that never crashes always answers [`Link::Answered`].
+    pub fn call(&mut self, point: &'static str) -> Result<Link, Crash> {
+        match self.points.as_mut() {
+            Some(points) => points.call(point),
+            None => Ok(Link::Answered),
         }
     }
 }
@@ -400,6 +429,7 @@ impl<S: System> Simulator<S> {
         pruning: Option<Pruning<'_>>,
         checkpoints: Option<&mut Checkpoints<S>>,
     ) -> RunOutcome {
+        self.tag.trace_outside(trace);
         self.system.reset(&mut self.store);
         let mut decider = Decider::new(source);
         let workload = self.system.workload(&mut decider, bounds);
@@ -460,6 +490,7 @@ impl<S: System> Simulator<S> {
                     .then(|| self.tag.clone()),
                 storage_chosen_at: None,
                 storage_settled: Vec::new(),
+                links_lost: 0,
             },
             world: state.world,
             pruning,
@@ -473,6 +504,7 @@ impl<S: System> Simulator<S> {
             connections: &mut self.connections,
             commits: Arc::clone(&self.commits),
             commits_read: self.commits.load(std::sync::atomic::Ordering::Relaxed),
+            outside_read: self.tag.outside_effects(),
             progress: state.progress,
             store_seen: None,
             checkpoints: checkpoints.as_deref_mut(),
@@ -535,6 +567,8 @@ struct Points<'s> {
     /// Storage faults settled since the engine last noted them: where each was chosen, and
     /// whether a COMMIT failed before the next crash point.
     storage_settled: Vec<(&'static str, bool)>,
+    /// Outside calls or answers lost since the engine last noted them.
+    links_lost: u32,
 }
 
 impl Points<'_> {
@@ -545,6 +579,21 @@ impl Points<'_> {
     /// Whether a storage fault may be chosen now.
     fn storage_fault_allowed(&self) -> bool {
         self.storage.is_some() && self.faults.storage < self.bounds.storage_faults_max
+    }
+
+    /// What becomes of an outside call: lost on the way or on the way back (a drop, while the
+    /// budget allows one), or answered.
+    fn link_fate(&mut self) -> Link {
+        let lossy = self.fault_allowed() && self.faults.drops < self.bounds.drops_max;
+        let options = if lossy { 3 } else { 1 };
+        let fate = match self.decider.choose(ChoiceKind::Fault, options) {
+            0 => return Link::Answered,
+            1 => Link::CallLost,
+            _ => Link::AnswerLost,
+        };
+        self.faults.drops += 1;
+        self.links_lost += 1;
+        fate
     }
 
     /// Settles the storage fault chosen at the last crash point, if any: it came if a COMMIT
@@ -589,5 +638,10 @@ impl CrashPoints for Points<'_> {
             .expect("allowed only with a tag")
             .make_commit_fail();
         Ok(())
+    }
+
+    fn call(&mut self, point: &'static str) -> Result<Link, Crash> {
+        self.at(point)?;
+        Ok(self.link_fate())
     }
 }

@@ -31,6 +31,8 @@ pub(crate) struct Invocation<S: System> {
     observation: S::Observation,
     /// The crash point it paused at; `None` while it waits on a lock (or before it starts).
     paused_at: Option<&'static str>,
+    /// Whether it paused to call an outside service there.
+    calling: bool,
     /// While it waits on a lock: the run's progress count when it last tried. It may try
     /// again once another invocation has made progress.
     blocked_since: Option<u64>,
@@ -187,6 +189,7 @@ impl<S: System> Execution<'_, '_, S> {
             request: request.clone(),
             observation,
             paused_at: None,
+            calling: false,
             blocked_since: None,
             committed: false,
             session,
@@ -194,7 +197,7 @@ impl<S: System> Execution<'_, '_, S> {
             started_ms: self.world.now_ms,
         });
         let index = self.tasks.len() - 1;
-        self.take_turn(index, Begins::Start);
+        self.take_turn(index, Begins::Start, Go::Continue);
     }
 
     /// Lets the invocation at `index` go on: past its crash point (where the server may crash
@@ -205,11 +208,18 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         let Some(point) = self.tasks[index].paused_at else {
-            self.take_turn(index, Begins::LockWait);
+            self.take_turn(index, Begins::LockWait, Go::Continue);
             return;
         };
         match self.points.at(point) {
-            Ok(()) => self.take_turn(index, Begins::Point(point)),
+            Ok(()) => {
+                let go = if self.tasks[index].calling {
+                    Go::Call(self.points.link_fate())
+                } else {
+                    Go::Continue
+                };
+                self.take_turn(index, Begins::Point(point), go);
+            }
             Err(crash) => {
                 let label = format!("{} at {point}", self.tasks[index].label());
                 self.crash_server(&label, crash);
@@ -218,7 +228,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// Runs the invocation at `index` until it pauses or ends, and records what came of it.
-    fn take_turn(&mut self, index: usize, what: Begins) {
+    fn take_turn(&mut self, index: usize, what: Begins, go: Go) {
         if self.pruning.is_some() {
             let print = self.committed_print();
             let history = &mut self.tasks[index].history;
@@ -226,7 +236,7 @@ impl<S: System> Execution<'_, '_, S> {
         }
         let invocation = &mut self.tasks[index];
         self.tag.set(Some(invocation.intent));
-        let turn = invocation.task.resume(Go::Continue, self.stacks);
+        let turn = invocation.task.resume(go, self.stacks);
         self.tag.set(None);
         self.read_truth_after(index);
         let label = self.tasks[index].label().to_string();
@@ -237,10 +247,11 @@ impl<S: System> Execution<'_, '_, S> {
         }
         let label = invocation.label();
         match turn {
-            Turn::Paused(Pause::Point(point)) => {
+            Turn::Paused(Pause::Point(point) | Pause::Call(point)) => {
                 self.progress += 1;
                 let invocation = &mut self.tasks[index];
                 invocation.paused_at = Some(point);
+                invocation.calling = matches!(turn, Turn::Paused(Pause::Call(_)));
                 invocation.blocked_since = None;
                 self.world.note(Lane::Server, |_| {
                     format!("{label} {what} -> pauses at {point}")
@@ -377,14 +388,19 @@ impl<S: System> Execution<'_, '_, S> {
     /// writing; effects of its intent that committed mark it as having committed.
     fn read_truth_after(&mut self, index: usize) {
         let commits = self.commits.load(Ordering::Relaxed);
-        if commits == self.commits_read {
+        let outside = self.tag.outside_effects();
+        if commits == self.commits_read && outside == self.outside_read {
             return;
         }
-        if self
+        let writing = self
             .tasks
             .iter()
-            .any(|invocation| invocation.task.writing())
-        {
+            .any(|invocation| invocation.task.writing());
+        if writing && commits == self.commits_read {
+            // Only an outside service acted, while the database is locked: read it later.
+            return;
+        }
+        if writing {
             panic!(
                 "{} committed and began another write transaction without a crash point in \
                  between; add ctx.point(..) after the commit so that the engine can read the \
@@ -402,6 +418,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// it returns; notes the store's new contents in a traced run.
     pub(super) fn read_truth(&mut self) -> Vec<IntentId> {
         self.commits_read = self.commits.load(Ordering::Relaxed);
+        self.outside_read = self.tag.outside_effects();
         self.store_changes();
         let fresh = self.absorb_effects();
         if self.world.rows.is_some() {

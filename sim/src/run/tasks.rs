@@ -3,7 +3,7 @@
 //! whenever SQLite finds the database locked. One runs at a time, chosen by the schedule, so
 //! every interleaving is a function of the run's choices.
 
-use super::{CrashPoints, Ctx, Session};
+use super::{CrashPoints, Ctx, Link, Session};
 use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, Reply};
 use corosensei::stack::DefaultStack;
@@ -24,6 +24,8 @@ pub(crate) enum Pause {
     Point(&'static str),
     /// SQLite found the database locked; it waits for the holder.
     Blocked,
+    /// It reached a crash point at which it calls an outside service.
+    Call(&'static str),
 }
 
 /// How a paused invocation goes on.
@@ -33,6 +35,8 @@ pub(crate) enum Go {
     Continue,
     /// The server crashed: the crash point returns `Err(Crash)`, a lock wait gives up.
     Crash,
+    /// Carry on with the outside call it paused at, which comes to this.
+    Call(Link),
 }
 
 /// What one resumption of an invocation came to.
@@ -83,7 +87,15 @@ struct PausingPoints<'y> {
 impl CrashPoints for PausingPoints<'_> {
     fn at(&mut self, point: &'static str) -> Result<(), Crash> {
         match pause(self.yielder, Pause::Point(point)) {
-            Go::Continue => Ok(()),
+            Go::Continue | Go::Call(_) => Ok(()),
+            Go::Crash => Err(Crash { point }),
+        }
+    }
+
+    fn call(&mut self, point: &'static str) -> Result<Link, Crash> {
+        match pause(self.yielder, Pause::Call(point)) {
+            Go::Call(link) => Ok(link),
+            Go::Continue => Ok(Link::Answered),
             Go::Crash => Err(Crash { point }),
         }
     }

@@ -1,0 +1,322 @@
+//! The payment store on real SQLite, with the provider beside it, and the family that makes
+//! any [`PaymentHandler`] a system under test.
+
+use super::workload::{workload, PaymentRequest, Receipt, WORKLOAD_LIMITS};
+use retrysim_sim::sqlite::{settle, settle_lookup, DbImage, HarnessDb, Stop};
+use retrysim_sim::{
+    Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, NoEvent,
+    Provider, Reply, Situation, Status, StoreCopy, System, Workload, WorkloadLimits,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// The local store: idempotency records and booked payments.
+pub const SCHEMA: &str = "
+CREATE TABLE idempotency_records (
+    request_id TEXT PRIMARY KEY NOT NULL,
+    order_id TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('in_progress', 'completed')),
+    -- The claim's owner holds it until then (simulated ms, as `retrysim_now()`).
+    lease_expires_ms INTEGER NOT NULL,
+    -- The claim's number: 1 for the first, one more at each takeover.
+    claim INTEGER NOT NULL,
+    -- The provider's charge, once completed.
+    charge_id INTEGER
+);
+CREATE TABLE payments (
+    request_id TEXT NOT NULL,
+    order_id TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    charge_id INTEGER
+);
+";
+
+/// How long a claim's lease runs, in simulated milliseconds: longer than
+/// [`PLATFORM_LIMIT_MS`], so that a claim is taken over only once its owner is gone.
+pub const LEASE_MS: u64 = 5_000;
+
+/// The lease of `lease-shorter-than-call`: shorter than a provider call can take.
+pub const SHORT_LEASE_MS: u64 = 1_000;
+
+/// The platform's limit on one invocation under which the payment handlers are explored
+/// ([`Bounds::invocation_limit_ms`]), in simulated milliseconds.
+pub const PLATFORM_LIMIT_MS: u64 = 3_000;
+
+const RESET: &[&str] = &["DELETE FROM idempotency_records", "DELETE FROM payments"];
+
+/// The invariants that apply to the payment domain.
+pub const INVARIANTS: &[Invariant] = &[
+    Invariant::AtMostOnceEffect,
+    Invariant::OutcomeAgreement,
+    Invariant::NoSilentKeyReuse,
+    Invariant::ReplayFidelity,
+    Invariant::TruthfulReply,
+    Invariant::NoDeadlock,
+    Invariant::EventualVerdict,
+    Invariant::NoOrphanEffect,
+];
+
+/// The durable side of the domain: the SQLite database and the provider.
+pub struct PaymentStore {
+    db: HarnessDb,
+    provider: Provider,
+}
+
+impl PaymentStore {
+    /// The harness database; its keeper connection reads committed state.
+    pub fn db(&self) -> &HarnessDb {
+        &self.db
+    }
+
+    /// The payment provider.
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+
+    /// The status of `request`'s record, if any.
+    pub fn record_status(&self, request_id: &str) -> Option<String> {
+        self.db
+            .keeper()
+            .prepare_cached("SELECT status FROM idempotency_records WHERE request_id = ?1")
+            .and_then(|mut s| s.query_row([request_id], |row| row.get(0)).optional())
+            .expect("records are readable")
+    }
+}
+
+/// A payment handler: it charges through `provider` and keeps its records on `db`.
+pub trait PaymentHandler {
+    /// Handles one payment request; call `ctx.point(name)?` at crash points.
+    fn pay(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        provider: &Provider,
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Stop>;
+}
+
+/// A [`PaymentHandler`] as a system under test.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnPayment<H>(pub H);
+
+impl<H: PaymentHandler> System for OnPayment<H> {
+    type Request = PaymentRequest;
+    type Value = Receipt;
+    type Store = PaymentStore;
+    type Memory = ();
+    type Event = NoEvent;
+    type Observation = ();
+
+    fn open(&self, tag: &IntentTag) -> PaymentStore {
+        PaymentStore {
+            db: HarnessDb::create(tag, SCHEMA, &["payments"]).expect("the schema loads"),
+            provider: Provider::new(tag),
+        }
+    }
+
+    fn reset(&self, store: &mut PaymentStore) {
+        store.db.reset(RESET).expect("the payment store resets");
+        store.provider.reset();
+    }
+
+    fn restart(&self, store: &mut PaymentStore) {
+        store.db.restart_server();
+    }
+
+    fn store_version(&self, store: &PaymentStore) -> Option<u64> {
+        Some(store.db.version() + store.provider.version())
+    }
+
+    fn storage_faults_possible(&self) -> bool {
+        true
+    }
+
+    fn save(&self, store: &PaymentStore) -> Option<StoreCopy> {
+        Some(StoreCopy::new((store.db.save(), store.provider.save())))
+    }
+
+    fn restore(&self, store: &mut PaymentStore, copy: &StoreCopy) {
+        let (image, charges): &(DbImage, Vec<Charge>) =
+            copy.get().expect("a copy of the payment store");
+        store.db.restore(image);
+        store.provider.restore(charges);
+    }
+
+    fn workload(&self, decider: &mut Decider<'_>, bounds: &Bounds) -> Workload<PaymentRequest, NoEvent> {
+        workload(decider, bounds)
+    }
+
+    fn apply_event(&self, _store: &mut PaymentStore, event: &NoEvent) {
+        match *event {}
+    }
+
+    /// The end of each claim's lease: from then on a retry may take it over.
+    fn deadlines(&self, store: &PaymentStore) -> Vec<Deadline> {
+        let keeper = store.db.keeper();
+        let mut statement = keeper
+            .prepare_cached(
+                "SELECT lease_expires_ms, request_id FROM idempotency_records \
+                 WHERE status = 'in_progress'",
+            )
+            .expect("records are readable");
+        let leases = statement
+            .query_map([], |row| {
+                Ok(Deadline {
+                    at_ms: row.get(0)?,
+                    what: format!("the lease on {} ends", row.get::<_, String>(1)?),
+                })
+            })
+            .expect("records are readable");
+        leases.map(|lease| lease.expect("a lease reads")).collect()
+    }
+
+    fn observe(&self, _store: &PaymentStore, _request: &PaymentRequest) {}
+
+    /// Whether `request`'s own record (same id, same order and amount) is in progress.
+    fn is_pending(&self, store: &PaymentStore, request: &PaymentRequest) -> bool {
+        look_up(store.db.keeper(), request).is_ok_and(|status| status == Status::Pending)
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut PaymentStore,
+        _memory: &mut (),
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Crash> {
+        let result = self.0.pay(ctx, store.db.server(), &store.provider, request);
+        settle(result, store.db.server())
+    }
+
+    /// A connection per invocation, so that overlapping invocations race for real.
+    fn connect(&self, store: &PaymentStore) -> Option<Connection> {
+        Some(store.db.connect().expect("a connection to the payment store opens"))
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &PaymentStore,
+        connection: &Connection,
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Crash> {
+        let result = self.0.pay(ctx, connection, &store.provider, request);
+        settle(result, connection)
+    }
+
+    fn supports_lookup(&self) -> bool {
+        true
+    }
+
+    fn lookup(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        store: &mut PaymentStore,
+        _memory: &mut (),
+        request: &PaymentRequest,
+    ) -> Result<Status<Receipt>, Crash> {
+        let server = store.db.server();
+        settle_lookup(look_up(server, request), server)
+    }
+
+    /// The provider's charges.
+    fn effects(&self, store: &PaymentStore) -> Vec<IntentId> {
+        store.provider.effects()
+    }
+
+    /// The booked payments, as the harness's triggers recorded them.
+    fn effect_records(&self, store: &PaymentStore) -> Option<Vec<IntentId>> {
+        Some(store.db.effects())
+    }
+
+    fn fingerprint(&self, store: &PaymentStore) -> u64 {
+        let local = store.db.fingerprint(&["idempotency_records", "payments"]);
+        local ^ hash_of(&store.provider.charges())
+    }
+
+    fn describe_store(&self, store: &PaymentStore) -> String {
+        format!(
+            "{}; provider: {}",
+            describe_local(&store.db),
+            store.provider.describe()
+        )
+    }
+
+    fn invariants(&self) -> &'static [Invariant] {
+        INVARIANTS
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED]
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        WORKLOAD_LIMITS
+    }
+}
+
+fn hash_of<T: std::hash::Hash>(value: &T) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The status lookup: the record under the request id, completed, in progress, or another
+/// request's.
+fn look_up(db: &Connection, request: &PaymentRequest) -> Result<Status<Receipt>, Stop> {
+    let found = db
+        .prepare_cached(
+            "SELECT order_id, amount, status, charge_id FROM idempotency_records \
+             WHERE request_id = ?1",
+        )?
+        .query_row([&*request.id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, u64>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, Option<u32>>(3)?,
+            ))
+        })
+        .optional()?;
+    Ok(match found {
+        None => Status::NotFound,
+        Some((order, amount, _, _))
+            if order != request.args.order || amount != request.args.amount =>
+        {
+            Status::Conflict
+        }
+        Some((_, amount, status, charge)) if status == "completed" => Status::Completed(Receipt {
+            charge: charge.map(ChargeId),
+            amount,
+        }),
+        Some(_) => Status::Pending,
+    })
+}
+
+/// The local store for timelines: records and payments.
+fn describe_local(db: &HarnessDb) -> String {
+    let keeper = db.keeper();
+    let read = |sql: &str| -> Vec<String> {
+        let mut statement = keeper.prepare_cached(sql).expect("the store is readable");
+        let rows = statement
+            .query_map(params![], |row| row.get(0))
+            .expect("the store is readable");
+        rows.map(|row| row.expect("a row reads")).collect()
+    };
+    let records = read(
+        "SELECT request_id || ' ' || status || ' claim ' || claim \
+         || CASE WHEN status = 'in_progress' THEN ' (lease to ' || lease_expires_ms || ' ms)' \
+            ELSE coalesce(' ch_' || charge_id, ' no charge') END \
+         FROM idempotency_records ORDER BY request_id",
+    );
+    let payments = read(
+        "SELECT request_id || ' ' || order_id || ' $' || amount || coalesce(' ch_' || charge_id, '') \
+         FROM payments ORDER BY rowid",
+    );
+    format!(
+        "records [{}]; payments [{}]",
+        records.join(", "),
+        payments.join(", ")
+    )
+}
