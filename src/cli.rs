@@ -837,7 +837,10 @@ fn run_matrix() -> Printed {
         .iter()
         .filter_map(|entry| {
             let limit_ms = entry.invocation_limit_ms?;
-            Some(format!("{}/{} ({limit_ms} ms)", entry.domain, entry.handler))
+            Some(format!(
+                "{}/{} ({limit_ms} ms)",
+                entry.domain, entry.handler
+            ))
         })
         .collect();
     if !limited.is_empty() {

@@ -45,7 +45,8 @@ pub use explore::{explore, Exploration, Failure, SubjectFactory, THREADS_MAX};
 pub use invariant::{Invariant, Violation};
 pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};
 pub use run::{
-    ClientPolicy, Ctx, Enumeration, FaultCounts, Link, RunEnd, RunOutcome, Session, Simulator, Visited,
+    ClientPolicy, Ctx, Enumeration, FaultCounts, Link, RunEnd, RunOutcome, Session, Simulator,
+    Visited,
 };
 pub use sandbox::Sandbox;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};

@@ -212,7 +212,10 @@ impl Provider {
         let shown: Vec<String> = charges
             .iter()
             .map(|charge| match &charge.key {
-                Some(key) => format!("{} {} ${} key {key}", charge.id, charge.order, charge.amount),
+                Some(key) => format!(
+                    "{} {} ${} key {key}",
+                    charge.id, charge.order, charge.amount
+                ),
                 None => format!("{} {} ${}", charge.id, charge.order, charge.amount),
             })
             .collect();

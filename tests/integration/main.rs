@@ -10,6 +10,7 @@ mod interval;
 mod liveness;
 mod overlap;
 mod own_handler;
+mod payment;
 mod property;
 mod readme;
 mod reservation;

@@ -132,3 +132,19 @@ fn stuck_pending_shortest_failing_timeline() {
     );
     snapshot("reservation-stuck-pending-shortest", &text);
 }
+
+/// The shortest failing timeline of every faulty payment handler: the provider's lane shows
+/// each call (when there is one) and the store column what the provider holds.
+#[test]
+fn payment_faulty_handlers_shortest_failing_timelines() {
+    for handler in models::handlers().iter().filter(|h| h.domain == "payment") {
+        let Declared::Faulty { caught_by } = handler.declared else {
+            continue;
+        };
+        let shrunk = shortest_failure_in("payment", handler.handler, caught_by);
+        assert!(shrunk.outcome.violates(caught_by), "{handler:?}");
+        let text = report::run_report(handler, &shrunk.bounds, &shrunk.outcome);
+        assert!(text.contains("; provider: "), "{handler:?}");
+        snapshot(&format!("payment-{}-shortest", handler.handler), &text);
+    }
+}

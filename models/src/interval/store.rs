@@ -40,7 +40,8 @@ const RESET: &[&str] = &[
     "INSERT INTO automations VALUES (1, 'team-a', 15, 1), (2, 'team-a', 15, 1), (20, 'team-b', 15, 1)",
 ];
 
-/// The invariants that apply to the interval domain: all of them.
+/// The invariants that apply to the interval domain: all but `no-orphan-effect` (its effects
+/// are its store's own).
 pub const INVARIANTS: &[Invariant] = &[
     Invariant::AtMostOnceEffect,
     Invariant::OutcomeAgreement,

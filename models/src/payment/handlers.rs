@@ -252,7 +252,10 @@ fn charged(request: &PaymentRequest, id: ChargeId, replayed: bool) -> Reply<Rece
 
 /// The answer after the provider call: a storage error is rolled back and answered pending,
 /// since the call may have charged.
-fn after_call(result: Result<Reply<Receipt>, Stop>, db: &Connection) -> Result<Reply<Receipt>, Stop> {
+fn after_call(
+    result: Result<Reply<Receipt>, Stop>,
+    db: &Connection,
+) -> Result<Reply<Receipt>, Stop> {
     match result {
         Err(Stop::Storage(_)) => {
             if !db.is_autocommit() {

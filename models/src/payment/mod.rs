@@ -28,8 +28,8 @@ mod store;
 mod workload;
 
 pub use handlers::{
-    CompletedBeforeCall, DeleteOnError, KeyPerAttempt, LeaseAndProviderKey,
-    LeaseShorterThanCall, NoProviderKey, StaleClaimCompletes,
+    CompletedBeforeCall, DeleteOnError, KeyPerAttempt, LeaseAndProviderKey, LeaseShorterThanCall,
+    NoProviderKey, StaleClaimCompletes,
 };
 pub use store::{
     OnPayment, PaymentHandler, PaymentStore, INVARIANTS, LEASE_MS, PLATFORM_LIMIT_MS, SCHEMA,

@@ -4,8 +4,8 @@
 use super::workload::{workload, PaymentRequest, Receipt, WORKLOAD_LIMITS};
 use retrysim_sim::sqlite::{settle, settle_lookup, DbImage, HarnessDb, Stop};
 use retrysim_sim::{
-    Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, NoEvent,
-    Provider, Reply, Situation, Status, StoreCopy, System, Workload, WorkloadLimits,
+    Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant,
+    NoEvent, Provider, Reply, Situation, Status, StoreCopy, System, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -142,7 +142,11 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         store.provider.restore(charges);
     }
 
-    fn workload(&self, decider: &mut Decider<'_>, bounds: &Bounds) -> Workload<PaymentRequest, NoEvent> {
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<PaymentRequest, NoEvent> {
         workload(decider, bounds)
     }
 
@@ -190,7 +194,12 @@ impl<H: PaymentHandler> System for OnPayment<H> {
 
     /// A connection per invocation, so that overlapping invocations race for real.
     fn connect(&self, store: &PaymentStore) -> Option<Connection> {
-        Some(store.db.connect().expect("a connection to the payment store opens"))
+        Some(
+            store
+                .db
+                .connect()
+                .expect("a connection to the payment store opens"),
+        )
     }
 
     fn handle_on(

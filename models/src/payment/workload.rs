@@ -1,6 +1,8 @@
 //! Payment requests, results and workloads.
 
-use retrysim_sim::{Bounds, ChargeId, ChoiceKind, Decider, Intent, Keyed, Workload, WorkloadLimits};
+use retrysim_sim::{
+    Bounds, ChargeId, ChoiceKind, Decider, Intent, Keyed, Workload, WorkloadLimits,
+};
 use std::fmt;
 
 /// What a client asks: charge `order` for `amount`.

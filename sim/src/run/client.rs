@@ -388,10 +388,14 @@ impl<S: System> Execution<'_, '_, S> {
                 if !self.answers_latest_send(client, attempt, &what) {
                     return;
                 }
+                // An answer, not a failed attempt: the resubmission is the attempt.
                 let world = &mut self.world;
+                world.intent_mut(intent).polls += 1;
                 world.clients[client].next = NextSend::Submit;
                 world.clients[client].phase = Phase::Ready;
-                world.note(lane, |_| format!("{what}; will resubmit {intent} under its id"));
+                world.note(lane, |_| {
+                    format!("{what}; will resubmit {intent} under its id")
+                });
                 return;
             }
         };

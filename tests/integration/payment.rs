@@ -1,0 +1,173 @@
+//! The payment domain: the provider's own key semantics, literal runs of the lease-and-key
+//! contract, the declared verdicts over seeds, and exhaustive checks of the correct handler.
+
+use crate::{assert_declarations, entry, lane};
+use retrysim::models::payment::{ChargeArgs, LEASE_MS};
+use retrysim::models::Declared;
+use retrysim::{
+    exhaust_on, replay, Bounds, ChargeId, Charged, CheckOptions, Ctx, IntentTag, Invariant, Lane,
+    Provider, Stopped, Tape,
+};
+
+const FIVE: ChargeArgs = ChargeArgs {
+    order: "o1",
+    amount: 5,
+};
+
+/// The same key with the same request returns the first charge, marked as a replay; with
+/// another request it is refused; without a key every call is a new charge.
+#[test]
+fn the_provider_honours_its_idempotency_key() {
+    let provider = Provider::new(&IntentTag::default());
+    let mut ctx = Ctx::never_crash();
+    let mut charge = |key: Option<&str>, order: &str, amount: u64| {
+        provider
+            .charge(&mut ctx, key, order, amount)
+            .expect("never crashes")
+            .expect("always answered")
+    };
+    let first = Charged::Charge {
+        id: ChargeId(1),
+        replayed: false,
+    };
+    assert_eq!(charge(Some("pay-1"), "o1", 5), first);
+    let again = Charged::Charge {
+        id: ChargeId(1),
+        replayed: true,
+    };
+    assert_eq!(charge(Some("pay-1"), "o1", 5), again);
+    assert_eq!(charge(Some("pay-1"), "o1", 7), Charged::KeyConflict);
+    assert_eq!(charge(Some("pay-1"), "o2", 5), Charged::KeyConflict);
+    let unkeyed = |id| Charged::Charge {
+        id: ChargeId(id),
+        replayed: false,
+    };
+    assert_eq!(charge(None, "o1", 5), unkeyed(2));
+    assert_eq!(charge(None, "o1", 5), unkeyed(3));
+    assert_eq!(provider.charges().len(), 3);
+    assert_eq!(
+        provider.describe(),
+        "ch_1 o1 $5 key pay-1, ch_2 o1 $5, ch_3 o1 $5"
+    );
+    // Outside an invocation no intent is served: the charges are nobody's effects.
+    assert_eq!(provider.effects(), vec![]);
+    provider.reset();
+    assert_eq!(provider.describe(), "none");
+}
+
+/// A copy of the charges puts them back, and the version moves at every change.
+#[test]
+fn the_provider_saves_and_restores_its_charges() {
+    let provider = Provider::new(&IntentTag::default());
+    let mut ctx = Ctx::never_crash();
+    let before = provider.version();
+    let copy = provider.save();
+    provider.charge(&mut ctx, None, "o1", 5).unwrap().unwrap();
+    assert!(provider.version() > before);
+    let charged = provider.version();
+    provider.restore(&copy);
+    assert!(provider.version() > charged);
+    assert_eq!(provider.charges(), vec![]);
+}
+
+fn replayed(handler: &str, tape: &str, bounds: &Bounds) -> retrysim::RunOutcome {
+    let entry = entry("payment", handler);
+    let tape: Tape = tape.parse().unwrap();
+    replay(&mut *(entry.build)(), &tape, &entry.bounds_from(*bounds)).unwrap()
+}
+
+/// The call reaches the provider but its answer is lost: the handler gives its claim up and
+/// answers pending; the client comes back, takes the claim over and calls again with the same
+/// key, which returns the first charge. One charge, one booked payment, and the provider's
+/// lane says what it did.
+#[test]
+fn a_lost_provider_answer_is_recovered_by_the_same_key() {
+    let one_client = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        ..Bounds::default()
+    };
+    // Send, deliver, no crash at the call; the link loses the answer (2).
+    let outcome = replayed("lease-and-provider-key", "0,0,0,2", &one_client);
+    assert_eq!(
+        lane(&outcome, Lane::Provider),
+        [
+            "0 ms: charge o1 $5 key pay-1 -> ch_1 charged; the answer is lost",
+            "100 ms: charge o1 $5 key pay-1 -> ch_1 again (same key)",
+        ]
+    );
+    assert_eq!(outcome.faults.drops, 1);
+    assert_eq!(outcome.violations, vec![]);
+    let timeline = outcome.timeline.unwrap();
+    assert_eq!(timeline.intents[0].effects, 1);
+    assert!(timeline.store.contains("payments [pay-1 o1 $5 ch_1]"));
+    // The same schedule without a key charges twice.
+    let outcome = replayed("no-provider-key", "0,0,0,2", &one_client);
+    assert!(outcome.violates(Invariant::AtMostOnceEffect));
+}
+
+/// A retry that finds the claim held answers retry-after to the lease's end.
+#[test]
+fn a_held_claim_answers_retry_after_its_lease() {
+    let one_client = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        ..Bounds::default()
+    };
+    // The server crashes at the provider call (1): the claim stays held to the lease's end;
+    // the retry at 1100 ms waits it out and takes the claim over.
+    let outcome = replayed("lease-and-provider-key", "0,0,1", &one_client);
+    let client = lane(&outcome, Lane::Client(0));
+    let waits = format!("1100 ms: A#2 says retry after {} ms", LEASE_MS - 1_100);
+    assert!(
+        client.iter().any(|row| row.starts_with(&waits)),
+        "{client:?}"
+    );
+    assert_eq!(
+        client.last().unwrap(),
+        &format!("{LEASE_MS} ms: receive reply A#3; concludes A")
+    );
+    assert_eq!(outcome.violations, vec![]);
+    assert_eq!(outcome.timeline.unwrap().intents[0].effects, 1);
+}
+
+#[test]
+fn payment_handlers_are_as_declared_over_two_thousand_seeds() {
+    assert_declarations("payment", 0..2_000);
+}
+
+/// The correct handler exhausted clean: two clients of one intent each, three attempts, one
+/// fault (a storage fault among them), each invocation to its end; and one client whose
+/// invocations overlap, with two faults. Every fault kind and crash point is exercised.
+#[test]
+fn lease_and_provider_key_exhausts_clean() {
+    let entry = entry("payment", "lease-and-provider-key");
+    assert_eq!(entry.declared, Declared::Correct);
+    let sequential = Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 1,
+        storage_faults_max: 1,
+        ..entry.bounds_from(Bounds::default())
+    };
+    let overlapping = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 1,
+        invocations_max: 2,
+        ..entry.bounds_from(Bounds::default())
+    };
+    for bounds in [sequential, overlapping] {
+        let report = exhaust_on(&entry.build, &CheckOptions::new(bounds), 2);
+        assert_eq!(report.stopped, Stopped::Exhausted, "{bounds}");
+        assert!(report.clean(), "{bounds}: {:?}", report.violations);
+        assert_eq!(report.step_limited, 0);
+        assert!(report.coverage.drops > 0 && report.coverage.crashes > 0);
+        assert!(report.coverage.duplicates > 0 && report.coverage.reconnects > 0);
+        assert_eq!(report.coverage.storage > 0, bounds.storage_faults_max > 0);
+        let points: Vec<&str> = report.coverage.crash_points.keys().copied().collect();
+        assert_eq!(points, ["after-provider", "provider-call"], "{bounds}");
+    }
+}
