@@ -2,16 +2,11 @@
 //! contract, the declared verdicts over seeds, and exhaustive checks of the correct handler.
 
 use crate::{assert_declarations, entry, lane};
-use retrysim::models::payment::{ChargeArgs, LEASE_MS};
+use retrysim::models::payment::LEASE_MS;
 use retrysim::models::Declared;
 use retrysim::{
     exhaust_on, replay, Bounds, ChargeId, Charged, CheckOptions, Ctx, IntentTag, Invariant, Lane,
     Provider, Stopped, Tape,
-};
-
-const FIVE: ChargeArgs = ChargeArgs {
-    order: "o1",
-    amount: 5,
 };
 
 /// The same key with the same request returns the first charge, marked as a replay; with
