@@ -357,6 +357,17 @@ const HANDLERS: &[HandlerEntry] = &[
     },
     HandlerEntry {
         domain: "payment",
+        handler: "outbox",
+        summary: "queues the payment in an outbox and answers pending; a relay sends each row under its request id as key",
+        declared: Declared::Correct,
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: Some(payment::PLATFORM_LIMIT_MS),
+        build: subject::<payment::OnPayment<payment::Outbox>>,
+    },
+    HandlerEntry {
+        domain: "payment",
         handler: "no-provider-key",
         summary: "the lease is right, but the provider call carries no key",
         declared: faulty(Invariant::AtMostOnceEffect),

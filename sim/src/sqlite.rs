@@ -16,7 +16,7 @@ use crate::system::{Crash, IntentId, IntentTag, Reply, Status};
 pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -231,6 +231,41 @@ impl HarnessDb {
             .expect("the harness table is readable");
         rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
             .collect()
+    }
+
+    /// The ground truth of one effect table: the intent of every committed effect on
+    /// `table`, in commit order.
+    pub fn effects_in(&self, table: &str) -> Vec<IntentId> {
+        let mut statement = self
+            .keeper
+            .prepare_cached(
+                "SELECT intent FROM retrysim_effects WHERE table_name = ?1 ORDER BY seq",
+            )
+            .expect("the harness table exists");
+        let rows = statement
+            .query_map([table], |row| row.get::<_, u32>(0))
+            .expect("the harness table is readable");
+        rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
+            .collect()
+    }
+
+    /// The intent whose invocation inserted the row `row_id` of the effect table `table`, by
+    /// the ground truth (`None` if no intent did): which intent a relay serves when it sends
+    /// an outbox row.
+    pub fn row_intent(&self, table: &str, row_id: i64) -> Option<IntentId> {
+        self.keeper
+            .prepare_cached(
+                "SELECT intent FROM retrysim_effects \
+                 WHERE table_name = ?1 AND row_id = ?2 AND operation = 'insert' \
+                 ORDER BY seq LIMIT 1",
+            )
+            .and_then(|mut first| {
+                first
+                    .query_row(rusqlite::params![table, row_id], |row| row.get::<_, u32>(0))
+                    .optional()
+            })
+            .expect("the harness table is readable")
+            .map(|raw| IntentId(raw - 1))
     }
 
     /// How many committed effects of any intent changed the row `row_id` of `table`, by the

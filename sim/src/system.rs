@@ -571,6 +571,22 @@ pub trait System {
         None
     }
 
+    /// The intent whose invocation queued the store's next piece of background work (an
+    /// outbox row a relay sends), by the harness's own record (e.g.
+    /// [`crate::sqlite::HarnessDb::row_intent`]); `None`, the default, when nothing is queued.
+    /// While work is queued the schedule may run it ([`System::run_job`]) at any step between
+    /// invocations, time does not pass (the actor is prompt), and the run does not end.
+    fn job_due(&self, _store: &Self::Store) -> Option<IntentId> {
+        None
+    }
+
+    /// Does the next piece of queued background work, serving the intent
+    /// [`System::job_due`] named (its effects are that intent's). Call `ctx.point(name)?` at
+    /// crash points: a crash here restarts the server. Only called when work is due.
+    fn run_job(&self, _ctx: &mut Ctx<'_>, _store: &mut Self::Store) -> Result<(), Crash> {
+        unreachable!("run_job is called only for a system whose job_due says work is queued")
+    }
+
     /// Whether the store's commits ask [`IntentTag::commit_fails`] (every
     /// [`crate::sqlite::HarnessDb`] connection does), so that the schedule can make a COMMIT
     /// fail: a storage fault, within [`Bounds::storage_faults_max`]. The default is `false`.

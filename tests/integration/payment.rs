@@ -131,38 +131,89 @@ fn payment_handlers_are_as_declared_over_two_thousand_seeds() {
     assert_declarations("payment", 0..2_000);
 }
 
-/// The correct handler exhausted clean: two clients of one intent each, three attempts, one
-/// fault (a storage fault among them), each invocation to its end; and one client whose
-/// invocations overlap, with two faults. Every fault kind and crash point is exercised.
+/// The outbox: the request is queued and answered pending; the relay crashes at the provider
+/// call, the restarted server's relay sends the row again, and the client's poll replays the
+/// one charge.
 #[test]
-fn lease_and_provider_key_exhausts_clean() {
-    let entry = entry("payment", "lease-and-provider-key");
-    assert_eq!(entry.declared, Declared::Correct);
-    let sequential = Bounds {
-        clients_max: 2,
-        intents_max: 1,
-        attempts_max: 3,
-        faults_max: 1,
-        storage_faults_max: 1,
-        ..entry.bounds_from(Bounds::default())
-    };
-    let overlapping = Bounds {
+fn the_outbox_relay_survives_a_crash_and_sends_once() {
+    let one_client = Bounds {
         clients_max: 1,
         intents_max: 1,
-        attempts_max: 3,
-        faults_max: 1,
-        invocations_max: 2,
-        ..entry.bounds_from(Bounds::default())
+        ..Bounds::default()
     };
-    for bounds in [sequential, overlapping] {
-        let report = exhaust_on(&entry.build, &CheckOptions::new(bounds), 2);
-        assert_eq!(report.stopped, Stopped::Exhausted, "{bounds}");
-        assert!(report.clean(), "{bounds}: {:?}", report.violations);
-        assert_eq!(report.step_limited, 0);
-        assert!(report.coverage.drops > 0 && report.coverage.crashes > 0);
-        assert!(report.coverage.duplicates > 0 && report.coverage.reconnects > 0);
-        assert_eq!(report.coverage.storage > 0, bounds.storage_faults_max > 0);
-        let points: Vec<&str> = report.coverage.crash_points.keys().copied().collect();
-        assert_eq!(points, ["after-provider", "provider-call"], "{bounds}");
+    let outcome = replayed("outbox", "0,0,0,0,1", &one_client);
+    assert_eq!(
+        lane(&outcome, Lane::Server),
+        [
+            "0 ms: handle A#1 -> pending",
+            "0 ms: background job for A -> CRASH at provider-call; restart, memory lost",
+            "0 ms: background job for A -> done",
+            "100 ms: handle A#2 -> replayed ch_1 $5",
+        ]
+    );
+    assert_eq!(
+        lane(&outcome, Lane::Provider),
+        ["0 ms: charge o1 $5 key pay-1 -> ch_1 charged"]
+    );
+    assert_eq!(outcome.violations, vec![]);
+    let timeline = outcome.timeline.unwrap();
+    assert_eq!(timeline.intents[0].effects, 1);
+    assert!(timeline.store.contains("outbox [pay-1 sent ch_1]"));
+    // The relay's call loses its answer: the row stays queued and is sent again under the
+    // same key, which returns the first charge.
+    let outcome = replayed("outbox", "0,0,0,0,0,2", &one_client);
+    assert_eq!(
+        lane(&outcome, Lane::Provider),
+        [
+            "0 ms: charge o1 $5 key pay-1 -> ch_1 charged; the answer is lost",
+            "0 ms: charge o1 $5 key pay-1 -> ch_1 again (same key)",
+        ]
+    );
+    assert_eq!(outcome.violations, vec![]);
+}
+
+/// Both correct handlers exhausted clean: two clients of one intent each, one fault (a storage
+/// fault among them), each invocation to its end; and one client whose invocations overlap.
+/// Every fault kind and both crash points are exercised.
+#[test]
+fn correct_payment_handlers_exhaust_clean() {
+    for (handler, attempts_max) in [("lease-and-provider-key", 3), ("outbox", 2)] {
+        let entry = entry("payment", handler);
+        assert_eq!(entry.declared, Declared::Correct);
+        let sequential = Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            attempts_max,
+            faults_max: 1,
+            storage_faults_max: 1,
+            ..entry.bounds_from(Bounds::default())
+        };
+        let overlapping = Bounds {
+            clients_max: 1,
+            intents_max: 1,
+            attempts_max: 3,
+            faults_max: 1,
+            invocations_max: 2,
+            ..entry.bounds_from(Bounds::default())
+        };
+        for bounds in [sequential, overlapping] {
+            let report = exhaust_on(&entry.build, &CheckOptions::new(bounds), 2);
+            assert_eq!(report.stopped, Stopped::Exhausted, "{handler} {bounds}");
+            assert!(
+                report.clean(),
+                "{handler} {bounds}: {:?}",
+                report.violations
+            );
+            assert_eq!(report.step_limited, 0);
+            assert!(report.coverage.drops > 0 && report.coverage.crashes > 0);
+            assert!(report.coverage.duplicates > 0 && report.coverage.reconnects > 0);
+            assert_eq!(report.coverage.storage > 0, bounds.storage_faults_max > 0);
+            let points: Vec<&str> = report.coverage.crash_points.keys().copied().collect();
+            assert_eq!(
+                points,
+                ["after-provider", "provider-call"],
+                "{handler} {bounds}"
+            );
+        }
     }
 }

@@ -417,3 +417,133 @@ fn abandon(db: &Connection, request: &PaymentRequest, claim: i64) -> Result<(), 
     .execute(params![&*request.id, claim])?;
     Ok(())
 }
+
+/// Correct, the other classic shape: one transaction queues the payment in an outbox and the
+/// client is answered *pending* (accepted); a relay, a background actor of the server, sends
+/// each queued row to the provider under the row's request id as key, then marks it sent and
+/// books the payment in one transaction. The client learns the result by asking again (a
+/// resubmission or a status lookup replays it once sent).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Outbox;
+
+/// An outbox row as the handler reads it.
+struct Queued {
+    order: String,
+    amount: u64,
+    charge: Option<u32>,
+}
+
+impl Outbox {
+    /// The outbox row under the request id.
+    fn queued(db: &Connection, request: &PaymentRequest) -> rusqlite::Result<Option<Queued>> {
+        db.prepare_cached("SELECT order_id, amount, charge_id FROM outbox WHERE request_id = ?1")?
+            .query_row([&*request.id], |row| {
+                Ok(Queued {
+                    order: row.get(0)?,
+                    amount: row.get(1)?,
+                    charge: row.get(2)?,
+                })
+            })
+            .optional()
+    }
+}
+
+impl PaymentHandler for Outbox {
+    fn pay(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        db: &Connection,
+        _provider: &Provider,
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Stop> {
+        execute_cached(db, "BEGIN IMMEDIATE")?;
+        let reply = match Self::queued(db, request)? {
+            None => {
+                db.prepare_cached(
+                    "INSERT INTO outbox (request_id, order_id, amount) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![
+                    &*request.id,
+                    request.args.order,
+                    request.args.amount
+                ])?;
+                Reply::Pending
+            }
+            Some(row) if row.order != request.args.order || row.amount != request.args.amount => {
+                Reply::KeyReuse
+            }
+            Some(Queued {
+                charge: Some(id),
+                amount,
+                ..
+            }) => Reply::Replayed(Receipt {
+                charge: Some(ChargeId(id)),
+                amount,
+            }),
+            Some(_) => Reply::Pending,
+        };
+        execute_cached(db, "COMMIT")?;
+        Ok(reply)
+    }
+
+    fn lookup(
+        &self,
+        db: &Connection,
+        request: &PaymentRequest,
+    ) -> Result<retrysim_sim::Status<Receipt>, Stop> {
+        use retrysim_sim::Status;
+        Ok(match Self::queued(db, request)? {
+            None => Status::NotFound,
+            Some(row) if row.order != request.args.order || row.amount != request.args.amount => {
+                Status::Conflict
+            }
+            Some(Queued {
+                charge: Some(id),
+                amount,
+                ..
+            }) => Status::Completed(Receipt {
+                charge: Some(ChargeId(id)),
+                amount,
+            }),
+            Some(_) => Status::Pending,
+        })
+    }
+
+    fn relay(&self, ctx: &mut Ctx<'_>, db: &Connection, provider: &Provider) -> Result<(), Stop> {
+        let next = db
+            .prepare_cached(
+                "SELECT rowid, request_id, order_id, amount FROM outbox \
+                 WHERE sent = 0 ORDER BY rowid LIMIT 1",
+            )?
+            .query_row([], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, u64>(3)?,
+                ))
+            })
+            .optional()?;
+        let Some((row_id, key, order, amount)) = next else {
+            return Ok(());
+        };
+        let answer = provider.charge(ctx, Some(&key), &order, amount)?;
+        ctx.point(AFTER_PROVIDER)?;
+        // No answer: the row stays queued and the relay sends it again, under the same key.
+        let Ok(Charged::Charge { id, .. }) = answer else {
+            return Ok(());
+        };
+        execute_cached(db, "BEGIN IMMEDIATE")?;
+        let marked = db
+            .prepare_cached(
+                "UPDATE outbox SET sent = 1, charge_id = ?2 WHERE rowid = ?1 AND sent = 0",
+            )?
+            .execute(params![row_id, id.0])?;
+        if marked == 1 {
+            db.prepare_cached("INSERT INTO payments VALUES (?1, ?2, ?3, ?4)")?
+                .execute(params![key, order, amount, id.0])?;
+        }
+        execute_cached(db, "COMMIT")?;
+        Ok(())
+    }
+}

@@ -17,6 +17,10 @@
 //! handler gives its claim up at once (the lease ends now) and answers *pending*; the retry
 //! takes over and calls again with the same key, which is safe.
 //!
+//! The `outbox` handler is the other classic shape: the request only queues the payment (and
+//! is answered pending); a relay, a background actor of the server the schedule runs, sends
+//! the queued rows to the provider with each row's request id as key.
+//!
 //! The provider's charges are the ground truth of `at-most-once-effect`; the `payments` rows
 //! (recorded by the harness's triggers) are the local records `no-orphan-effect` holds them
 //! to. The platform's limit on an invocation ([`PLATFORM_LIMIT_MS`]) is shorter than the
@@ -29,7 +33,7 @@ mod workload;
 
 pub use handlers::{
     CompletedBeforeCall, DeleteOnError, KeyPerAttempt, LeaseAndProviderKey, LeaseShorterThanCall,
-    NoProviderKey, StaleClaimCompletes,
+    NoProviderKey, Outbox, StaleClaimCompletes,
 };
 pub use store::{
     OnPayment, PaymentHandler, PaymentStore, INVARIANTS, LEASE_MS, PLATFORM_LIMIT_MS, SCHEMA,

@@ -29,6 +29,14 @@ CREATE TABLE payments (
     amount INTEGER NOT NULL,
     charge_id INTEGER
 );
+-- The outbox handler's queue: a row per accepted request, sent by the relay.
+CREATE TABLE outbox (
+    request_id TEXT PRIMARY KEY NOT NULL,
+    order_id TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    sent INTEGER NOT NULL DEFAULT 0,
+    charge_id INTEGER
+);
 ";
 
 /// How long a claim's lease runs, in simulated milliseconds: longer than
@@ -42,7 +50,16 @@ pub const SHORT_LEASE_MS: u64 = 1_000;
 /// ([`Bounds::invocation_limit_ms`]), in simulated milliseconds.
 pub const PLATFORM_LIMIT_MS: u64 = 3_000;
 
-const RESET: &[&str] = &["DELETE FROM idempotency_records", "DELETE FROM payments"];
+const RESET: &[&str] = &[
+    "DELETE FROM idempotency_records",
+    "DELETE FROM payments",
+    "DELETE FROM outbox",
+];
+
+/// The tables whose rows the harness records under the intent that wrote them: the booked
+/// payments (the local records of charges) and the outbox (so that the relay serves the
+/// intent that queued a row).
+const RECORDED: &[&str] = &["payments", "outbox"];
 
 /// The invariants that apply to the payment domain.
 pub const INVARIANTS: &[Invariant] = &[
@@ -93,6 +110,22 @@ pub trait PaymentHandler {
         provider: &Provider,
         request: &PaymentRequest,
     ) -> Result<Reply<Receipt>, Stop>;
+
+    /// The status lookup of `request`; by default, its idempotency record's.
+    fn lookup(&self, db: &Connection, request: &PaymentRequest) -> Result<Status<Receipt>, Stop> {
+        look_up(db, request)
+    }
+
+    /// The relay: sends the first unsent outbox row to the provider (called only while one is
+    /// queued). The default queues nothing and so is never called.
+    fn relay(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        _db: &Connection,
+        _provider: &Provider,
+    ) -> Result<(), Stop> {
+        Ok(())
+    }
 }
 
 /// A [`PaymentHandler`] as a system under test.
@@ -109,7 +142,7 @@ impl<H: PaymentHandler> System for OnPayment<H> {
 
     fn open(&self, tag: &IntentTag) -> PaymentStore {
         PaymentStore {
-            db: HarnessDb::create(tag, SCHEMA, &["payments"]).expect("the schema loads"),
+            db: HarnessDb::create(tag, SCHEMA, RECORDED).expect("the schema loads"),
             provider: Provider::new(tag),
         }
     }
@@ -178,7 +211,8 @@ impl<H: PaymentHandler> System for OnPayment<H> {
 
     /// Whether `request`'s own record (same id, same order and amount) is in progress.
     fn is_pending(&self, store: &PaymentStore, request: &PaymentRequest) -> bool {
-        look_up(store.db.keeper(), request).is_ok_and(|status| status == Status::Pending)
+        let status = self.0.lookup(store.db.keeper(), request);
+        status.is_ok_and(|status| status == Status::Pending)
     }
 
     fn handle(
@@ -213,6 +247,33 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         settle(result, connection)
     }
 
+    /// The first unsent outbox row, served for the intent that queued it (the harness's
+    /// record of the insert).
+    fn job_due(&self, store: &PaymentStore) -> Option<IntentId> {
+        let row_id: i64 = store
+            .db
+            .keeper()
+            .prepare_cached("SELECT rowid FROM outbox WHERE sent = 0 ORDER BY rowid LIMIT 1")
+            .and_then(|mut s| s.query_row([], |row| row.get(0)).optional())
+            .expect("the outbox is readable")?;
+        store.db.row_intent("outbox", row_id)
+    }
+
+    /// The relay sends the first unsent outbox row; a storage error leaves it queued.
+    fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut PaymentStore) -> Result<(), Crash> {
+        let server = store.db.server();
+        match self.0.relay(ctx, server, &store.provider) {
+            Ok(()) => Ok(()),
+            Err(Stop::Crash(crash)) => Err(crash),
+            Err(Stop::Storage(_)) => {
+                if !server.is_autocommit() {
+                    let _ = server.execute_batch("ROLLBACK");
+                }
+                Ok(())
+            }
+        }
+    }
+
     fn supports_lookup(&self) -> bool {
         true
     }
@@ -225,7 +286,7 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         request: &PaymentRequest,
     ) -> Result<Status<Receipt>, Crash> {
         let server = store.db.server();
-        settle_lookup(look_up(server, request), server)
+        settle_lookup(self.0.lookup(server, request), server)
     }
 
     /// The provider's charges.
@@ -235,11 +296,13 @@ impl<H: PaymentHandler> System for OnPayment<H> {
 
     /// The booked payments, as the harness's triggers recorded them.
     fn effect_records(&self, store: &PaymentStore) -> Option<Vec<IntentId>> {
-        Some(store.db.effects())
+        Some(store.db.effects_in("payments"))
     }
 
     fn fingerprint(&self, store: &PaymentStore) -> u64 {
-        let local = store.db.fingerprint(&["idempotency_records", "payments"]);
+        let local = store
+            .db
+            .fingerprint(&["idempotency_records", "payments", "outbox"]);
         local ^ hash_of(&store.provider.charges())
     }
 
@@ -273,7 +336,7 @@ fn hash_of<T: std::hash::Hash>(value: &T) -> u64 {
 
 /// The status lookup: the record under the request id, completed, in progress, or another
 /// request's.
-fn look_up(db: &Connection, request: &PaymentRequest) -> Result<Status<Receipt>, Stop> {
+pub(super) fn look_up(db: &Connection, request: &PaymentRequest) -> Result<Status<Receipt>, Stop> {
     let found = db
         .prepare_cached(
             "SELECT order_id, amount, status, charge_id FROM idempotency_records \
@@ -323,8 +386,17 @@ fn describe_local(db: &HarnessDb) -> String {
         "SELECT request_id || ' ' || order_id || ' $' || amount || coalesce(' ch_' || charge_id, '') \
          FROM payments ORDER BY rowid",
     );
+    let outbox = read(
+        "SELECT request_id || CASE WHEN sent = 0 THEN ' queued' ELSE ' sent ch_' || charge_id END \
+         FROM outbox ORDER BY rowid",
+    );
+    let queue = if outbox.is_empty() {
+        String::new()
+    } else {
+        format!("; outbox [{}]", outbox.join(", "))
+    };
     format!(
-        "records [{}]; payments [{}]",
+        "records [{}]; payments [{}]{queue}",
         records.join(", "),
         payments.join(", ")
     )

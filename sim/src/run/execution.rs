@@ -75,13 +75,16 @@ pub(crate) struct Execution<'a, 's, S: System> {
     /// The store's deadlines ([`System::deadlines`]) and the store's version when they were
     /// read; kept like `store_print`.
     pub(super) deadlines_read: std::cell::RefCell<Option<(Option<u64>, Vec<crate::Deadline>)>>,
+    /// Whether background work is due ([`System::job_due`]) and the store's version when it
+    /// was read; kept like `store_print`.
+    pub(super) job_read: Cell<Option<(Option<u64>, Option<IntentId>)>>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
     pub(super) fn run_to_end(&mut self) -> RunEnd {
         let mut actions = Vec::new();
         loop {
-            if self.world.finished() && self.tasks.is_empty() {
+            if self.world.finished() && self.tasks.is_empty() && self.job_due().is_none() {
                 return RunEnd::Completed;
             }
             if self.world.steps >= self.points.bounds.steps_max {
@@ -100,6 +103,9 @@ impl<S: System> Execution<'_, '_, S> {
             self.world
                 .enabled(&mut actions, self.points.bounds.timeouts);
             self.overlap_actions(&mut actions);
+            if self.tasks.is_empty() && self.job_due().is_some() {
+                actions.push(Action::Job);
+            }
             self.time_actions(&mut actions);
             if actions.is_empty() {
                 assert!(
@@ -120,6 +126,7 @@ impl<S: System> Execution<'_, '_, S> {
                 Action::Event(index) => self.apply_event(index),
                 Action::Timeout(client) => self.time_out(client),
                 Action::Tick => self.tick(),
+                Action::Job => self.run_job(),
             }
         }
     }
@@ -152,7 +159,58 @@ impl<S: System> Execution<'_, '_, S> {
         if !self.versioned {
             self.store_print.set(None);
             self.deadlines_read.take();
+            self.job_read.set(None);
         }
+    }
+
+    /// The intent of the store's next piece of background work, if any is queued (read from
+    /// the store again only when it may have changed; never while an invocation is in
+    /// progress).
+    fn job_due(&self) -> Option<IntentId> {
+        if !self.tasks.is_empty() {
+            return None;
+        }
+        let version = self.store_version();
+        if let Some((read_at, due)) = self.job_read.get() {
+            if read_at == version {
+                return due;
+            }
+        }
+        let due = self.system.job_due(self.store);
+        self.job_read.set(Some((version, due)));
+        due
+    }
+
+    /// The background actor does the next piece of queued work, serving the intent that
+    /// queued it; a crash there restarts the server like any other.
+    fn run_job(&mut self) {
+        let intent = self.job_due().expect("a job runs only when one is due");
+        self.store_changes();
+        let store_before = self.trace_store();
+        self.tag.set(Some(intent));
+        let result = {
+            let mut ctx = Ctx {
+                points: Some(&mut self.points),
+                session: Session::default(),
+                clock: self.tag.clock().clone(),
+            };
+            self.system.run_job(&mut ctx, self.store)
+        };
+        self.tag.set(None);
+        let label = format!("background job for {intent}");
+        self.note_storage_faults(&label);
+        if result.is_err() {
+            self.memory = S::Memory::default();
+            self.system.restart(self.store);
+        }
+        self.absorb_effects();
+        match result {
+            Ok(()) => self
+                .world
+                .note(Lane::Server, |_| format!("{label} -> done")),
+            Err(crash) => self.note_crash(&label, crash),
+        }
+        self.note_store_change(store_before);
     }
 
     /// The store's version, when it tells when the store changed.
@@ -410,8 +468,10 @@ impl<S: System> Execution<'_, '_, S> {
     /// Notes what outside services did at the calls since the last note, and counts a lost
     /// call or answer as a fault for liveness.
     fn note_outside_calls(&mut self) {
-        for text in self.tag.take_outside_notes() {
-            self.world.note(Lane::Provider, |_| text);
+        if self.world.rows.is_some() {
+            for text in self.tag.take_outside_notes() {
+                self.world.note(Lane::Provider, |_| text);
+            }
         }
         if std::mem::take(&mut self.points.links_lost) > 0 {
             self.disturbed();

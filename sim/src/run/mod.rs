@@ -510,6 +510,7 @@ impl<S: System> Simulator<S> {
             checkpoints: checkpoints.as_deref_mut(),
             at_checkpoint: start.store_print.is_some(),
             deadlines_read: std::cell::RefCell::new(None),
+            job_read: Cell::new(None),
         };
         if let Some(print) = start.store_print {
             // The store is the checkpoint's, as it is now: so is its ground truth.

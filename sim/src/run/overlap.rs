@@ -138,7 +138,7 @@ impl<S: System> Execution<'_, '_, S> {
                 Body::Lookup(..) => idle,
                 Body::Response(..) | Body::Status(..) => true,
             },
-            Action::Event(_) => idle,
+            Action::Event(_) | Action::Job => idle,
             Action::Send(_) | Action::Timeout(_) | Action::Resume(_) | Action::Tick => true,
         });
         let resumable = self

@@ -13,7 +13,8 @@ use std::hash::{Hash, Hasher};
 
 impl<S: System> Execution<'_, '_, S> {
     /// With timed timeouts, adds the passing of time to the enabled actions, last, while a
-    /// client waits or backs off and none is about to send (a send takes no time).
+    /// client waits or backs off, none is about to send (a send takes no time) and no
+    /// background work is queued.
     ///
     /// Once every client is done, time no longer passes: at a store deadline every message in
     /// flight would be lost and only the store's own jobs would run, which commit no effect
@@ -25,7 +26,9 @@ impl<S: System> Execution<'_, '_, S> {
         let waiting = clients
             .iter()
             .any(|client| matches!(client.phase, Phase::Waiting { .. } | Phase::Backoff { .. }));
-        if self.points.bounds.timeouts == Timeouts::Timed && waiting && !sending {
+        // Queued background work is done before time passes: the actor is prompt.
+        let job_due = actions.iter().any(|action| matches!(action, Action::Job));
+        if self.points.bounds.timeouts == Timeouts::Timed && waiting && !sending && !job_due {
             actions.push(Action::Tick);
         }
     }

@@ -164,6 +164,9 @@ pub(crate) enum Action {
     Timeout(usize),
     /// Time passes to the next deadline (timed timeouts).
     Tick,
+    /// The server's background actor does the next piece of queued work
+    /// ([`crate::System::job_due`]).
+    Job,
 }
 
 /// The engine-side state of a run: clients, intents, outside events, the network and the
