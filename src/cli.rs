@@ -273,8 +273,12 @@ enum ReductionArg {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Format {
+    /// The timeline as a table, with the reproduction command.
     Text,
+    /// One JSON object.
     Json,
+    /// A Mermaid sequence diagram (renders in Markdown viewers that support Mermaid).
+    Mermaid,
 }
 
 fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
@@ -775,6 +779,7 @@ fn run_replay(
             });
             let _ = writeln!(out.text, "{value}");
         }
+        Format::Mermaid => out.text = report::run_mermaid(entry, &bounds, &outcome),
         Format::Text => {
             out.text = report::run_report(entry, &bounds, &outcome);
             let schedule = Schedule::Tape(outcome.tape.clone());

@@ -114,6 +114,41 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
     flags
 }
 
+/// Why a run ended, in words.
+fn end_name(end: crate::RunEnd) -> &'static str {
+    match end {
+        crate::RunEnd::Completed => "completed",
+        crate::RunEnd::StepLimit => "step limit",
+        crate::RunEnd::Pruned => "pruned (state already explored)",
+        crate::RunEnd::Deadlock => "deadlock",
+    }
+}
+
+/// One traced run as a Mermaid sequence diagram, with the handler, the tape, the bounds and
+/// the reproduction command as comments (`%%`) at the top.
+pub fn run_mermaid(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -> String {
+    let timeline = outcome.timeline.as_ref().expect("a replayed run is traced");
+    let schedule = Schedule::Tape(outcome.tape.clone());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "%% {}/{}  tape {}  steps {}  ended: {}",
+        entry.domain,
+        entry.handler,
+        outcome.tape,
+        outcome.steps,
+        end_name(outcome.end)
+    );
+    let _ = writeln!(out, "%% bounds: {bounds}");
+    let _ = writeln!(
+        out,
+        "%% reproduce: {}",
+        replay_command(entry, bounds, &schedule)
+    );
+    out.push_str(&timeline.mermaid());
+    out
+}
+
 /// The header and timeline of one traced run.
 pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -> String {
     let mut out = String::new();
@@ -130,12 +165,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
         outcome.faults.crashes,
         outcome.faults.reconnects,
         outcome.faults.storage,
-        match outcome.end {
-            crate::RunEnd::Completed => "completed",
-            crate::RunEnd::StepLimit => "step limit",
-            crate::RunEnd::Pruned => "pruned (state already explored)",
-            crate::RunEnd::Deadlock => "deadlock",
-        }
+        end_name(outcome.end)
     );
     let _ = writeln!(out, "bounds: {bounds}");
     out.push('\n');

@@ -18,6 +18,7 @@ mod clock;
 mod determinism;
 mod explore;
 mod invariant;
+mod mermaid;
 mod provider;
 mod run;
 mod sandbox;

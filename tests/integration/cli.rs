@@ -209,6 +209,35 @@ fn replay_json_carries_the_timeline() {
     assert_eq!(value["run"]["violations"], serde_json::json!([]));
 }
 
+/// The README's Mermaid command, as written: a diagram with the provider, a lost answer as a
+/// crossed arrow, the violation, and the reproduction command; exit 1 for the violation.
+#[test]
+fn replay_mermaid_draws_the_run() {
+    let args = "replay --model payment --handler no-provider-key --tape 0,0,0,2 --clients 1 \
+                --intents 1 --format mermaid";
+    let output = retrysim(&args.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let diagram = stdout(&output);
+    assert!(
+        diagram.contains("\nsequenceDiagram\n    actor c1\n"),
+        "{diagram}"
+    );
+    assert!(diagram.contains("    participant provider\n"), "{diagram}");
+    assert!(
+        diagram.contains("    provider-xserver: ch_1 charged (answer lost)\n"),
+        "{diagram}"
+    );
+    assert!(
+        diagram.contains("VIOLATED at-most-once-effect"),
+        "{diagram}"
+    );
+    assert!(
+        diagram.starts_with("%% payment/no-provider-key  tape 0,0,0,2"),
+        "{diagram}"
+    );
+    assert!(diagram.contains("%% reproduce: retrysim replay --model payment"));
+}
+
 #[test]
 fn list_names_domains_handlers_and_invariants() {
     let output = retrysim(&["list"]);

@@ -148,3 +148,94 @@ fn payment_faulty_handlers_shortest_failing_timelines() {
         snapshot(&format!("payment-{}-shortest", handler.handler), &text);
     }
 }
+
+/// Whether `diagram` is made only of the statements `Timeline::mermaid` writes, each naming
+/// declared participants, with no raw `;` (Mermaid would end the statement there). Returns
+/// the first line that is not.
+fn malformed_mermaid_line(diagram: &str) -> Option<String> {
+    let mut lines = diagram.lines().skip_while(|line| line.starts_with("%%"));
+    if lines.next() != Some("sequenceDiagram") {
+        return Some("no sequenceDiagram header".into());
+    }
+    let mut declared: Vec<String> = Vec::new();
+    for line in lines {
+        let statement = line.strip_prefix("    ")?;
+        let wrong = || Some(line.to_string());
+        if let Some(name) = statement
+            .strip_prefix("actor ")
+            .or_else(|| statement.strip_prefix("participant "))
+        {
+            declared.push(name.to_string());
+            continue;
+        }
+        if statement.contains(';') && !statement.contains("#59;") {
+            return wrong();
+        }
+        let Some((head, text)) = statement.split_once(": ") else {
+            return wrong();
+        };
+        if text.is_empty() {
+            return wrong();
+        }
+        let named: Vec<&str> = if let Some(over) = head.strip_prefix("Note over ") {
+            over.split(',').collect()
+        } else if let Some(of) = head.strip_prefix("Note right of ") {
+            vec![of]
+        } else {
+            let arrow = ["-->>", "->>", "-x"]
+                .iter()
+                .find_map(|arrow| head.split_once(arrow));
+            match arrow {
+                Some((from, to)) => vec![from, to],
+                None => return wrong(),
+            }
+        };
+        if named.iter().any(|name| !declared.iter().any(|d| d == name)) {
+            return wrong();
+        }
+    }
+    None
+}
+
+/// The Mermaid diagram of the shortest failure of every faulty handler: well formed, the same
+/// on every run, and snapshotted.
+#[test]
+fn every_faulty_handler_shortest_failure_as_mermaid() {
+    for handler in models::handlers() {
+        let Declared::Faulty { caught_by } = handler.declared else {
+            continue;
+        };
+        let shrunk = shortest_failure_in(handler.domain, handler.handler, caught_by);
+        let diagram = report::run_mermaid(handler, &shrunk.bounds, &shrunk.outcome);
+        assert_eq!(malformed_mermaid_line(&diagram), None, "{handler:?}");
+        let violated = format!("VIOLATED {caught_by}");
+        assert!(diagram.contains(&violated), "{handler:?}");
+        let again = replay(
+            &mut *(handler.build)(),
+            &shrunk.outcome.tape,
+            &shrunk.bounds,
+        )
+        .unwrap();
+        let twice = report::run_mermaid(handler, &shrunk.bounds, &again);
+        assert_eq!(diagram, twice, "{handler:?}");
+        snapshot(
+            &format!("mermaid-{}-{}", handler.domain, handler.handler),
+            &diagram,
+        );
+    }
+}
+
+/// The checker of diagrams above can fail: it refuses an undeclared participant, a raw `;`
+/// and an unknown statement.
+#[test]
+fn malformed_mermaid_is_refused() {
+    let good =
+        "sequenceDiagram\n    actor c1\n    participant server\n    c1->>server: request A#1\n";
+    assert_eq!(malformed_mermaid_line(good), None);
+    let undeclared = format!("{good}    server->>c2: reply\n");
+    assert!(malformed_mermaid_line(&undeclared).is_some());
+    let raw = format!("{good}    Note over c1: a; b\n");
+    assert!(malformed_mermaid_line(&raw).is_some());
+    let unknown = format!("{good}    loop forever\n");
+    assert!(malformed_mermaid_line(&unknown).is_some());
+}
