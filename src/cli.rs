@@ -40,6 +40,24 @@ const EXIT_STATUS: &str = "Exit status: 0 clean (or every handler as declared), 
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Width of text timelines, in characters: lane columns share it and long cells wrap
+    /// [default: the terminal's width, else 100]
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u16).range(40..))]
+    width: Option<u16>,
+}
+
+/// Timelines are fitted to this many characters when stdout is not a terminal.
+const WIDTH_CHARS_DEFAULT: usize = 100;
+
+/// The width text timelines are fitted to: `--width`, else the terminal's, else 100.
+fn width_in_force(width: Option<u16>) -> usize {
+    if let Some(width) = width {
+        return usize::from(width);
+    }
+    match terminal_size::terminal_size_of(std::io::stdout()) {
+        Some((terminal_size::Width(columns), _)) => usize::from(columns),
+        None => WIDTH_CHARS_DEFAULT,
+    }
 }
 
 #[derive(Subcommand)]
@@ -370,7 +388,7 @@ where
     T: Into<OsString> + Clone,
 {
     let result = match Cli::try_parse_from(args) {
-        Ok(cli) => run(cli.command),
+        Ok(cli) => run(cli.command, width_in_force(cli.width)),
         Err(error) if !error.use_stderr() => {
             // Help and version: clap trims the last line's newline in some of them.
             let text = format!("{}\n", error.render().to_string().trim_end());
@@ -390,9 +408,9 @@ where
     }
 }
 
-fn run(command: Option<Command>) -> Result<Printed, UsageError> {
+fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageError> {
     match command {
-        None => Ok(run_matrix()),
+        None => Ok(run_matrix(width_chars)),
         Some(Command::List { json }) => Ok(list(json)),
         Some(Command::Explore {
             target,
@@ -401,19 +419,25 @@ fn run(command: Option<Command>) -> Result<Printed, UsageError> {
             threads,
             check_determinism,
             bounds,
-        }) => run_explore(&target, seeds, (json, check_determinism), threads, &bounds),
+        }) => run_explore(
+            &target,
+            seeds,
+            (json, check_determinism),
+            threads,
+            (&bounds, width_chars),
+        ),
         Some(Command::Check {
             target,
             search,
             json,
             bounds,
-        }) => run_check(&target, &search, json, &bounds),
+        }) => run_check(&target, &search, json, (&bounds, width_chars)),
         Some(Command::Replay {
             target,
             schedule,
             format,
             bounds,
-        }) => run_replay(&target, &schedule, format, &bounds),
+        }) => run_replay(&target, &schedule, format, (&bounds, width_chars)),
     }
 }
 
@@ -632,7 +656,7 @@ fn run_check(
     target: &Target,
     search: &SearchArgs,
     json: bool,
-    bounds: &BoundsArgs,
+    (bounds, width_chars): (&BoundsArgs, usize),
 ) -> Result<Printed, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
     let mut subject = (entry.build)();
@@ -676,6 +700,7 @@ fn run_check(
             elapsed_seconds,
             minimal.as_ref(),
             subject.invariants(),
+            width_chars,
         );
     }
     Ok(out.ending(if !report.violations.is_empty() {
@@ -692,7 +717,7 @@ fn run_explore(
     seeds: Range<u64>,
     (json, determinism): (bool, bool),
     threads: Option<usize>,
-    bounds: &BoundsArgs,
+    (bounds, width_chars): (&BoundsArgs, usize),
 ) -> Result<Printed, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
     let mut subject = (entry.build)();
@@ -741,6 +766,7 @@ fn run_explore(
             &exploration,
             elapsed_seconds,
             shrunk.as_ref(),
+            width_chars,
         );
     }
     Ok(out.ending(exit_for(exploration.violations.is_empty())))
@@ -758,7 +784,7 @@ fn run_replay(
     target: &Target,
     schedule: &ScheduleArgs,
     format: Format,
-    bounds: &BoundsArgs,
+    (bounds, width_chars): (&BoundsArgs, usize),
 ) -> Result<Printed, UsageError> {
     let entry = models::find(&target.model, &target.handler)?;
     let mut subject = (entry.build)();
@@ -781,7 +807,7 @@ fn run_replay(
         }
         Format::Mermaid => out.text = report::run_mermaid(entry, &bounds, &outcome),
         Format::Text => {
-            out.text = report::run_report(entry, &bounds, &outcome);
+            out.text = report::run_report_within(entry, &bounds, &outcome, width_chars);
             let schedule = Schedule::Tape(outcome.tape.clone());
             let _ = writeln!(
                 out.text,
@@ -793,7 +819,7 @@ fn run_replay(
     Ok(out.ending(exit_for(outcome.violations.is_empty())))
 }
 
-fn run_matrix() -> Printed {
+fn run_matrix(width_chars: usize) -> Printed {
     let bounds = Bounds::default();
     let bounds_of = |entry: &HandlerEntry| entry.bounds_from(bounds);
     let threads = cores();
@@ -859,14 +885,14 @@ fn run_matrix() -> Printed {
     out.text.push_str(&report::matrix(&rows));
     for row in &rows {
         out.text
-            .push_str(&shortest_failure(row, &bounds_of(row.entry)));
+            .push_str(&shortest_failure(row, &bounds_of(row.entry), width_chars));
     }
     out.ending(exit_for(rows.iter().all(MatrixRow::as_declared)))
 }
 
 /// A faulty handler's shortest failing run for the invariant it declares, with the commands
 /// that replay it shrunk and as first found; nothing for a handler not caught.
-fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds) -> String {
+fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds, width_chars: usize) -> String {
     let models::Declared::Faulty { caught_by } = row.entry.declared else {
         return String::new();
     };
@@ -878,10 +904,11 @@ fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds) -> String {
         "\n== {}/{}: shortest failing run found for {caught_by}\n\n",
         row.entry.domain, row.entry.handler
     );
-    out.push_str(&report::run_report(
+    out.push_str(&report::run_report_within(
         row.entry,
         &shrunk.bounds,
         &shrunk.outcome,
+        width_chars,
     ));
     let _ = writeln!(
         out,

@@ -149,8 +149,19 @@ pub fn run_mermaid(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) 
     out
 }
 
-/// The header and timeline of one traced run.
+/// The header and timeline of one traced run, the timeline's columns as wide as they need.
 pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -> String {
+    run_report_within(entry, bounds, outcome, usize::MAX)
+}
+
+/// The header and timeline of one traced run, the timeline fitted to `width_chars` where it
+/// can be ([`retrysim_sim::Timeline::render_within`]).
+pub fn run_report_within(
+    entry: &HandlerEntry,
+    bounds: &Bounds,
+    outcome: &RunOutcome,
+    width_chars: usize,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -170,7 +181,7 @@ pub fn run_report(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -
     let _ = writeln!(out, "bounds: {bounds}");
     out.push('\n');
     if let Some(timeline) = &outcome.timeline {
-        out.push_str(&timeline.render());
+        out.push_str(&timeline.render_within(width_chars));
     }
     out
 }
@@ -184,6 +195,7 @@ pub fn exploration_report(
     exploration: &Exploration,
     elapsed_seconds: f64,
     shrunk: Option<&Shrunk>,
+    width_chars: usize,
 ) -> String {
     let mut out = String::new();
     let runs_per_second = exploration.executions as f64 / elapsed_seconds.max(1e-9);
@@ -232,7 +244,12 @@ pub fn exploration_report(
             shrunk.tape.len(),
             shrunk.runs
         );
-        out.push_str(&run_report(entry, &shrunk.bounds, &shrunk.outcome));
+        out.push_str(&run_report_within(
+            entry,
+            &shrunk.bounds,
+            &shrunk.outcome,
+            width_chars,
+        ));
         let _ = writeln!(
             out,
             "\nreproduce: {}",
@@ -314,6 +331,7 @@ pub fn check_report(
     elapsed_seconds: f64,
     minimal: Option<&Shrunk>,
     applicable: &[Invariant],
+    width_chars: usize,
 ) -> String {
     let mut out = String::new();
     let bounds = &options.bounds;
@@ -418,7 +436,12 @@ pub fn check_report(
     }
     if let Some(minimal) = minimal {
         let _ = writeln!(out, "\nminimal counterexample:\n");
-        out.push_str(&run_report(entry, &minimal.bounds, &minimal.outcome));
+        out.push_str(&run_report_within(
+            entry,
+            &minimal.bounds,
+            &minimal.outcome,
+            width_chars,
+        ));
         let _ = writeln!(
             out,
             "\nreproduce: {}",

@@ -97,9 +97,39 @@ pub struct Timeline {
     pub violations: Vec<Violation>,
 }
 
+/// The narrowest a lane column is made when the table is fitted to a width.
+const COLUMN_MIN_CHARS: usize = 12;
+
 impl Timeline {
-    /// Renders the timeline as a text table with one column per lane.
+    /// Renders the timeline as a text table with one column per lane, each as wide as its
+    /// widest cell.
     pub fn render(&self) -> String {
+        self.render_within(usize::MAX)
+    }
+
+    /// Renders the timeline as [`Timeline::render`] does, fitted to `width_chars` characters a
+    /// line: lane columns share the width left after the step and time columns, and a cell
+    /// longer than its column wraps onto continuation lines (at spaces where it can). Where a
+    /// column per lane cannot fit (each needs 12 characters), the rows become a list of
+    /// events (step, time, lane, what happened, and what the clients know when it changes).
+    /// The same timeline and width always give the same text.
+    pub fn render_within(&self, width_chars: usize) -> String {
+        let mut out = self.table_within(width_chars);
+        out.push('\n');
+        out.push_str(&self.summary());
+        out
+    }
+
+    /// The rows as a table of a column per lane, fitted to `width_chars`; when even the
+    /// narrowest columns would not fit, as a list of events instead (one line per event: its
+    /// lane and what happened, and what the clients know when that changes).
+    fn table_within(&self, width_chars: usize) -> String {
+        let lanes = self.lanes();
+        let columns = 3 + lanes.len();
+        let narrowest = 14 + 3 * (columns - 1) + COLUMN_MIN_CHARS * (columns - 2);
+        if width_chars < narrowest && width_chars != usize::MAX {
+            return self.list_within(width_chars);
+        }
         let mut titles = vec!["step".to_string(), "t(ms)".to_string()];
         titles.extend(self.lanes().iter().map(|lane| lane.title()));
         titles.push("client knows".into());
@@ -117,8 +147,38 @@ impl Timeline {
             cells.push(row.knows.clone());
             table.push(cells);
         }
-        let mut out = layout(&table);
-        out.push('\n');
+        layout(&table, width_chars)
+    }
+
+    /// The rows as a list of events: step, time, lane, and what happened; a `knows` line
+    /// whenever what the clients know changes.
+    fn list_within(&self, width_chars: usize) -> String {
+        let mut table = vec![vec![
+            "step".to_string(),
+            "t(ms)".to_string(),
+            "lane".to_string(),
+            "what happened".to_string(),
+        ]];
+        let mut knew = String::new();
+        for row in &self.rows {
+            let lane = row.lane.title();
+            table.push(vec![
+                row.step.to_string(),
+                row.time_ms.to_string(),
+                lane,
+                row.text.clone(),
+            ]);
+            if row.knows != knew {
+                knew = row.knows.clone();
+                table.push(vec![String::new(), String::new(), "knows".into(), knew.clone()]);
+            }
+        }
+        layout(&table, width_chars)
+    }
+
+    /// What each intent came to, the store at the end, and the violations.
+    fn summary(&self) -> String {
+        let mut out = String::new();
         for summary in &self.intents {
             let _ = writeln!(
                 out,
@@ -162,11 +222,11 @@ impl Timeline {
     }
 }
 
-/// Lays out a table: columns padded to their widest cell, separated by ` | `; trailing
-/// spaces trimmed.
-fn layout(table: &[Vec<String>]) -> String {
+/// Lays out a table: columns padded to their widest cell (or narrower, to fit `width_chars`,
+/// with cells wrapped), separated by ` | `; trailing spaces trimmed.
+fn layout(table: &[Vec<String>], width_chars: usize) -> String {
     let columns = table[0].len();
-    let widths: Vec<usize> = (0..columns)
+    let natural: Vec<usize> = (0..columns)
         .map(|column| {
             table
                 .iter()
@@ -175,24 +235,21 @@ fn layout(table: &[Vec<String>]) -> String {
                 .unwrap_or(0)
         })
         .collect();
+    let widths = fitted(&natural, width_chars);
     let mut out = String::new();
     for (index, row) in table.iter().enumerate() {
-        let mut line = String::new();
-        for (column, cell) in row.iter().enumerate() {
-            if column > 0 {
-                line.push_str(" | ");
-            }
-            let pad = widths[column] - cell.chars().count();
-            if column < 2 {
-                line.extend(std::iter::repeat_n(' ', pad));
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
-                line.extend(std::iter::repeat_n(' ', pad));
-            }
+        let wrapped: Vec<Vec<String>> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &width)| wrap(cell, width))
+            .collect();
+        let height = wrapped.iter().map(Vec::len).max().unwrap_or(1);
+        for line_index in 0..height {
+            let cells = wrapped
+                .iter()
+                .map(|lines| lines.get(line_index).map_or("", String::as_str));
+            out.push_str(&table_line(cells, &widths));
         }
-        out.push_str(line.trim_end());
-        out.push('\n');
         if index == 0 {
             let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
             out.push_str(&rule.join("-+-"));
@@ -200,4 +257,86 @@ fn layout(table: &[Vec<String>]) -> String {
         }
     }
     out
+}
+
+/// One line of the table: cells padded to their columns (the first two right-aligned).
+fn table_line<'c>(cells: impl Iterator<Item = &'c str>, widths: &[usize]) -> String {
+    let mut line = String::new();
+    for (column, cell) in cells.enumerate() {
+        if column > 0 {
+            line.push_str(" | ");
+        }
+        let pad = widths[column].saturating_sub(cell.chars().count());
+        if column < 2 {
+            line.extend(std::iter::repeat_n(' ', pad));
+            line.push_str(cell);
+        } else {
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+    }
+    let mut line = line.trim_end().to_string();
+    line.push('\n');
+    line
+}
+
+/// Column widths that fit `width_chars` where they can: the step and time columns keep their
+/// natural widths; the others share what is left, each taking no more than it needs and
+/// none less than [`COLUMN_MIN_CHARS`] (or its natural width, if smaller).
+fn fitted(natural: &[usize], width_chars: usize) -> Vec<usize> {
+    let separators = 3 * natural.len().saturating_sub(1);
+    let total: usize = natural.iter().sum::<usize>() + separators;
+    if total <= width_chars {
+        return natural.to_vec();
+    }
+    let fixed: usize = natural.iter().take(2).sum();
+    let mut left = width_chars.saturating_sub(fixed + separators);
+    let mut widths: Vec<usize> = natural.to_vec();
+    let mut open: Vec<usize> = (2..natural.len()).collect();
+    // Water-filling: columns that need less than an equal share keep their natural width.
+    loop {
+        let share = left / open.len().max(1);
+        let (small, large): (Vec<usize>, Vec<usize>) =
+            open.iter().partition(|&&column| natural[column] <= share);
+        if small.is_empty() {
+            for &column in &large {
+                widths[column] = share.max(COLUMN_MIN_CHARS.min(natural[column]));
+            }
+            return widths;
+        }
+        left -= small.iter().map(|&column| natural[column]).sum::<usize>();
+        open = large;
+        if open.is_empty() {
+            return widths;
+        }
+    }
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces where it can.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    if text.chars().count() <= width || width == 0 {
+        return vec![text.to_string()];
+    }
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let needed = line.chars().count() + usize::from(!line.is_empty()) + word.chars().count();
+        if needed > width && !line.is_empty() {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+        while line.chars().count() > width {
+            let head: String = line.chars().take(width).collect();
+            let rest: String = line.chars().skip(width).collect();
+            lines.push(head);
+            line = rest;
+        }
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }

@@ -238,6 +238,24 @@ fn replay_mermaid_draws_the_run() {
     assert!(diagram.contains("%% reproduce: retrysim replay --model payment"));
 }
 
+/// `--width` fits the text timeline; a width too narrow to be useful is bad input.
+#[test]
+fn replay_fits_its_timeline_to_the_width() {
+    let args = "replay --model counter --handler naive --tape 0,0,0,1,1,1 --faults-max 0";
+    let mut args: Vec<&str> = args.split_whitespace().collect();
+    args.extend(["--width", "80"]);
+    let output = retrysim(&args);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let text = stdout(&output);
+    let table = text.lines().skip(3).take_while(|line| !line.is_empty());
+    for line in table {
+        assert!(line.chars().count() <= 80, "{line}");
+    }
+    args.pop();
+    args.push("10");
+    assert_bad_input(&args, "--width");
+}
+
 #[test]
 fn list_names_domains_handlers_and_invariants() {
     let output = retrysim(&["list"]);

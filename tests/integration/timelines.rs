@@ -239,3 +239,33 @@ fn malformed_mermaid_is_refused() {
     let unknown = format!("{good}    loop forever\n");
     assert!(malformed_mermaid_line(&unknown).is_some());
 }
+
+/// A timeline fitted to a width: no table line is wider, every word of every cell is still
+/// there, and an unbounded width is the plain rendering.
+#[test]
+fn a_timeline_fits_the_width_it_is_given() {
+    let shrunk = shortest_failure_in("payment", "no-provider-key", Invariant::AtMostOnceEffect);
+    let timeline = shrunk.outcome.timeline.as_ref().unwrap();
+    assert_eq!(timeline.render_within(usize::MAX), timeline.render());
+    for width in [80, 100, 120] {
+        let fitted = timeline.render_within(width);
+        let table: Vec<&str> = fitted.lines().take_while(|line| !line.is_empty()).collect();
+        for line in &table {
+            assert!(line.chars().count() <= width, "{width}: {line}");
+        }
+        let words: Vec<&str> = table
+            .iter()
+            .flat_map(|line| line.split_whitespace())
+            .collect();
+        for row in &timeline.rows {
+            for word in row.text.split_whitespace() {
+                assert!(words.contains(&word), "{width}: {word} of {}", row.text);
+            }
+        }
+        assert_eq!(fitted, timeline.render_within(width));
+        assert!(
+            table.len() > timeline.rows.len() + 2,
+            "{width}: nothing wrapped"
+        );
+    }
+}
