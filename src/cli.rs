@@ -5,18 +5,20 @@
 
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
-    check_determinism, exhaust_on_reporting, explore, replay, run_seed, shrink, workload_answers,
-    Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant, Level, Reduction,
-    StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX, THREADS_MAX,
+    check_determinism, exhaust_on_reporting, explore_with_progress, replay, run_seed, shrink,
+    workload_answers, Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant,
+    Level, Progress, Reduction, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX, THREADS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
 use serde_json::json;
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::io::Write as _;
 use std::ops::Range;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Seeds the no-argument run explores per handler.
@@ -575,13 +577,62 @@ fn list(json: bool) -> Printed {
     out
 }
 
+/// Explores `seeds` and measures how long it took, with a progress line when `shown`.
 fn timed_explore(
     entry: &HandlerEntry,
     seeds: Range<u64>,
-    bounds: &Bounds,
-    threads: usize,
+    (bounds, threads): (&Bounds, usize),
+    shown: bool,
 ) -> (Exploration, f64) {
-    timed(|| explore(&entry.build, seeds, bounds, threads))
+    timed(|| {
+        with_progress(shown, |progress| {
+            explore_with_progress(&entry.build, seeds, bounds, threads, progress)
+        })
+    })
+}
+
+/// Whether a progress line goes to stderr: only when it is a terminal, and never with JSON
+/// output.
+fn progress_shown(json: bool) -> bool {
+    !json && std::io::stderr().is_terminal()
+}
+
+/// Runs `work`, and while it runs, when `shown`, redraws a progress line on stderr (runs,
+/// runs/s, runs that broke an invariant, elapsed) from the counters it bumps. The line is
+/// cleared at the end. It reads the counters only: what `work` does is the same either way.
+fn with_progress<T>(shown: bool, work: impl FnOnce(&Progress) -> T) -> T {
+    let progress = Progress::new();
+    if !shown {
+        return work(&progress);
+    }
+    let done = AtomicBool::new(false);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let seconds = started.elapsed().as_secs_f64();
+                let runs = progress.runs();
+                let _ = write!(
+                    std::io::stderr(),
+                    "\r\x1b[K{runs} runs, {:.0} runs/s, {} violating, {seconds:.1} s",
+                    runs as f64 / seconds.max(1e-9),
+                    progress.violating()
+                );
+            }
+            clear_progress_line(true);
+        });
+        let result = work(&progress);
+        done.store(true, Ordering::Relaxed);
+        result
+    })
+}
+
+/// Clears the progress line, when one is shown, so that a note can take its place.
+fn clear_progress_line(shown: bool) {
+    if shown {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
 }
 
 /// Runs `work` and measures its wall-clock seconds, for reports only: the clock never reaches
@@ -664,8 +715,14 @@ fn run_check(
     let options = check_options(search, bounds, &mut *subject)?;
     let threads = threads_in_force(search.threads);
     let started = Instant::now();
-    let mut level_done = |level: &Level| note(&level_line(level, started));
-    let report = exhaust_on_reporting(&entry.build, &options, threads, &mut level_done);
+    let shown = progress_shown(json);
+    let report = with_progress(shown, |progress| {
+        let mut level_done = |level: &Level| {
+            clear_progress_line(shown);
+            note(&level_line(level, started));
+        };
+        exhaust_on_reporting(&entry.build, &options, threads, (&mut level_done, progress))
+    });
     let elapsed_seconds = started.elapsed().as_secs_f64();
     // A counterexample replays under the bounds of the level that found it.
     let minimal = report.violations.first().map(|found| {
@@ -732,7 +789,12 @@ fn run_explore(
             }
         }
     }
-    let (exploration, elapsed_seconds) = timed_explore(entry, seeds.clone(), &bounds, threads);
+    let (exploration, elapsed_seconds) = timed_explore(
+        entry,
+        seeds.clone(),
+        (&bounds, threads),
+        progress_shown(json),
+    );
     let shrunk = shrink_first(entry, &bounds, &exploration, None);
     if json {
         let first = shrunk.as_ref().map(|shrunk| {
@@ -825,7 +887,9 @@ fn run_matrix(width_chars: usize) -> Printed {
     let threads = cores();
     let mut rows = Vec::new();
     for entry in models::handlers() {
-        let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, &bounds_of(entry), threads);
+        let bounds = bounds_of(entry);
+        let shown = progress_shown(false);
+        let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, (&bounds, threads), shown);
         let applicable = (entry.build)().invariants();
         rows.push(MatrixRow {
             entry,

@@ -4,6 +4,7 @@
 use crate::bounds::Bounds;
 use crate::choices::Tape;
 use crate::explore::SubjectFactory;
+use crate::progress::Progress;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
 use crate::workloads::workload_prefixes;
@@ -282,13 +283,14 @@ pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport
     let mut search = Search::new(options);
     while let Some((bounds, runs_left)) = search.next_level() {
         // Lazily: the workloads after the one that ends the level are not explored.
+        let progress = Progress::new();
         let parts = workloads.iter().zip(&mut visits).map(|(prefix, visited)| {
             explore_part(
                 subject,
-                &bounds,
-                options,
+                (&bounds, options),
                 (prefix, visited.as_mut()),
                 runs_left,
+                &progress,
             )
         });
         let kept = search.level_of(parts);
@@ -306,16 +308,17 @@ pub fn exhaust_on(
     options: &CheckOptions,
     threads: usize,
 ) -> CheckReport {
-    exhaust_on_reporting(factory, options, threads, &mut |_| {})
+    exhaust_on_reporting(factory, options, threads, (&mut |_| {}, &Progress::new()))
 }
 
-/// [`exhaust_on`], handing each level to `level_done` as soon as it is explored (for a
-/// progress line: a level can take minutes).
+/// [`exhaust_on`], handing each level to `level_done` as soon as it is explored and counting
+/// each run into `progress` as it ends (for a progress line: a level can take minutes). The
+/// report is the same.
 pub fn exhaust_on_reporting(
     factory: SubjectFactory<'_>,
     options: &CheckOptions,
     threads: usize,
-    level_done: &mut dyn FnMut(&Level),
+    (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
 ) -> CheckReport {
     let workloads = workload_prefixes(&mut *factory(), &options.bounds, &options.prefix);
     let mut visits = visits(options, workloads.len());
@@ -335,7 +338,13 @@ pub fn exhaust_on_reporting(
                         };
                         let mut own = lock(&visited)[index].take();
                         let work = (prefix.as_slice(), own.as_mut());
-                        let part = explore_part(&mut *subject, &bounds, options, work, runs_left);
+                        let part = explore_part(
+                            &mut *subject,
+                            (&bounds, options),
+                            work,
+                            runs_left,
+                            progress,
+                        );
                         lock(&visited)[index] = own;
                         lock(&parts)[index] = Some(part);
                     }
@@ -471,10 +480,10 @@ struct Part {
 /// lower levels in `visited`, for at most `runs_max` runs.
 fn explore_part(
     subject: &mut dyn Subject,
-    bounds: &Bounds,
-    options: &CheckOptions,
+    (bounds, options): (&Bounds, &CheckOptions),
     (prefix, visited): (&[u32], Option<&mut Visited>),
     runs_max: u64,
+    progress: &Progress,
 ) -> Part {
     let mut part = Part {
         level: Level::nothing_at(bounds.faults_max),
@@ -494,6 +503,7 @@ fn explore_part(
         prefix,
     };
     let mut each = |outcome: &RunOutcome| {
+        progress.run_ended(!outcome.violations.is_empty());
         part.level.runs += 1;
         part.level.pruned += u64::from(outcome.end == RunEnd::Pruned);
         part.step_limited += u64::from(outcome.end == RunEnd::StepLimit);

@@ -3,6 +3,7 @@
 
 use crate::bounds::Bounds;
 use crate::choices::Tape;
+use crate::progress::Progress;
 use crate::subject::{run_seed, Subject};
 use crate::Invariant;
 use serde::Serialize;
@@ -96,10 +97,16 @@ fn shards(seeds: &Range<u64>, threads: usize) -> impl Iterator<Item = Range<u64>
         .map(move |offsets| start + offsets.start..start + offsets.end)
 }
 
-fn explore_chunk(subject: &mut dyn Subject, seeds: Range<u64>, bounds: &Bounds) -> Tally {
+fn explore_chunk(
+    subject: &mut dyn Subject,
+    seeds: Range<u64>,
+    bounds: &Bounds,
+    progress: &Progress,
+) -> Tally {
     let mut tally = Tally::default();
     for seed in seeds {
         let outcome = run_seed(subject, seed, bounds, false);
+        progress.run_ended(!outcome.violations.is_empty());
         tally.executions += 1;
         tally.step_limited += u64::from(outcome.end == crate::RunEnd::StepLimit);
         tally.faulty_runs += u64::from(outcome.faults.total() > 0);
@@ -133,9 +140,23 @@ pub fn explore(
     bounds: &Bounds,
     threads: usize,
 ) -> Exploration {
+    explore_with_progress(factory, seeds, bounds, threads, &Progress::new())
+}
+
+/// [`explore`], counting each run into `progress` as it ends (for a progress line; the result
+/// is the same).
+pub fn explore_with_progress(
+    factory: SubjectFactory<'_>,
+    seeds: Range<u64>,
+    bounds: &Bounds,
+    threads: usize,
+    progress: &Progress,
+) -> Exploration {
     let tallies: Vec<Tally> = std::thread::scope(|scope| {
         let handles: Vec<_> = shards(&seeds, threads)
-            .map(|shard| scope.spawn(move || explore_chunk(&mut *factory(), shard, bounds)))
+            .map(|shard| {
+                scope.spawn(move || explore_chunk(&mut *factory(), shard, bounds, progress))
+            })
             .collect();
         handles
             .into_iter()

@@ -19,6 +19,7 @@ mod determinism;
 mod explore;
 mod invariant;
 mod mermaid;
+mod progress;
 mod provider;
 mod run;
 mod sandbox;
@@ -42,8 +43,11 @@ pub use choices::{
 };
 pub use clock::{Clock, Deadline, Timeouts};
 pub use determinism::check_determinism;
-pub use explore::{explore, Exploration, Failure, SubjectFactory, THREADS_MAX};
+pub use explore::{
+    explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
+};
 pub use invariant::{Invariant, Violation};
+pub use progress::Progress;
 pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};
 pub use run::{
     ClientPolicy, Ctx, Enumeration, FaultCounts, Link, RunEnd, RunOutcome, Session, Simulator,

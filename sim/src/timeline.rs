@@ -170,7 +170,12 @@ impl Timeline {
             ]);
             if row.knows != knew {
                 knew = row.knows.clone();
-                table.push(vec![String::new(), String::new(), "knows".into(), knew.clone()]);
+                table.push(vec![
+                    String::new(),
+                    String::new(),
+                    "knows".into(),
+                    knew.clone(),
+                ]);
             }
         }
         layout(&table, width_chars)

@@ -459,3 +459,19 @@ fn a_handler_written_outside_the_crate_is_checked_too() {
         "{message}"
     );
 }
+
+/// An exploration counts its runs into a `Progress` as they end: every run, and the ones that
+/// broke an invariant; the exploration itself is the same as without one.
+#[test]
+fn progress_counts_every_run_of_an_exploration() {
+    let entry = crate::entry("counter", "naive");
+    let bounds = retrysim::Bounds::default();
+    let progress = retrysim::Progress::new();
+    let counted = retrysim::explore_with_progress(&entry.build, 0..300, &bounds, 2, &progress);
+    let plain = retrysim::explore(&entry.build, 0..300, &bounds, 2);
+    assert_eq!(progress.runs(), 300);
+    assert_eq!(counted.executions, plain.executions);
+    assert_eq!(counted.violations, plain.violations);
+    let most = counted.violations.iter().map(|f| f.runs).max().unwrap();
+    assert!(progress.violating() >= most && progress.violating() <= 300);
+}

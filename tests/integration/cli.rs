@@ -256,6 +256,24 @@ fn replay_fits_its_timeline_to_the_width() {
     assert_bad_input(&args, "--width");
 }
 
+/// The progress line is drawn only on a terminal: with stderr piped, an exploration and a
+/// check write no carriage returns there.
+#[test]
+fn no_progress_line_off_a_terminal() {
+    for args in [
+        "explore --model counter --handler naive --seeds 0..200",
+        "check --model counter --handler naive --clients 1 --intents 1 --faults-max 0",
+    ] {
+        let output = retrysim(&args.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(output.status.code(), Some(1), "{args}");
+        assert!(
+            !stderr(&output).contains('\r'),
+            "{args}: {}",
+            stderr(&output)
+        );
+    }
+}
+
 #[test]
 fn list_names_domains_handlers_and_invariants() {
     let output = retrysim(&["list"]);
