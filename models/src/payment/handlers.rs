@@ -4,7 +4,7 @@
 use super::store::{PaymentHandler, LEASE_MS, SHORT_LEASE_MS};
 use super::workload::{PaymentRequest, Receipt};
 use retrysim_sim::sqlite::{execute_cached, Stop};
-use retrysim_sim::{ChargeId, Charged, Ctx, NoAnswer, Provider, Reply};
+use retrysim_sim::{ChargeId, Charged, Ctx, NoAnswer, Provider, Reply, Status};
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// The crash point after the provider call, before the handler records what came of it.
@@ -457,8 +457,8 @@ impl PaymentHandler for Outbox {
         request: &PaymentRequest,
     ) -> Result<Reply<Receipt>, Stop> {
         execute_cached(db, "BEGIN IMMEDIATE")?;
-        let reply = match Self::queued(db, request)? {
-            None => {
+        let reply = match self.lookup(db, request)? {
+            Status::NotFound => {
                 db.prepare_cached(
                     "INSERT INTO outbox (request_id, order_id, amount) VALUES (?1, ?2, ?3)",
                 )?
@@ -469,29 +469,17 @@ impl PaymentHandler for Outbox {
                 ])?;
                 Reply::Pending
             }
-            Some(row) if row.order != request.args.order || row.amount != request.args.amount => {
-                Reply::KeyReuse
-            }
-            Some(Queued {
-                charge: Some(id),
-                amount,
-                ..
-            }) => Reply::Replayed(Receipt {
-                charge: Some(ChargeId(id)),
-                amount,
-            }),
-            Some(_) => Reply::Pending,
+            Status::Conflict => Reply::KeyReuse,
+            Status::Completed(receipt) => Reply::Replayed(receipt),
+            Status::Pending | Status::Unavailable(_) => Reply::Pending,
         };
         execute_cached(db, "COMMIT")?;
         Ok(reply)
     }
 
-    fn lookup(
-        &self,
-        db: &Connection,
-        request: &PaymentRequest,
-    ) -> Result<retrysim_sim::Status<Receipt>, Stop> {
-        use retrysim_sim::Status;
+    /// The outbox row under the request id: sent (completed with its charge), queued
+    /// (pending), another request's (conflict), or none.
+    fn lookup(&self, db: &Connection, request: &PaymentRequest) -> Result<Status<Receipt>, Stop> {
         Ok(match Self::queued(db, request)? {
             None => Status::NotFound,
             Some(row) if row.order != request.args.order || row.amount != request.args.amount => {
