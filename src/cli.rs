@@ -299,6 +299,8 @@ enum Format {
     Json,
     /// A Mermaid sequence diagram (renders in Markdown viewers that support Mermaid).
     Mermaid,
+    /// One self-contained HTML page with a step-through (no network needed to view it).
+    Html,
 }
 
 fn parse_seeds(text: &str) -> Result<Range<u64>, String> {
@@ -868,6 +870,7 @@ fn run_replay(
             let _ = writeln!(out.text, "{value}");
         }
         Format::Mermaid => out.text = report::run_mermaid(entry, &bounds, &outcome),
+        Format::Html => out.text = crate::html::run_html(entry, &bounds, &outcome),
         Format::Text => {
             out.text = report::run_report_within(entry, &bounds, &outcome, width_chars);
             let schedule = Schedule::Tape(outcome.tape.clone());

@@ -131,6 +131,7 @@
 //! in `retrysim-models` (as [`models`]); the `retrysim` binary is a client of [`cli`].
 
 pub mod cli;
+pub mod html;
 pub mod property;
 pub mod report;
 pub mod testing;

@@ -238,6 +238,19 @@ fn replay_mermaid_draws_the_run() {
     assert!(diagram.contains("%% reproduce: retrysim replay --model payment"));
 }
 
+/// `--format html` prints one page, exit 1 for the violation it shows.
+#[test]
+fn replay_html_is_one_page() {
+    let args =
+        "replay --model counter --handler naive --tape 0,0,0,1,1,1 --faults-max 0 --format html";
+    let output = retrysim(&args.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let page = stdout(&output);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(page.trim_end().ends_with("</html>"));
+    assert!(page.contains("VIOLATED at-most-once-effect"));
+}
+
 /// `--width` fits the text timeline; a width too narrow to be useful is bad input.
 #[test]
 fn replay_fits_its_timeline_to_the_width() {

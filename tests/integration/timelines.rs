@@ -269,3 +269,45 @@ fn a_timeline_fits_the_width_it_is_given() {
         );
     }
 }
+
+/// The HTML page of one failure per domain: a row per timeline event, the violation and the
+/// reproduction command at the top, the step-through's controls and script, nothing fetched
+/// from elsewhere, and the same bytes on every run.
+#[test]
+fn a_failure_as_a_self_contained_html_page() {
+    let failures = [
+        ("counter", "naive", Invariant::AtMostOnceEffect),
+        ("interval", "version-only", Invariant::OutcomeAgreement),
+        ("reservation", "stuck-pending", Invariant::EventualVerdict),
+        ("payment", "no-provider-key", Invariant::AtMostOnceEffect),
+    ];
+    for (domain, handler, invariant) in failures {
+        let entry = entry(domain, handler);
+        let shrunk = shortest_failure_in(domain, handler, invariant);
+        let page = retrysim::html::run_html(entry, &shrunk.bounds, &shrunk.outcome);
+        let rows = shrunk.outcome.timeline.as_ref().unwrap().rows.len();
+        assert_eq!(
+            page.matches("<tr class=\"event\"").count(),
+            rows,
+            "{handler}"
+        );
+        assert_eq!(page.matches("<tr").count(), page.matches("</tr>").count());
+        assert!(page.contains(&format!("VIOLATED {invariant}")), "{handler}");
+        assert!(page.contains("reproduce: <code>retrysim replay --model"));
+        for control in [
+            "id=\"next\"",
+            "id=\"previous\"",
+            "id=\"counter\"",
+            "id=\"knows\"",
+        ] {
+            assert!(page.contains(control), "{handler}: {control}");
+        }
+        assert!(page.contains("<script>") && page.contains("@media print"));
+        for outside in ["http://", "https://", "<link", " src="] {
+            assert!(!page.contains(outside), "{handler}: {outside}");
+        }
+        let again = replay(&mut *(entry.build)(), &shrunk.outcome.tape, &shrunk.bounds).unwrap();
+        let twice = retrysim::html::run_html(entry, &shrunk.bounds, &again);
+        assert_eq!(page, twice, "{handler}");
+    }
+}
