@@ -104,6 +104,14 @@ enum Command {
         #[command(flatten)]
         bounds: BoundsArgs,
     },
+    /// Write the no-argument run's matrix as DIR/index.html, each failing cell linked to its
+    /// shortest failure's page and Mermaid diagram (for a course or a CI artifact); exit
+    /// statuses as for the no-argument run.
+    Report {
+        /// The directory to write (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
     /// Print the timeline of one run, given by seed or by tape, and the invariants it breaks.
     Replay {
         #[command(flatten)]
@@ -436,6 +444,7 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
             json,
             bounds,
         }) => run_check(&target, &search, json, (&bounds, width_chars)),
+        Some(Command::Report { out }) => run_report_dir(&out),
         Some(Command::Replay {
             target,
             schedule,
@@ -884,13 +893,13 @@ fn run_replay(
     Ok(out.ending(exit_for(outcome.violations.is_empty())))
 }
 
-fn run_matrix(width_chars: usize) -> Printed {
-    let bounds = Bounds::default();
-    let bounds_of = |entry: &HandlerEntry| entry.bounds_from(bounds);
+/// Every built-in handler explored over [`DEFAULT_SEEDS`] under its own bounds: the matrix's
+/// rows.
+fn matrix_rows() -> Vec<MatrixRow<'static>> {
     let threads = cores();
     let mut rows = Vec::new();
     for entry in models::handlers() {
-        let bounds = bounds_of(entry);
+        let bounds = entry.bounds_from(Bounds::default());
         let shown = progress_shown(false);
         let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, (&bounds, threads), shown);
         let applicable = (entry.build)().invariants();
@@ -900,6 +909,49 @@ fn run_matrix(width_chars: usize) -> Printed {
             applicable,
         });
     }
+    rows
+}
+
+/// `retrysim report --out DIR`: the matrix as `DIR/index.html`, and for every failing cell
+/// its shortest failure as a page and a Mermaid diagram beside it. The directory is made (or
+/// found) before any exploring, so bad input writes nothing.
+fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageError> {
+    let unwritable =
+        |error: std::io::Error| UsageError(format!("cannot write {}: {error}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(unwritable)?;
+    let rows = matrix_rows();
+    let mut pages = 0;
+    for row in &rows {
+        let bounds = row.entry.bounds_from(Bounds::default());
+        for failure in &row.exploration.violations {
+            let invariant = failure.invariant;
+            let Some(shrunk) = shrink_first(row.entry, &bounds, &row.exploration, Some(invariant))
+            else {
+                continue;
+            };
+            let file = dir.join(crate::html::cell_file(row.entry, invariant));
+            let page = crate::html::run_html(row.entry, &shrunk.bounds, &shrunk.outcome);
+            let diagram = report::run_mermaid(row.entry, &shrunk.bounds, &shrunk.outcome);
+            std::fs::write(file.with_extension("html"), page).map_err(unwritable)?;
+            std::fs::write(file.with_extension("mmd"), diagram).map_err(unwritable)?;
+            pages += 1;
+        }
+    }
+    let index = crate::html::matrix_page(&rows, &DEFAULT_SEEDS);
+    std::fs::write(dir.join("index.html"), index).map_err(unwritable)?;
+    let mut out = Printed::new();
+    let _ = writeln!(
+        out.text,
+        "wrote {} with {pages} failure pages and their Mermaid diagrams",
+        dir.join("index.html").display()
+    );
+    Ok(out.ending(exit_for(rows.iter().all(MatrixRow::as_declared))))
+}
+
+fn run_matrix(width_chars: usize) -> Printed {
+    let bounds = Bounds::default();
+    let bounds_of = |entry: &HandlerEntry| entry.bounds_from(bounds);
+    let rows = matrix_rows();
     let mut out = Printed::new();
     let _ = writeln!(
         out.text,

@@ -258,3 +258,65 @@ fn escape(text: &str) -> String {
     }
     out
 }
+
+/// The file name of the page (`.html`) or diagram (`.mmd`) of a matrix cell's failure:
+/// `counter-naive-at-most-once-effect`.
+pub fn cell_file(entry: &HandlerEntry, invariant: retrysim_sim::Invariant) -> String {
+    format!("{}-{}-{}", entry.domain, entry.handler, invariant.name())
+}
+
+/// The handlers × invariants matrix as a self-contained HTML page: each failing cell names the
+/// seed that first found it and links to its failure's page and Mermaid diagram (files named
+/// by [`cell_file`] beside it).
+pub fn matrix_page(rows: &[crate::report::MatrixRow<'_>], seeds: &std::ops::Range<u64>) -> String {
+    use retrysim_sim::Invariant;
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>retrysim: every built-in handler</title>\n<style>{STYLE}\
+         td.bad{{color:#a40000}} td.ok{{color:#0a6b0a}}</style>\n</head>\n<body>\n<header>\n\
+         <h1>retrysim: every built-in handler over seeds {}..{}</h1>\n\
+         <p>Each failing cell links to its shortest failure: the page, and its Mermaid diagram.</p>\n\
+         </header>\n<main>\n<div class=\"wrap\">\n<table>\n<thead><tr><th>handler</th>",
+        seeds.start, seeds.end
+    );
+    for invariant in Invariant::ALL {
+        let _ = write!(out, "<th>{}</th>", invariant.name());
+    }
+    out.push_str("<th>declared</th><th>as declared</th></tr></thead>\n<tbody>\n");
+    for row in rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}/{}</td>",
+            escape(row.entry.domain),
+            escape(row.entry.handler)
+        );
+        for &invariant in Invariant::ALL {
+            let cell = match row.exploration.failure(invariant) {
+                _ if !row.applicable.contains(&invariant) => "<td>n/a</td>".to_string(),
+                Some(failure) => {
+                    let file = cell_file(row.entry, invariant);
+                    format!(
+                        "<td class=\"bad\"><a href=\"{file}.html\">seed {}</a> \
+                         (<a href=\"{file}.mmd\">mermaid</a>)</td>",
+                        failure.seed
+                    )
+                }
+                None => "<td class=\"ok\">clean</td>".to_string(),
+            };
+            out.push_str(&cell);
+        }
+        let (class, verdict) = if row.as_declared() {
+            ("ok", "yes")
+        } else {
+            ("bad", "NO")
+        };
+        let _ = writeln!(
+            out,
+            "<td>{}</td><td class=\"{class}\">{verdict}</td></tr>",
+            escape(&row.entry.declared.to_string())
+        );
+    }
+    out.push_str("</tbody>\n</table>\n</div>\n</main>\n</body>\n</html>\n");
+    out
+}

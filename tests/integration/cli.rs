@@ -238,6 +238,20 @@ fn replay_mermaid_draws_the_run() {
     assert!(diagram.contains("%% reproduce: retrysim replay --model payment"));
 }
 
+/// `report --out` into a path that is a file: bad input, and nothing written.
+#[test]
+fn report_refuses_an_unwritable_directory() {
+    let file = std::env::temp_dir().join(format!("retrysim-report-{}", std::process::id()));
+    std::fs::write(&file, "not a directory").unwrap();
+    let target = file.join("report");
+    assert_bad_input(
+        &["report", "--out", target.to_str().unwrap()],
+        "cannot write",
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "not a directory");
+    std::fs::remove_file(&file).unwrap();
+}
+
 /// `--format html` prints one page, exit 1 for the violation it shows.
 #[test]
 fn replay_html_is_one_page() {

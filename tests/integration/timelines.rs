@@ -311,3 +311,36 @@ fn a_failure_as_a_self_contained_html_page() {
         assert_eq!(page, twice, "{handler}");
     }
 }
+
+/// The matrix page links every failing cell to its page and diagram, says n/a and clean
+/// where they apply, and whether each handler is as declared.
+#[test]
+fn the_matrix_page_links_each_failure() {
+    let rows: Vec<retrysim::report::MatrixRow<'_>> =
+        [("counter", "naive"), ("counter", "keyed-sqlite")]
+            .iter()
+            .map(|&(domain, handler)| {
+                let entry = entry(domain, handler);
+                let bounds = entry.bounds_from(Bounds::default());
+                retrysim::report::MatrixRow {
+                    entry,
+                    exploration: explore(&entry.build, 0..200, &bounds, 2),
+                    applicable: (entry.build)().invariants(),
+                }
+            })
+            .collect();
+    let page = retrysim::html::matrix_page(&rows, &(0..200));
+    let naive = rows[0]
+        .exploration
+        .failure(Invariant::AtMostOnceEffect)
+        .unwrap();
+    let link = format!(
+        "<a href=\"counter-naive-at-most-once-effect.html\">seed {}</a>",
+        naive.seed
+    );
+    assert!(page.contains(&link), "{page}");
+    assert!(page.contains("counter-naive-at-most-once-effect.mmd"));
+    assert!(page.contains("<td>n/a</td>") && page.contains("<td class=\"ok\">clean</td>"));
+    assert_eq!(page.matches("<td class=\"ok\">yes</td>").count(), 2);
+    assert!(!page.contains("keyed-sqlite-at-most-once-effect"));
+}
