@@ -1,6 +1,7 @@
 //! Exploration throughput: runs per second for every built-in handler on one thread, then
 //! exhaustive checks: with and without state hashing and checkpoints, at the bound that must
-//! hold (two clients, three attempts, two faults), and at a peer model checker's bound.
+//! hold (two clients, three attempts, two faults), at a peer model checker's bound, and the
+//! payment domain's correct handlers.
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count).
 
@@ -19,6 +20,43 @@ fn main() {
     timeout_models(seeds);
     overlapping_invocations(seeds);
     exhaustive_checks();
+    payment_checks();
+}
+
+/// The payment domain's correct handlers at the bounds the suite holds them to, and the
+/// outbox at the issue's bound (two clients with one intent each, three attempts, two
+/// faults, two invocations at once).
+fn payment_checks() {
+    println!("\npayment checks (clients, intents per client, attempts_max, faults_max):");
+    let cases = [
+        ("lease-and-provider-key", 2, 1, 3, 1, 1),
+        ("lease-and-provider-key", 1, 1, 3, 1, 2),
+        ("outbox", 2, 1, 2, 1, 1),
+        ("outbox", 2, 1, 3, 2, 2),
+    ];
+    for (handler, clients_max, intents_max, attempts_max, faults_max, invocations_max) in cases {
+        let entry = models::find("payment", handler).unwrap();
+        let bounds = entry.bounds_from(Bounds {
+            clients_max,
+            intents_max,
+            attempts_max,
+            faults_max,
+            ..Bounds::default()
+        });
+        let options = CheckOptions {
+            runs_max: 25_000_000,
+            ..CheckOptions::new(Bounds {
+                invocations_max,
+                ..bounds
+            })
+        };
+        timed_check(
+            "payment",
+            handler,
+            &options,
+            &format!("invocations {invocations_max}"),
+        );
+    }
 }
 
 /// Timed timeouts (the default) against untimed ones: random exploration of the correct
@@ -56,14 +94,16 @@ timed against untimed timeouts, one thread:"
         .filter(|entry| entry.declared == models::Declared::Correct)
     {
         for timeouts in [Timeouts::Timed, Timeouts::Untimed] {
-            let bounds = Bounds {
+            // With the handler's own invocation bound and platform limit (the payment
+            // handlers' 3 s).
+            let bounds = entry.bounds_from(Bounds {
                 clients_max: 2,
                 intents_max: 1,
                 attempts_max: 3,
                 faults_max: 2,
                 timeouts,
                 ..Bounds::default()
-            };
+            });
             let options = CheckOptions {
                 runs_max: 20_000_000,
                 ..CheckOptions::new(bounds)
