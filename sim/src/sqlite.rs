@@ -416,6 +416,21 @@ impl Retention {
     }
 }
 
+/// The first column of every row `sql` selects on `connection`, as text, for describing a
+/// store in timelines.
+///
+/// # Panics
+/// If the statement fails: a store the harness describes is always readable.
+pub fn column_strings(connection: &Connection, sql: &str) -> Vec<String> {
+    let mut statement = connection
+        .prepare_cached(sql)
+        .expect("the store is readable");
+    let rows = statement
+        .query_map([], |row| row.get(0))
+        .expect("the store is readable");
+    rows.map(|row| row.expect("a row reads")).collect()
+}
+
 /// Executes one parameterless statement through the connection's statement cache (cheaper
 /// than `execute_batch`, which parses its text on every call).
 pub fn execute_cached(connection: &Connection, sql: &str) -> rusqlite::Result<usize> {

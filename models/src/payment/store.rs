@@ -2,12 +2,12 @@
 //! any [`PaymentHandler`] a system under test.
 
 use super::workload::{workload, PaymentRequest, Receipt, WORKLOAD_LIMITS};
-use retrysim_sim::sqlite::{settle, settle_lookup, DbImage, HarnessDb, Stop};
+use retrysim_sim::sqlite::{column_strings, settle, settle_lookup, DbImage, HarnessDb, Stop};
 use retrysim_sim::{
     Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant,
     NoEvent, Provider, Reply, Situation, Status, StoreCopy, System, Workload, WorkloadLimits,
 };
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension};
 
 /// The local store: idempotency records and booked payments.
 pub const SCHEMA: &str = "
@@ -369,13 +369,7 @@ pub(super) fn look_up(db: &Connection, request: &PaymentRequest) -> Result<Statu
 /// The local store for timelines: records and payments.
 fn describe_local(db: &HarnessDb) -> String {
     let keeper = db.keeper();
-    let read = |sql: &str| -> Vec<String> {
-        let mut statement = keeper.prepare_cached(sql).expect("the store is readable");
-        let rows = statement
-            .query_map(params![], |row| row.get(0))
-            .expect("the store is readable");
-        rows.map(|row| row.expect("a row reads")).collect()
-    };
+    let read = |sql: &str| column_strings(keeper, sql);
     let records = read(
         "SELECT request_id || ' ' || status || ' claim ' || claim \
          || CASE WHEN status = 'in_progress' THEN ' (lease to ' || lease_expires_ms || ' ms)' \

@@ -3,7 +3,7 @@
 
 use super::types::{Fixture, Reference, ReservationRequest};
 use super::workload::{workload, WORKLOAD_LIMITS};
-use retrysim_sim::sqlite::{settle, settle_lookup, HarnessDb, Stop};
+use retrysim_sim::sqlite::{column_strings, settle, settle_lookup, HarnessDb, Stop};
 use retrysim_sim::{
     Bounds, Clock, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Session,
     Situation, Status, StoreCopy, System, Violation, Workload, WorkloadLimits,
@@ -358,13 +358,7 @@ impl<H: ReservationHandler> System for OnReservation<H> {
 
     fn describe_store(&self, store: &ReservationStore) -> String {
         let keeper = store.db.keeper();
-        let read = |sql: &str| -> Vec<String> {
-            let mut statement = keeper.prepare_cached(sql).expect("the store is readable");
-            let rows = statement
-                .query_map([], |row| row.get(0))
-                .expect("the store is readable");
-            rows.map(|row| row.expect("a row reads")).collect()
-        };
+        let read = |sql: &str| column_strings(keeper, sql);
         let reservations = read(
             "SELECT reference || ' ' || tenant || ' ' || slot FROM reservations ORDER BY rowid",
         );
