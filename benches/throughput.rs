@@ -178,9 +178,9 @@ fn exhaustive_checks() {
             ..Bounds::default()
         };
         for (reduction, checkpoints) in [
-            (Reduction::States, true),
-            (Reduction::States, false),
-            (Reduction::None, true),
+            (Reduction::ALL, true),
+            (Reduction::ALL, false),
+            (Reduction::NONE, true),
         ] {
             let options = CheckOptions {
                 reduction,
@@ -209,7 +209,7 @@ fn exhaustive_checks() {
         };
         let reduced = timed_check(domain, handler, &must_hold, "States");
         let plain = CheckOptions {
-            reduction: Reduction::None,
+            reduction: Reduction::NONE,
             runs_max: 2_000_000,
             ..CheckOptions::new(bounds)
         };

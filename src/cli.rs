@@ -263,9 +263,12 @@ fn flag_error(error: &BoundsError, domain: &str) -> String {
 /// How `check` searches.
 #[derive(Args)]
 struct SearchArgs {
-    /// Skip states already explored (states), or enumerate every tape (none).
-    #[arg(long, value_enum, default_value_t = ReductionArg::States)]
-    reduction: ReductionArg,
+    /// The reductions to use: `all`, `none` (enumerate every tape), or a comma-separated
+    /// list of `states` (skip states already explored), `crash-points` (one crash where
+    /// several points with nothing changed between them lead to one state) and `symmetry`
+    /// (one workload of those that differ only by which client is which).
+    #[arg(long, value_parser = parse_reduction, default_value = "all")]
+    reduction: Reduction,
     /// Runs after which the check stops without exhausting the bound (counted between
     /// workloads: the last workload begun may take up to as many again).
     #[arg(long, default_value_t = CHECK_RUNS_MAX)]
@@ -293,10 +296,27 @@ struct SearchArgs {
     workload: Option<Tape>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ReductionArg {
-    States,
-    None,
+/// Parses `--reduction`: `all`, `none`, or a comma-separated list of reductions.
+fn parse_reduction(text: &str) -> Result<Reduction, String> {
+    match text {
+        "all" => return Ok(Reduction::ALL),
+        "none" => return Ok(Reduction::NONE),
+        _ => {}
+    }
+    let mut reduction = Reduction::NONE;
+    for name in text.split(',').map(str::trim) {
+        match name {
+            "states" => reduction.states = true,
+            "crash-points" => reduction.crash_points = true,
+            "symmetry" => reduction.symmetry = true,
+            _ => {
+                return Err(format!(
+                    "unknown reduction `{name}` (expected all, none, or a list of states, crash-points, symmetry)"
+                ))
+            }
+        }
+    }
+    Ok(reduction)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -685,10 +705,7 @@ fn check_options(
     };
     Ok(CheckOptions {
         bounds,
-        reduction: match search.reduction {
-            ReductionArg::States => Reduction::States,
-            ReductionArg::None => Reduction::None,
-        },
+        reduction: search.reduction,
         runs_max: search.runs_max,
         stop: if search.whole_bound {
             StopAt::EndOfBound

@@ -1,8 +1,7 @@
 //! Human-readable reports: exploration summaries, the handler matrix, replay commands.
 
 use crate::{
-    Bounds, CheckOptions, CheckReport, Exploration, Invariant, Reduction, RunOutcome, Shrunk,
-    Stopped, Tape,
+    Bounds, CheckOptions, CheckReport, Exploration, Invariant, RunOutcome, Shrunk, Stopped, Tape,
 };
 use retrysim_models::{Declared, HandlerEntry};
 use std::fmt::Write as _;
@@ -337,10 +336,7 @@ pub fn check_report(
     let bounds = &options.bounds;
     let _ = writeln!(out, "{}/{}: exhaustive check", entry.domain, entry.handler);
     let _ = writeln!(out, "bounds: {bounds}");
-    let reduction = match options.reduction {
-        Reduction::States => "states",
-        Reduction::None => "none",
-    };
+    let reduction = options.reduction.names();
     let _ = writeln!(
         out,
         "reduction: {reduction}; runs_max: {}",
@@ -370,6 +366,13 @@ pub fn check_report(
         report.unique_states(),
         report.step_limited
     );
+    if report.symmetric_workloads > 0 {
+        let _ = writeln!(
+            out,
+            "workloads: {} explored, {} covered by symmetry (the same but for which client is which)",
+            report.workloads, report.symmetric_workloads
+        );
+    }
     let _ = writeln!(
         out,
         "elapsed: {elapsed_seconds:.2} s ({:.0} runs/s)",
@@ -407,6 +410,18 @@ pub fn check_report(
         .map(|(point, runs)| format!("{point} {runs}"))
         .collect();
     let _ = writeln!(out, "crashes by point (runs): {}", points.join(", "));
+    let covered: Vec<String> = coverage
+        .crashes_covered
+        .iter()
+        .map(|(point, runs)| format!("{point} {runs}"))
+        .collect();
+    if !covered.is_empty() {
+        let _ = writeln!(
+            out,
+            "crashes covered by an earlier point with nothing changed (runs): {}",
+            covered.join(", ")
+        );
+    }
     let situations: Vec<String> = coverage
         .situations
         .iter()

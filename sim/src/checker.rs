@@ -17,15 +17,61 @@ use std::sync::Mutex;
 /// Runs an exhaustive check may spend before it stops, unless told otherwise.
 pub const CHECK_RUNS_MAX: u64 = 25_000_000;
 
-/// How an exhaustive check avoids redundant work.
+/// How an exhaustive check avoids redundant work: the reductions it uses. Each one is sound:
+/// it finds every invariant violation plain enumeration finds, with as few faults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Reduction {
+pub struct Reduction {
+    /// State hashing: stop a run at the first state (clients, messages, server memory,
+    /// store, history) already explored, so orderings that lead to the same state are
+    /// explored once.
+    pub states: bool,
+    /// Crash points with nothing durable changed between them lead to the same state after a
+    /// crash: explore a crash at the first and report the others as covered by it
+    /// ([`Coverage::crashes_covered`]), for a system that reports its durable changes
+    /// ([`crate::System::reports_durable_changes`]).
+    pub crash_points: bool,
+    /// Workloads that differ only by which client is which (clients are interchangeable, so
+    /// their runs are the same up to the clients' names): explore the first of each class
+    /// and report the others as covered by it ([`CheckReport::symmetric_workloads`]).
+    pub symmetry: bool,
+}
+
+impl Reduction {
     /// Plain enumeration of every tape.
-    None,
-    /// Stop a run at the first state (clients, messages, server memory, store, history)
-    /// already explored: orderings that lead to the same state are explored once.
-    States,
+    pub const NONE: Reduction = Reduction {
+        states: false,
+        crash_points: false,
+        symmetry: false,
+    };
+    /// State hashing alone.
+    pub const STATES: Reduction = Reduction {
+        states: true,
+        ..Reduction::NONE
+    };
+    /// Every reduction (the default).
+    pub const ALL: Reduction = Reduction {
+        states: true,
+        crash_points: true,
+        symmetry: true,
+    };
+
+    /// The names of the reductions on, as the `--reduction` flag takes them (`states,crash-points,symmetry`), or `none`.
+    pub fn names(&self) -> String {
+        let on: Vec<&str> = [
+            (self.states, "states"),
+            (self.crash_points, "crash-points"),
+            (self.symmetry, "symmetry"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        if on.is_empty() {
+            "none".to_string()
+        } else {
+            on.join(",")
+        }
+    }
 }
 
 /// What an exhaustive check explores.
@@ -54,11 +100,11 @@ pub struct CheckOptions {
 }
 
 impl CheckOptions {
-    /// Checks `bounds` with state hashing, within [`CHECK_RUNS_MAX`] runs.
+    /// Checks `bounds` with every reduction, within [`CHECK_RUNS_MAX`] runs.
     pub fn new(bounds: Bounds) -> Self {
         CheckOptions {
             bounds,
-            reduction: Reduction::States,
+            reduction: Reduction::ALL,
             runs_max: CHECK_RUNS_MAX,
             stop: StopAt::FirstViolation,
             only: None,
@@ -126,6 +172,10 @@ pub struct Coverage {
     pub storage: u64,
     /// For each crash point the handler passed, the runs that crashed there.
     pub crash_points: BTreeMap<&'static str, u64>,
+    /// For each crash point, the runs in which a crash there was not explored because a
+    /// crash at an earlier point of the same invocation, with nothing durable changed in
+    /// between, leads to the same state (the crash-point reduction).
+    pub crashes_covered: BTreeMap<&'static str, u64>,
     /// For each situation the system declares ([`crate::System::situations`]), in its order,
     /// the runs whose workload exercised it.
     pub situations: Vec<SituationRuns>,
@@ -150,6 +200,9 @@ impl Coverage {
         self.storage += other.storage;
         for (point, runs) in &other.crash_points {
             *self.crash_points.entry(point).or_insert(0) += runs;
+        }
+        for (point, runs) in &other.crashes_covered {
+            *self.crashes_covered.entry(point).or_insert(0) += runs;
         }
         for theirs in &other.situations {
             match self
@@ -179,7 +232,8 @@ impl Coverage {
             }
         }
         for (point, runs) in &self.crash_points {
-            if *runs == 0 && bounds.crashes_max > 0 && bounds.faults_max > 0 {
+            let covered = self.crashes_covered.get(point).copied().unwrap_or(0);
+            if *runs == 0 && covered == 0 && bounds.crashes_max > 0 && bounds.faults_max > 0 {
                 gaps.push(format!("crash at {point}"));
             }
         }
@@ -250,6 +304,11 @@ pub struct CheckReport {
     pub coverage: Coverage,
     /// The first counterexample of each invariant broken, at the lowest fault level.
     pub violations: Vec<Counterexample>,
+    /// Workloads explored.
+    pub workloads: u64,
+    /// Workloads not explored because one explored differs from each only by which client
+    /// is which (the symmetry reduction): their runs are the explored one's, renamed.
+    pub symmetric_workloads: u64,
 }
 
 impl CheckReport {
@@ -277,10 +336,25 @@ impl CheckReport {
 /// Explores every run of `subject` within `options.bounds`: first with no fault, then with at
 /// most one, and so on up to `faults_max`, stopping after the first level with a violation,
 /// so every counterexample has the fewest faults any counterexample has.
+///
+/// State hashing first leaves out how many steps reached a state; if some run then reaches
+/// `steps_max`, the check starts again counting them (see [`Visited::counting_steps`]).
 pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
-    let workloads = workload_prefixes(subject, &options.bounds, &options.prefix);
-    let mut visits = visits(options, workloads.len());
-    let mut search = Search::new(options);
+    let report = exhaust_counting(subject, options, false);
+    if report.step_limited == 0 || !options.reduction.states {
+        return report;
+    }
+    exhaust_counting(subject, options, true)
+}
+
+fn exhaust_counting(
+    subject: &mut dyn Subject,
+    options: &CheckOptions,
+    steps_matter: bool,
+) -> CheckReport {
+    let (workloads, symmetric) = workloads_to_explore(subject, options);
+    let mut visits = visits(options, workloads.len(), steps_matter);
+    let mut search = Search::new(options, workloads.len(), symmetric);
     while let Some((bounds, runs_left)) = search.next_level() {
         // Lazily: the workloads after the one that ends the level are not explored.
         let progress = Progress::new();
@@ -313,16 +387,30 @@ pub fn exhaust_on(
 
 /// [`exhaust_on`], handing each level to `level_done` as soon as it is explored and counting
 /// each run into `progress` as it ends (for a progress line: a level can take minutes). The
-/// report is the same.
+/// report is the same. (A check that starts again counting steps, see [`exhaust`], hands
+/// its levels over again.)
 pub fn exhaust_on_reporting(
     factory: SubjectFactory<'_>,
     options: &CheckOptions,
     threads: usize,
     (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
 ) -> CheckReport {
-    let workloads = workload_prefixes(&mut *factory(), &options.bounds, &options.prefix);
-    let mut visits = visits(options, workloads.len());
-    let mut search = Search::new(options);
+    let work = (factory, options, threads);
+    let report = exhaust_on_counting(work, (&mut *level_done, progress), false);
+    if report.step_limited == 0 || !options.reduction.states {
+        return report;
+    }
+    exhaust_on_counting(work, (level_done, progress), true)
+}
+
+fn exhaust_on_counting(
+    (factory, options, threads): (SubjectFactory<'_>, &CheckOptions, usize),
+    (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
+    steps_matter: bool,
+) -> CheckReport {
+    let (workloads, symmetric) = workloads_to_explore(&mut *factory(), options);
+    let mut visits = visits(options, workloads.len(), steps_matter);
+    let mut search = Search::new(options, workloads.len(), symmetric);
     while let Some((bounds, runs_left)) = search.next_level() {
         let visited = Mutex::new(std::mem::take(&mut visits));
         let parts: Mutex<Vec<Option<Part>>> = Mutex::new(vec![None; workloads.len()]);
@@ -363,10 +451,32 @@ pub fn exhaust_on_reporting(
     search.report
 }
 
+/// The workloads a check explores (their answers), in order, and how many it leaves out
+/// because they differ from one explored only by which client is which.
+fn workloads_to_explore(subject: &mut dyn Subject, options: &CheckOptions) -> (Vec<Vec<u32>>, u64) {
+    let workloads = workload_prefixes(subject, &options.bounds, &options.prefix);
+    if !options.reduction.symmetry {
+        return (workloads, 0);
+    }
+    let mut classes = BTreeSet::new();
+    let count = workloads.len();
+    let representatives: Vec<Vec<u32>> = workloads
+        .into_iter()
+        .filter(|answers| classes.insert(subject.workload_class(answers, &options.bounds)))
+        .collect();
+    let symmetric = (count - representatives.len()) as u64;
+    (representatives, symmetric)
+}
+
 /// For each workload, the states explored at lower levels (with state hashing).
-fn visits(options: &CheckOptions, workloads: usize) -> Vec<Option<Visited>> {
-    let hashing = options.reduction == Reduction::States;
-    (0..workloads).map(|_| hashing.then(Visited::new)).collect()
+fn visits(options: &CheckOptions, workloads: usize, steps_matter: bool) -> Vec<Option<Visited>> {
+    let hashing = options.reduction.states;
+    let empty = if steps_matter {
+        Visited::counting_steps
+    } else {
+        Visited::new
+    };
+    (0..workloads).map(|_| hashing.then(empty)).collect()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -386,7 +496,7 @@ struct Search<'o> {
 }
 
 impl<'o> Search<'o> {
-    fn new(options: &'o CheckOptions) -> Self {
+    fn new(options: &'o CheckOptions, workloads: usize, symmetric_workloads: u64) -> Self {
         Search {
             options,
             report: CheckReport {
@@ -395,6 +505,8 @@ impl<'o> Search<'o> {
                 step_limited: 0,
                 coverage: Coverage::default(),
                 violations: Vec::new(),
+                workloads: workloads as u64,
+                symmetric_workloads,
             },
             next_faults_max: Some(0),
             last_faults_max: options
@@ -501,6 +613,7 @@ fn explore_part(
         visited: visited.as_deref_mut(),
         checkpoints: options.checkpoints,
         prefix,
+        crash_points: options.reduction.crash_points,
     };
     let mut each = |outcome: &RunOutcome| {
         progress.run_ended(!outcome.violations.is_empty());
@@ -561,5 +674,8 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
     }
     for point in &outcome.crashed_at {
         *coverage.crash_points.entry(point).or_insert(0) += 1;
+    }
+    for point in &outcome.crashes_covered {
+        *coverage.crashes_covered.entry(point).or_insert(0) += 1;
     }
 }

@@ -157,6 +157,12 @@ impl<H: SqlHandler> System for OnSql<H> {
             .restore(copy.get().expect("a copy of this database"));
     }
 
+    /// Its database's commits (and, for a provider, its charges) are all it changes
+    /// durably, and the harness reports each.
+    fn reports_durable_changes(&self) -> bool {
+        true
+    }
+
     fn store_version(&self, store: &SqlStore) -> Option<u64> {
         Some(store.db.version())
     }

@@ -193,6 +193,7 @@ impl HarnessDb {
             if tag.commit_fails() {
                 return true;
             }
+            tag.durable_change_committed();
             commits.fetch_add(1, Ordering::Relaxed);
             false
         }));
@@ -473,9 +474,16 @@ fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
         FunctionFlags::SQLITE_UTF8,
         move |_| Ok(i64::try_from(clock.now_ms()).unwrap_or(i64::MAX)),
     )?;
-    // A storage fault the schedule chose: this COMMIT rolls back and fails.
+    // A storage fault the schedule chose: this COMMIT rolls back and fails. Any other
+    // commit is a durable change.
     let storage = tag.clone();
-    connection.commit_hook(Some(move || storage.commit_fails()));
+    connection.commit_hook(Some(move || {
+        if storage.commit_fails() {
+            return true;
+        }
+        storage.durable_change_committed();
+        false
+    }));
     Ok(connection)
 }
 

@@ -6,6 +6,8 @@ use crate::choices::{Choices, Decider, SeededChoices, Tape, TapeChoices, TapeErr
 use crate::run::{Enumeration, RunOutcome, Simulator};
 use crate::system::{System, WorkloadLimits};
 use crate::{Invariant, Situation};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 
 /// A runnable system under test.
 pub trait Subject {
@@ -33,6 +35,11 @@ pub trait Subject {
 
     /// The most clients and intents per client the system's workloads draw.
     fn workload_limits(&self) -> WorkloadLimits;
+
+    /// A fingerprint of the workload drawn by `workload_answers` that is the same for two
+    /// workloads that differ only by which client is which (the same intents per client, the
+    /// clients in another order) and differs otherwise.
+    fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64;
 }
 
 impl<S: System> Subject for Simulator<S> {
@@ -71,6 +78,30 @@ impl<S: System> Subject for Simulator<S> {
 
     fn workload_limits(&self) -> WorkloadLimits {
         self.system().workload_limits()
+    }
+
+    fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {
+        let system = self.system();
+        let mut source = TapeChoices::lenient(workload_answers);
+        let workload = system.workload(&mut Decider::new(&mut source), bounds);
+        let mut clients: Vec<u64> = workload
+            .clients
+            .iter()
+            .map(|intents| {
+                let mut hasher = DefaultHasher::new();
+                for intent in intents {
+                    intent.request.hash(&mut hasher);
+                    intent.after_success.hash(&mut hasher);
+                }
+                hasher.finish()
+            })
+            .collect();
+        clients.sort_unstable();
+        let mut hasher = DefaultHasher::new();
+        clients.hash(&mut hasher);
+        workload.events.hash(&mut hasher);
+        workload.setup.hash(&mut hasher);
+        hasher.finish()
     }
 }
 

@@ -44,6 +44,7 @@ pub struct IntentTag {
     clock: Clock,
     storage_fault: Arc<AtomicU8>,
     outside: Arc<Outside>,
+    durable_changes: Arc<AtomicU64>,
 }
 
 /// What outside services (a [`crate::Provider`]) tell the engine: how many effects they have
@@ -119,6 +120,19 @@ impl IntentTag {
         }
     }
 
+    /// For a store: a change to its durable state committed (every
+    /// [`crate::sqlite::HarnessDb`] connection and every [`Ledger`] says so). A system whose
+    /// store says so for every durable change declares it in
+    /// [`System::reports_durable_changes`].
+    pub fn durable_change_committed(&self) {
+        self.durable_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Durable changes committed since the store opened, as stores reported them.
+    pub(crate) fn durable_changes(&self) -> u64 {
+        self.durable_changes.load(Ordering::Relaxed)
+    }
+
     /// For an outside service: it applied an effect (the engine then reads the ground truth
     /// again, as after a COMMIT).
     pub fn outside_effect_applied(&self) {
@@ -184,6 +198,7 @@ impl Ledger {
         if let Some(intent) = self.tag.current() {
             self.effects.push(intent);
         }
+        self.tag.durable_change_committed();
     }
 
     /// The recorded effects, in commit order.
@@ -585,6 +600,17 @@ pub trait System {
     /// crash points: a crash here restarts the server. Only called when work is due.
     fn run_job(&self, _ctx: &mut Ctx<'_>, _store: &mut Self::Store) -> Result<(), Crash> {
         unreachable!("run_job is called only for a system whose job_due says work is queued")
+    }
+
+    /// Whether every change to the store's durable state, while a handler runs, is reported
+    /// through [`IntentTag::durable_change_committed`] (every [`crate::sqlite::HarnessDb`]
+    /// connection reports its commits, a [`Ledger`] its records, a [`crate::Provider`] its
+    /// charges through [`IntentTag::outside_effect_applied`]). Then an exhaustive check knows
+    /// that a crash at a crash point reached with nothing changed since the invocation's
+    /// previous point leads to the state a crash at that point leads to, and explores only
+    /// one of them. The default is `false`: every crash point is explored.
+    fn reports_durable_changes(&self) -> bool {
+        false
     }
 
     /// Whether the store's commits ask [`IntentTag::commit_fails`] (every

@@ -720,7 +720,10 @@ fn a_caught_check_prints_no_coverage_gaps() {
     ]);
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
-    assert!(text.contains("reduction: states;"), "{text}");
+    assert!(
+        text.contains("reduction: states,crash-points,symmetry;"),
+        "{text}"
+    );
     assert!(!text.contains("coverage gaps"), "{text}");
 }
 

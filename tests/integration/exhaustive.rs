@@ -162,7 +162,7 @@ fn correct_handlers_exhaust_their_bounds_clean() {
     ];
     for (domain, handler, bounds, situations_missed) in cases {
         let entry = models::find(domain, handler).unwrap();
-        let report = run_check(entry, bounds, Reduction::States, 1_000_000);
+        let report = run_check(entry, bounds, Reduction::ALL, 1_000_000);
         assert_eq!(report.stopped, Stopped::Exhausted, "{entry:?}");
         assert_eq!(report.violations, vec![], "{entry:?}");
         assert!(report.clean());
@@ -272,7 +272,7 @@ fn levels_stop_where_the_per_kind_budgets_run_out() {
         reconnects_max: 0,
         ..small(2, 1)
     };
-    let report = run_check(entry, bounds, Reduction::States, 1_000_000);
+    let report = run_check(entry, bounds, Reduction::ALL, 1_000_000);
     assert!(report.clean());
     let levels: Vec<u32> = report.levels.iter().map(|l| l.faults_max).collect();
     assert_eq!(levels, [0, 1]);
@@ -286,7 +286,7 @@ fn keyed_memory_is_clean_exhaustively_without_crashes() {
         crashes_max: 0,
         ..small(2, 1)
     };
-    let report = run_check(entry, bounds, Reduction::States, 1_000_000);
+    let report = run_check(entry, bounds, Reduction::ALL, 1_000_000);
     assert!(report.clean(), "{:?}", report.violations);
     assert_eq!(report.coverage.crashes, 0);
     assert_eq!(report.coverage.gaps(&bounds), Vec::<String>::new());
@@ -297,8 +297,8 @@ fn state_hashing_finds_every_violation_plain_enumeration_finds() {
     // Each invocation runs to its end here; overlapping ones are compared below.
     let bounds = small(1, 1);
     for entry in models::handlers() {
-        let plain = run_check(entry, bounds, Reduction::None, 200_000);
-        let reduced = run_check(entry, bounds, Reduction::States, 200_000);
+        let plain = run_check(entry, bounds, Reduction::NONE, 200_000);
+        let reduced = run_check(entry, bounds, Reduction::ALL, 200_000);
         assert_ne!(
             plain.stopped,
             Stopped::RunsMax,
@@ -332,8 +332,8 @@ fn state_hashing_with_overlapping_invocations_loses_nothing() {
             faults_max: 0,
             ..overlapping(small(1, 1))
         };
-        let plain = run_check(entry, bounds, Reduction::None, 400_000);
-        let reduced = run_check(entry, bounds, Reduction::States, 400_000);
+        let plain = run_check(entry, bounds, Reduction::NONE, 400_000);
+        let reduced = run_check(entry, bounds, Reduction::ALL, 400_000);
         assert_eq!(plain.stopped, reduced.stopped, "{entry:?}");
         assert_ne!(plain.stopped, Stopped::RunsMax, "{entry:?}");
         let broken = |report: &CheckReport| -> Vec<_> {
@@ -347,8 +347,8 @@ fn state_hashing_with_overlapping_invocations_loses_nothing() {
 #[test]
 fn state_hashing_saves_most_of_the_work() {
     let entry = models::find("interval", "receipt").unwrap();
-    let plain = run_check(entry, small(1, 1), Reduction::None, 1_000_000);
-    let reduced = run_check(entry, small(1, 1), Reduction::States, 1_000_000);
+    let plain = run_check(entry, small(1, 1), Reduction::NONE, 1_000_000);
+    let reduced = run_check(entry, small(1, 1), Reduction::ALL, 1_000_000);
     assert!(plain.clean() && reduced.clean());
     assert!(
         reduced.runs() * 10 < plain.runs(),
@@ -398,12 +398,12 @@ fn shrunk_random_counterexamples_have_no_more_faults_than_the_exhaustive_minimum
 fn checkpoints_change_nothing_but_speed() {
     for entry in models::handlers() {
         let mut cases = vec![
-            (small(1, 1), Reduction::States),
-            (small(1, 1), Reduction::None),
-            (small(2, 1), Reduction::States),
+            (small(1, 1), Reduction::ALL),
+            (small(1, 1), Reduction::NONE),
+            (small(2, 1), Reduction::ALL),
         ];
         if entry.invocations_max > 1 || entry.handler == "keyed-sqlite" {
-            cases.push((overlapping(small(1, 1)), Reduction::States));
+            cases.push((overlapping(small(1, 1)), Reduction::ALL));
         }
         for (bounds, reduction) in cases {
             let report = |checkpoints| {

@@ -43,6 +43,12 @@ impl<H: MemoryHandler> System for OnMemory<H> {
 
     fn restart(&self, _store: &mut MemoryTotal) {}
 
+    /// The total changes only through [`MemoryTotal::add`], which records in the ledger,
+    /// and the ledger reports each record.
+    fn reports_durable_changes(&self) -> bool {
+        true
+    }
+
     fn store_version(&self, store: &MemoryTotal) -> Option<u64> {
         Some(store.changes)
     }

@@ -188,6 +188,12 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         store.db.restart_server();
     }
 
+    /// Its database's commits (and, for a provider, its charges) are all it changes
+    /// durably, and the harness reports each.
+    fn reports_durable_changes(&self) -> bool {
+        true
+    }
+
     fn store_version(&self, store: &IntervalStore) -> Option<u64> {
         // Both counts only grow, so their sum moves whenever either does.
         Some(store.db.version() + store.revocations_changed)

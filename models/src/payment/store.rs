@@ -156,6 +156,12 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         store.db.restart_server();
     }
 
+    /// Its database's commits (and, for a provider, its charges) are all it changes
+    /// durably, and the harness reports each.
+    fn reports_durable_changes(&self) -> bool {
+        true
+    }
+
     fn store_version(&self, store: &PaymentStore) -> Option<u64> {
         Some(store.db.version() + store.provider.version())
     }

@@ -175,6 +175,12 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         store.db.restart_server();
     }
 
+    /// Its database's commits (and, for a provider, its charges) are all it changes
+    /// durably, and the harness reports each.
+    fn reports_durable_changes(&self) -> bool {
+        true
+    }
+
     fn store_version(&self, store: &ReservationStore) -> Option<u64> {
         Some(store.db.version())
     }

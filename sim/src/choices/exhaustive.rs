@@ -7,11 +7,20 @@
 
 use super::{ChoiceKind, Choices};
 
+/// One choice of the enumerator's path.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    answer: u32,
+    options: u32,
+    redundant: u32,
+}
+
 /// Enumerates every tape of a bounded run, depth first, smallest answers first.
 #[derive(Debug, Default)]
 pub struct Enumerator {
-    /// The current path: (answer, options) for each choice.
-    path: Vec<(u32, u32)>,
+    /// The current path: for each choice, its answer, its options and the answers it need
+    /// not try (one bit each, see [`Choices::choose_reduced`]).
+    path: Vec<Step>,
     started: bool,
     /// How many answers the current path fixes (the last one is new to this run).
     replayed: usize,
@@ -53,9 +62,10 @@ impl Enumerator {
     /// Moves to the next path: the deepest choice with an untried alternative takes it.
     fn backtrack(&mut self) -> bool {
         while self.path.len() > self.prefix.len() {
-            let (answer, options) = self.path.last_mut().expect("a choice past the prefix");
-            if *answer + 1 < *options {
-                *answer += 1;
+            let step = self.path.last_mut().expect("a choice past the prefix");
+            let untried = (step.answer + 1..step.options).find(|&a| step.redundant >> a & 1 == 0);
+            if let Some(answer) = untried {
+                step.answer = answer;
                 return true;
             }
             self.path.pop();
@@ -89,10 +99,18 @@ impl EnumeratedRun<'_> {
 }
 
 impl Choices for EnumeratedRun<'_> {
-    fn choose(&mut self, _kind: ChoiceKind, options: u32) -> u32 {
+    fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
+        self.choose_reduced(kind, options, 0)
+    }
+
+    fn choose_reduced(&mut self, _kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
         let path = &mut self.enumerator.path;
         let answer = match path.get(self.position) {
-            Some(&(answer, known)) => {
+            Some(&Step {
+                answer,
+                options: known,
+                ..
+            }) => {
                 assert_eq!(
                     known, options,
                     "nondeterminism: choice {} had {known} options on an earlier run and {options} now",
@@ -103,7 +121,11 @@ impl Choices for EnumeratedRun<'_> {
             None => {
                 let first = self.enumerator.prefix.get(self.position).copied();
                 let answer = first.map_or(0, |answer| answer.min(options - 1));
-                path.push((answer, options));
+                path.push(Step {
+                    answer,
+                    options,
+                    redundant,
+                });
                 answer
             }
         };

@@ -34,6 +34,15 @@ pub trait Choices {
     /// Answers a choice among `options` alternatives (`options >= 2`) with a value in
     /// `0..options`.
     fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32;
+
+    /// Answers a choice like [`Choices::choose`], told which answers lead where another
+    /// answer of this run's path leads (`redundant`, one bit per answer; answer 0 never is):
+    /// a source that enumerates runs need not try them. Others answer as `choose` does, so a
+    /// tape means the same whatever the source.
+    fn choose_reduced(&mut self, kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
+        let _ = redundant;
+        self.choose(kind, options)
+    }
 }
 
 /// Asks a [`Choices`] source and records every answer: the run's tape.
@@ -65,6 +74,23 @@ impl<'s> Decider<'s> {
             return 0;
         }
         let answer = self.source.choose(kind, options);
+        assert!(
+            answer < options,
+            "choice source answered {answer} of {options}"
+        );
+        self.answers.push(answer);
+        answer
+    }
+
+    /// Answers a choice among `options` alternatives of which those in `redundant` (one bit
+    /// per answer) need not be explored (see [`Choices::choose_reduced`]); 0 when there is
+    /// no alternative.
+    pub fn choose_reduced(&mut self, kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
+        if options <= 1 {
+            return 0;
+        }
+        debug_assert_eq!(redundant & 1, 0, "answer 0 is never redundant");
+        let answer = self.source.choose_reduced(kind, options, redundant);
         assert!(
             answer < options,
             "choice source answered {answer} of {options}"

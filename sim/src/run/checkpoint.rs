@@ -28,6 +28,8 @@ pub(super) struct EngineState<S: System> {
     pub(super) points_seen: Vec<&'static str>,
     /// Crash points where the server crashed (coverage).
     pub(super) crashed_at: Vec<&'static str>,
+    /// Crash points whose crash a crash at an earlier point covered (coverage).
+    pub(super) crashes_covered: Vec<&'static str>,
     pub(super) invocations_started: u32,
     pub(super) progress: u64,
 }
@@ -40,6 +42,7 @@ impl<S: System> Clone for EngineState<S> {
             faults: self.faults,
             points_seen: self.points_seen.clone(),
             crashed_at: self.crashed_at.clone(),
+            crashes_covered: self.crashes_covered.clone(),
             invocations_started: self.invocations_started,
             progress: self.progress,
         }

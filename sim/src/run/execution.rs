@@ -4,8 +4,7 @@
 use super::checkpoint::{Checkpoint, Checkpoints, EngineState};
 use super::overlap::Invocation;
 use super::world::{Action, Body, Message, ServerReply, World};
-use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
-use crate::bounds::Bounds;
+use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
@@ -139,15 +138,9 @@ impl<S: System> Execution<'_, '_, S> {
             _ => return false,
         }
         let state = self.state_fingerprint();
-        let bounds = &self.points.bounds;
-        let mut faults = self.points.faults;
-        if bounds.drops_max == Bounds::UNBOUNDED {
-            faults.drops = 0;
-        }
         let visit = Visit {
             steps: self.world.steps,
-            faults,
-            budget_left: bounds.faults_max.saturating_sub(faults.counted(bounds)),
+            budget: FaultBudget::left(&self.points.bounds, &self.points.faults),
             owed: self.world.owed_verdicts(),
         };
         let pruning = self.pruning.as_mut().expect("hashing states");
@@ -188,6 +181,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.store_changes();
         let store_before = self.trace_store();
         self.tag.set(Some(intent));
+        self.points.begin_invocation();
         let result = {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
@@ -242,6 +236,7 @@ impl<S: System> Execution<'_, '_, S> {
             faults: self.points.faults,
             points_seen: self.points.seen.clone(),
             crashed_at: self.points.crashed_at.clone(),
+            crashes_covered: self.points.crashes_covered.clone(),
             invocations_started: self.invocations_started,
             progress: self.progress,
         };
@@ -329,6 +324,7 @@ impl<S: System> Execution<'_, '_, S> {
             end,
             points: self.points.seen,
             crashed_at: self.points.crashed_at,
+            crashes_covered: self.points.crashes_covered,
             final_state,
             timeline,
         }
@@ -417,6 +413,7 @@ impl<S: System> Execution<'_, '_, S> {
         let store_before = self.trace_store();
         let observation = self.system.observe(self.store, request);
         self.tag.set(Some(intent));
+        self.points.begin_invocation();
         let result = {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
@@ -537,6 +534,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// result, so the invariants judge it like one.
     fn look_up(&mut self, intent: IntentId, attempt: u32, request: &S::Request, session: Session) {
         self.store_changes();
+        self.points.begin_invocation();
         let result = {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),

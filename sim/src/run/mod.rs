@@ -39,11 +39,12 @@ struct Pruning<'v> {
 
 /// The states an exhaustive check has explored: for each fingerprint of a state (everything
 /// but the faults spent reaching it and the verdicts it owes), the ways it was reached — steps
-/// taken, faults spent of each kind, fault budget left, and the intents owed a verdict.
+/// taken, fault budget left in all and of each kind, and the intents owed a verdict.
 ///
-/// A state met again is skipped when an earlier visit reached it in no more steps, with no
-/// more faults of any kind, at least as much budget left and every intent the new visit owes a
-/// verdict owed too: everything ahead of the new visit was ahead of the earlier one. Drops are not counted when they are unbounded. One set can
+/// A state met again is skipped when an earlier visit reached it with at least as much
+/// budget left in all and of each kind, every intent the new visit owes a verdict owed too,
+/// and (when steps matter, see [`Visited::counting_steps`]) in no more steps: everything
+/// ahead of the new visit was ahead of the earlier one. One set can
 /// serve a whole check, level after level: a state explored at a lower fault level with as
 /// much budget left is not explored again.
 #[derive(Debug, Default)]
@@ -51,6 +52,10 @@ pub struct Visited {
     /// Looked up only, never iterated: its order cannot reach a run. The keys are hashes
     /// already, so they are their own hash.
     states: HashMap<u64, Vec<Visit>, BuildHasherDefault<PrintHasher>>,
+    /// Whether a visit in fewer steps is explored again. Steps matter only through
+    /// `steps_max`: while no run reaches it, a state's future does not depend on how many
+    /// steps reached it.
+    steps_matter: bool,
 }
 
 /// The hasher of fingerprints, which are uniform 64-bit hashes already: it keeps them as
@@ -77,26 +82,74 @@ impl Hasher for PrintHasher {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Visit {
     steps: u32,
-    faults: FaultCounts,
-    budget_left: u32,
+    budget: FaultBudget,
     /// The intents owed a definite verdict (`eventual-verdict`), one bit each: a visit that
     /// owes more can break it in every way one that owes less can.
     owed: u64,
 }
 
 impl Visit {
-    fn covers(&self, other: &Visit) -> bool {
-        self.steps <= other.steps
-            && self.faults.within(&other.faults)
-            && self.budget_left >= other.budget_left
+    fn covers(&self, other: &Visit, steps_matter: bool) -> bool {
+        (!steps_matter || self.steps <= other.steps)
+            && self.budget.within_reach_of(&other.budget)
             && self.owed & other.owed == other.owed
     }
 }
 
+/// The faults a run may still inject: in all, and of each kind. The rest of a run depends on
+/// the faults it spent only through these, so a state reached with at least as much of each
+/// left has every future a state reached with less has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct FaultBudget {
+    total: u32,
+    /// Drops, duplicates, crashes, reconnects and storage faults left (drops stay at
+    /// [`Bounds::UNBOUNDED`] when unbounded).
+    kinds: [u32; 5],
+}
+
+impl FaultBudget {
+    /// What `bounds` leave after `spent`.
+    pub(super) fn left(bounds: &Bounds, spent: &FaultCounts) -> Self {
+        let drops = if bounds.drops_max == Bounds::UNBOUNDED {
+            Bounds::UNBOUNDED
+        } else {
+            bounds.drops_max.saturating_sub(spent.drops)
+        };
+        FaultBudget {
+            total: bounds.faults_max.saturating_sub(spent.counted(bounds)),
+            kinds: [
+                drops,
+                bounds.duplicates_max.saturating_sub(spent.duplicates),
+                bounds.crashes_max.saturating_sub(spent.crashes),
+                bounds.reconnects_max.saturating_sub(spent.reconnects),
+                bounds.storage_faults_max.saturating_sub(spent.storage),
+            ],
+        }
+    }
+
+    /// Whether this budget allows every fault `other` allows.
+    fn within_reach_of(&self, other: &FaultBudget) -> bool {
+        // Every kind is also limited by the total: what is left of a kind beyond it is moot.
+        let usable = |budget: &FaultBudget, kind: usize| budget.kinds[kind].min(budget.total);
+        self.total >= other.total && (0..5).all(|kind| usable(self, kind) >= usable(other, kind))
+    }
+}
+
 impl Visited {
-    /// An empty set.
+    /// An empty set in which a state met again in fewer steps is not explored again: sound
+    /// only for a check in which no run reaches `steps_max` (the checker then checks again
+    /// with [`Visited::counting_steps`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty set in which a state met again in fewer steps than before is explored again
+    /// (it has more steps left before `steps_max`).
+    pub fn counting_steps() -> Self {
+        Visited {
+            steps_matter: true,
+            ..Self::default()
+        }
     }
 
     /// Distinct states explored (fingerprints, whatever the faults spent reaching them).
@@ -113,10 +166,14 @@ impl Visited {
     /// visit if not.
     fn seen(&mut self, state: u64, visit: Visit) -> bool {
         let visits = self.states.entry(state).or_default();
-        if visits.iter().any(|earlier| earlier.covers(&visit)) {
+        let steps_matter = self.steps_matter;
+        if visits
+            .iter()
+            .any(|earlier| earlier.covers(&visit, steps_matter))
+        {
             return true;
         }
-        visits.retain(|earlier| !visit.covers(earlier));
+        visits.retain(|earlier| !visit.covers(earlier, steps_matter));
         visits.push(visit);
         false
     }
@@ -241,15 +298,6 @@ impl FaultCounts {
         self.drops + self.duplicates + self.crashes + self.reconnects + self.storage
     }
 
-    /// Whether every count is at most the other's.
-    fn within(&self, other: &FaultCounts) -> bool {
-        self.drops <= other.drops
-            && self.duplicates <= other.duplicates
-            && self.crashes <= other.crashes
-            && self.reconnects <= other.reconnects
-            && self.storage <= other.storage
-    }
-
     /// The faults that count toward `faults_max` (all but drops when drops are unbounded).
     pub fn counted(&self, bounds: &Bounds) -> u32 {
         let drops = if bounds.drops_max == Bounds::UNBOUNDED {
@@ -293,6 +341,10 @@ pub struct RunOutcome {
     pub points: Vec<&'static str>,
     /// The crash points where the server crashed, in order.
     pub crashed_at: Vec<&'static str>,
+    /// The crash points at which a crash was not explored because it leads to the state a
+    /// crash at an earlier point of the same invocation leads to (nothing durable changed in
+    /// between; see [`crate::System::reports_durable_changes`]), in order.
+    pub crashes_covered: Vec<&'static str>,
     /// A fingerprint of the final state, when the run hashed states and was not pruned.
     #[serde(skip)]
     pub final_state: Option<u64>,
@@ -322,6 +374,9 @@ pub struct Simulator<S: System> {
     connections: Vec<rusqlite::Connection>,
     /// Commits on those connections.
     commits: Arc<AtomicU64>,
+    /// Whether the runs being enumerated explore a crash at one of several crash points with
+    /// nothing changed between them only once ([`Enumeration::crash_points`]).
+    reducing_crashes: bool,
 }
 
 impl<S: System> Simulator<S> {
@@ -338,6 +393,7 @@ impl<S: System> Simulator<S> {
             stacks: Vec::new(),
             connections: Vec::new(),
             commits: Arc::new(AtomicU64::new(0)),
+            reducing_crashes: false,
         }
     }
 
@@ -369,6 +425,7 @@ impl<S: System> Simulator<S> {
         let mut visited = enumeration.visited;
         let mut enumerator = Enumerator::with_prefix(enumeration.prefix);
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
+        self.reducing_crashes = enumeration.crash_points;
         let mut checkpoints = copies.then(Checkpoints::new);
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
@@ -403,6 +460,7 @@ impl<S: System> Simulator<S> {
                 break;
             }
         }
+        self.reducing_crashes = false;
     }
 
     /// The newest checkpoint before the answer at `changed`, with the store put back to it:
@@ -452,6 +510,7 @@ impl<S: System> Simulator<S> {
             faults: FaultCounts::default(),
             points_seen: Vec::new(),
             crashed_at: Vec::new(),
+            crashes_covered: Vec::new(),
             invocations_started: 0,
             progress: 0,
         };
@@ -484,6 +543,12 @@ impl<S: System> Simulator<S> {
                 faults: state.faults,
                 seen: state.points_seen,
                 crashed_at: state.crashed_at,
+                crashes_covered: state.crashes_covered,
+                quiet_since: None,
+                changes: (self.reducing_crashes
+                    && !overlapping
+                    && self.system.reports_durable_changes())
+                .then(|| self.tag.clone()),
                 storage: self
                     .system
                     .storage_faults_possible()
@@ -541,6 +606,11 @@ pub struct Enumeration<'v> {
     pub checkpoints: bool,
     /// Answers every run begins with ([`Enumerator::with_prefix`]).
     pub prefix: &'v [u32],
+    /// Explore a crash once where crashes at several points of one invocation lead to the
+    /// same state (nothing durable changed between them), for a system that reports its
+    /// durable changes ([`System::reports_durable_changes`]); the others are reported in
+    /// [`RunOutcome::crashes_covered`].
+    pub crash_points: bool,
 }
 
 /// Where a run begins: its decider, the engine's state, and the store's fingerprint when the
@@ -561,6 +631,14 @@ struct Points<'s> {
     seen: Vec<&'static str>,
     /// Crash points where the server crashed (coverage).
     crashed_at: Vec<&'static str>,
+    /// Crash points whose crash a crash at an earlier point covered (coverage).
+    crashes_covered: Vec<&'static str>,
+    /// When crashes at points with nothing changed between them are explored once: the tag
+    /// that counts durable changes.
+    changes: Option<IntentTag>,
+    /// What had changed (durable changes, outside effects, faults) when the running
+    /// invocation last passed a crash point without a fault, where a crash was an option.
+    quiet_since: Option<(u64, u64, FaultCounts)>,
     /// The tag that makes a COMMIT fail, when the store can fail one.
     storage: Option<IntentTag>,
     /// The crash point at which the schedule chose a storage fault not yet settled.
@@ -573,6 +651,18 @@ struct Points<'s> {
 }
 
 impl Points<'_> {
+    /// An invocation (or lookup, or background job) begins: its first crash point has no
+    /// earlier one.
+    fn begin_invocation(&mut self) {
+        self.quiet_since = None;
+    }
+
+    /// What has changed so far, when crashes are reduced.
+    fn changed(&self) -> Option<(u64, u64, FaultCounts)> {
+        let tag = self.changes.as_ref()?;
+        Some((tag.durable_changes(), tag.outside_effects(), self.faults))
+    }
+
     fn fault_allowed(&self) -> bool {
         self.faults.counted(&self.bounds) < self.bounds.faults_max
     }
@@ -623,7 +713,18 @@ impl CrashPoints for Points<'_> {
         let crash = self.faults.crashes < self.bounds.crashes_max;
         let storage = self.storage_fault_allowed();
         let options = 1 + u32::from(crash) + u32::from(storage);
-        let answer = self.decider.choose(ChoiceKind::Crash, options);
+        let changed = self.changed();
+        // A crash here leads where a crash at the last quiet point led: nothing durable
+        // changed and no fault came since.
+        let covered = crash && changed.is_some() && self.quiet_since == changed;
+        if covered {
+            self.crashes_covered.push(point);
+        }
+        let redundant = if covered { 0b10 } else { 0 };
+        let answer = self
+            .decider
+            .choose_reduced(ChoiceKind::Crash, options, redundant);
+        self.quiet_since = if answer == 0 && crash { changed } else { None };
         if answer == 0 {
             return Ok(());
         }
