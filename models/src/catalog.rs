@@ -137,6 +137,17 @@ const HANDLERS: &[HandlerEntry] = &[
     },
     HandlerEntry {
         domain: "counter",
+        handler: "keyed-atomic",
+        summary: "keyed records in the durable in-memory store, saved with the effect in one step",
+        declared: Declared::Correct,
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: None,
+        build: subject::<crate::counter::OnMemory<crate::counter::KeyedAtomic>>,
+    },
+    HandlerEntry {
+        domain: "counter",
         handler: "keyed-sqlite",
         summary: "effect and record in one SQLite transaction",
         declared: Declared::Correct,

@@ -292,29 +292,104 @@ fn keyed_memory_is_clean_exhaustively_without_crashes() {
     assert_eq!(report.coverage.gaps(&bounds), Vec::<String>::new());
 }
 
+/// The invariants a report found broken, each with the fewest faults it was broken with.
+fn broken(report: &CheckReport) -> BTreeSet<(Invariant, u32)> {
+    report
+        .violations
+        .iter()
+        .map(|v| (v.invariant, v.faults))
+        .collect()
+}
+
+/// Each reduction on its own, and all of them together.
+const REDUCTIONS: [Reduction; 4] = [
+    Reduction::STATES,
+    Reduction {
+        crash_points: true,
+        ..Reduction::NONE
+    },
+    Reduction {
+        symmetry: true,
+        ..Reduction::NONE
+    },
+    Reduction::ALL,
+];
+
+/// Every reduction, alone and together, finds every invariant violation plain enumeration
+/// finds, with the same fewest faults, and leaves no crash point or fault kind unexercised
+/// that plain enumeration exercised. Each invocation runs to its end here; overlapping ones
+/// are compared below.
 #[test]
-fn state_hashing_finds_every_violation_plain_enumeration_finds() {
-    // Each invocation runs to its end here; overlapping ones are compared below.
+fn every_reduction_finds_every_violation_plain_enumeration_finds() {
     let bounds = small(1, 1);
     for entry in models::handlers() {
+        let bounds = entry.bounds_from(bounds);
         let plain = run_check(entry, bounds, Reduction::NONE, 200_000);
-        let reduced = run_check(entry, bounds, Reduction::ALL, 200_000);
         assert_ne!(
             plain.stopped,
             Stopped::RunsMax,
             "{entry:?}: plain run too large"
         );
-        let broken = |report: &CheckReport| -> BTreeSet<_> {
-            report
-                .violations
-                .iter()
-                .map(|v| (v.invariant, v.faults))
-                .collect()
-        };
-        assert_eq!(broken(&plain), broken(&reduced), "{entry:?}");
-        assert_eq!(plain.levels.len(), reduced.levels.len(), "{entry:?}");
-        assert!(reduced.runs() <= plain.runs(), "{entry:?}");
+        for reduction in REDUCTIONS {
+            let reduced = run_check(entry, bounds, reduction, 200_000);
+            let which = format!("{}/{} {}", entry.domain, entry.handler, reduction.names());
+            assert_eq!(broken(&plain), broken(&reduced), "{which}");
+            assert_eq!(plain.levels.len(), reduced.levels.len(), "{which}");
+            assert!(reduced.runs() <= plain.runs(), "{which}");
+            let gaps = reduced.coverage.gaps(&bounds);
+            assert!(
+                gaps.iter()
+                    .all(|gap| plain.coverage.gaps(&bounds).contains(gap)),
+                "{which}: {gaps:?}"
+            );
+        }
     }
+}
+
+/// With two clients, where symmetry applies and plain enumeration is too large, each of the
+/// other reductions added to state hashing finds what state hashing alone finds in every
+/// faulty handler (invocations one at a time), with the same fewest faults, and the crash-point and symmetry reductions
+/// save runs where they apply.
+#[test]
+fn reductions_with_two_clients_find_what_state_hashing_finds() {
+    let with_states = |reduction: Reduction| Reduction {
+        states: true,
+        ..reduction
+    };
+    let faulty = models::handlers()
+        .iter()
+        .filter(|entry| matches!(entry.declared, Declared::Faulty { .. }));
+    for entry in faulty {
+        // Invocations one at a time: the crash-point reduction applies only then, and two
+        // clients' overlapping invocations are too many for the suite.
+        let bounds = Bounds {
+            invocations_max: 1,
+            ..entry.bounds_from(small(2, 1))
+        };
+        let hashed = run_check(entry, bounds, Reduction::STATES, 300_000);
+        assert_ne!(hashed.stopped, Stopped::RunsMax, "{entry:?}: too large");
+        for reduction in REDUCTIONS.map(with_states) {
+            let reduced = run_check(entry, bounds, reduction, 300_000);
+            let which = format!("{}/{} {}", entry.domain, entry.handler, reduction.names());
+            assert_eq!(broken(&hashed), broken(&reduced), "{which}");
+            assert!(reduced.runs() <= hashed.runs(), "{which}");
+        }
+    }
+    let entry = models::find("counter", "keyed-sqlite").unwrap();
+    let bounds = small(2, 1);
+    let hashed = run_check(entry, bounds, Reduction::STATES, 1_000_000);
+    let reduced = run_check(entry, bounds, Reduction::ALL, 1_000_000);
+    assert!(hashed.clean() && reduced.clean());
+    assert_eq!(hashed.symmetric_workloads, 0);
+    // Two clients drawing two of three events: each pair in either order.
+    assert_eq!(reduced.symmetric_workloads, 3);
+    assert!(!reduced.coverage.crashes_covered.is_empty());
+    assert!(
+        reduced.runs() * 2 < hashed.runs(),
+        "{} reduced runs against {} hashed",
+        reduced.runs(),
+        hashed.runs()
+    );
 }
 
 /// With invocations in progress, states hash each invocation's history; without faults, the

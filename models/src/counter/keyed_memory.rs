@@ -40,3 +40,33 @@ impl MemoryHandler for KeyedMemory {
         Ok(Reply::Applied(response))
     }
 }
+
+/// `keyed-atomic` (correct): the in-memory counterpart of `keyed-sqlite`. The record lives in
+/// the durable store and is saved in the same step as the effect
+/// ([`MemoryTotal::add_recorded`]), so no crash falls between them; a retry finds the record
+/// and gets the saved answer back, marked as a replay.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyedAtomic;
+
+impl MemoryHandler for KeyedAtomic {
+    type Memory = ();
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        total: &mut MemoryTotal,
+        _memory: &mut (),
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        if let Some((amount, response)) = total.record(&request.key) {
+            if *amount != request.amount {
+                return Ok(Reply::KeyReuse);
+            }
+            return Ok(Reply::Replayed(*response));
+        }
+        ctx.point("after-lookup")?;
+        let response = total.add_recorded(&request.key, request.amount);
+        ctx.point("after-effect")?;
+        Ok(Reply::Applied(response))
+    }
+}

@@ -1,10 +1,11 @@
 //! The in-memory family: a durable total in memory, with the harness's ledger as ground truth.
 
-use super::{workload, Accepted, CounterRequest};
+use super::{workload, Accepted, CounterRequest, Records};
 use retrysim_sim::{
     Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, Situation, StoreCopy,
     System, Workload, WorkloadLimits,
 };
+use std::borrow::Cow;
 
 /// A counter handler over an in-memory durable total.
 pub trait MemoryHandler {
@@ -98,15 +99,26 @@ impl<H: MemoryHandler> System for OnMemory<H> {
     }
 
     fn describe_store(&self, store: &MemoryTotal) -> String {
-        format!("total={}", store.total())
+        if store.records.is_empty() {
+            return format!("total={}", store.total());
+        }
+        let records: Vec<String> = store
+            .records
+            .iter()
+            .map(|(key, (amount, _))| format!("{key}:+{amount}"))
+            .collect();
+        format!("total={} records [{}]", store.total(), records.join(" "))
     }
 }
 
-/// A durable total kept in memory: it survives a server crash (the simulated notebook is
-/// durable), and every addition is recorded in the harness's ledger.
+/// A durable total kept in memory, with durable records by key: both survive a server crash
+/// (the simulated notebook is durable), and every addition is recorded in the harness's
+/// ledger.
 #[derive(Debug)]
 pub struct MemoryTotal {
     total: i64,
+    /// Durable records: each key's amount and the answer saved with it.
+    records: Records,
     ledger: Ledger,
     /// Changes so far (additions, resets, restores): the store's version.
     changes: u64,
@@ -117,6 +129,7 @@ impl MemoryTotal {
     pub fn new(tag: &IntentTag) -> Self {
         MemoryTotal {
             total: 0,
+            records: Records::new(),
             ledger: Ledger::new(tag),
             changes: 0,
         }
@@ -128,6 +141,20 @@ impl MemoryTotal {
         self.ledger.record();
         self.changes += 1;
         self.total
+    }
+
+    /// Adds `amount` and saves the record of `key` (the amount and the answer) in the same
+    /// step: one committed effect, and no crash can fall between the two.
+    pub fn add_recorded(&mut self, key: &Cow<'static, str>, amount: i64) -> Accepted {
+        let total = self.add(amount);
+        let accepted = Accepted { amount, total };
+        self.records.insert(key.clone(), (amount, accepted));
+        accepted
+    }
+
+    /// The durable record of `key`: its amount and saved answer.
+    pub fn record(&self, key: &str) -> Option<&(i64, Accepted)> {
+        self.records.get(key)
     }
 
     /// The current total.
@@ -143,21 +170,27 @@ impl MemoryTotal {
     /// Back to zero with an empty ledger.
     pub fn reset(&mut self) {
         self.total = 0;
+        self.records.clear();
         self.ledger.clear();
         self.changes += 1;
     }
 
     /// A copy of the total and the ledger.
     fn save(&self) -> StoreCopy {
-        StoreCopy::new((self.total, self.ledger.effects().to_vec()))
+        StoreCopy::new((
+            self.total,
+            self.records.clone(),
+            self.ledger.effects().to_vec(),
+        ))
     }
 
     /// Back to a copy made by [`MemoryTotal::save`].
     fn restore(&mut self, copy: &StoreCopy) {
-        let (total, effects) = copy
-            .get::<(i64, Vec<IntentId>)>()
+        let (total, records, effects) = copy
+            .get::<(i64, Records, Vec<IntentId>)>()
             .expect("a copy of a memory total");
         self.total = *total;
+        self.records.clone_from(records);
         self.ledger.restore(effects);
         self.changes += 1;
     }

@@ -12,7 +12,7 @@ mod memory;
 mod naive;
 mod sqlite;
 
-pub use keyed_memory::{KeyedMemory, Records};
+pub use keyed_memory::{KeyedAtomic, KeyedMemory, Records};
 pub use keyed_sqlite::{
     KeyedSqlite, ShortRetention, UnavailableAfterCommit, RETENTION_MS, SHORT_RETENTION_MS,
 };
@@ -92,7 +92,7 @@ pub const EVENTS: [CounterRequest; 3] = [
 ];
 
 /// Clients at most in one counter run.
-pub const CLIENTS_MAX: u32 = 2;
+pub const CLIENTS_MAX: u32 = 3;
 /// Intents at most per client in one counter run.
 pub const INTENTS_PER_CLIENT_MAX: u32 = 2;
 
@@ -102,7 +102,7 @@ pub const WORKLOAD_LIMITS: WorkloadLimits = WorkloadLimits {
     intents_max: INTENTS_PER_CLIENT_MAX,
 };
 
-/// Draws a counter workload: 1–2 clients (at most `clients_max`), each with 1–2 distinct
+/// Draws a counter workload: 1–3 clients (at most `clients_max`), each with 1–2 distinct
 /// events (at most `intents_max`) from [`EVENTS`] (no event twice in a run). The all-zero answer is one client
 /// sending e1 +5.
 pub fn workload(decider: &mut Decider<'_>, bounds: &Bounds) -> Workload<CounterRequest, NoEvent> {
