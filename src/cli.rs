@@ -7,7 +7,8 @@ use crate::report::{self, MatrixRow, Schedule};
 use crate::{
     check_determinism, exhaust_on_reporting, explore_with_progress, replay, run_seed, shrink,
     workload_answers, Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant,
-    Level, Progress, Reduction, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX, THREADS_MAX,
+    Level, Progress, Reduction, Shard, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX,
+    THREADS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
@@ -77,6 +78,10 @@ enum Command {
         /// Half-open seed range A..B.
         #[arg(long, value_name = "A..B", default_value = "0..1000", value_parser = parse_seeds)]
         seeds: Range<u64>,
+        /// Explore only part i of n (1 <= i <= n) of the seed range: its ith contiguous
+        /// slice, so that n machines (a CI matrix) together explore every seed once.
+        #[arg(long, value_name = "I/N", default_value = "1/1")]
+        shard: Shard,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -294,6 +299,10 @@ struct SearchArgs {
     /// reproduction command), instead of every workload within the bounds.
     #[arg(long, value_name = "TAPE")]
     workload: Option<Tape>,
+    /// Check only part i of n (1 <= i <= n): every nth workload, so that n machines (a CI
+    /// matrix) together check every workload once.
+    #[arg(long, value_name = "I/N", default_value = "1/1")]
+    shard: Shard,
 }
 
 /// Parses `--reduction`: `all`, `none`, or a comma-separated list of reductions.
@@ -447,13 +456,14 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
         Some(Command::Explore {
             target,
             seeds,
+            shard,
             json,
             threads,
             check_determinism,
             bounds,
         }) => run_explore(
             &target,
-            seeds,
+            shard.seeds(&seeds),
             (json, check_determinism),
             threads,
             (&bounds, width_chars),
@@ -717,6 +727,7 @@ fn check_options(
         only: None,
         checkpoints: !search.no_checkpoints,
         prefix,
+        shard: search.shard,
     })
 }
 

@@ -147,7 +147,7 @@ pub use retrysim_sim::{
     Counterexample, Coverage, Crash, Ctx, Deadline, Decider, Enumeration, Exploration, Failure,
     FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Keyed, Lane, Ledger, Level,
     Link, NoAnswer, NoEvent, Odds, OnSql, Progress, Provider, Reduction, Reply, Request, Row,
-    RunEnd, RunOutcome, Sandbox, SeededChoices, Session, Shrunk, Simulator, Situation,
+    RunEnd, RunOutcome, Sandbox, SeededChoices, Session, Shard, Shrunk, Simulator, Situation,
     SituationRuns, SqlHandler, SqlStore, Status, StopAt, Stopped, StoreCopy, Subject,
     SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Timeouts, Violation, Visited,
     Workload, WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,

@@ -350,6 +350,16 @@ pub fn check_report(
             answers.join(",")
         );
     }
+    if !options.shard.is_whole() {
+        let _ = writeln!(
+            out,
+            "shard: {} (workloads {}, {}+{}, ... of the whole check's)",
+            options.shard,
+            options.shard.index(),
+            options.shard.index(),
+            options.shard.count()
+        );
+    }
     out.push('\n');
     out.push_str("faults_max      runs    pruned  unique states  final states\n");
     for level in &report.levels {

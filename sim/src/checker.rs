@@ -6,6 +6,7 @@ use crate::choices::Tape;
 use crate::explore::SubjectFactory;
 use crate::progress::Progress;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
+use crate::shard::Shard;
 use crate::subject::Subject;
 use crate::workloads::workload_prefixes;
 use crate::{Invariant, Situation};
@@ -97,6 +98,9 @@ pub struct CheckOptions {
     /// Answers every run begins with (see [`crate::workload_answers`]: the answers that draw
     /// one workload), or none: every workload within the bounds.
     pub prefix: Vec<u32>,
+    /// The part of the check to explore: every `count`th workload (after symmetry), so that
+    /// shards on several machines together explore every workload once.
+    pub shard: Shard,
 }
 
 impl CheckOptions {
@@ -110,6 +114,7 @@ impl CheckOptions {
             only: None,
             checkpoints: true,
             prefix: Vec::new(),
+            shard: Shard::WHOLE,
         }
     }
 }
@@ -455,17 +460,23 @@ fn exhaust_on_counting(
 /// because they differ from one explored only by which client is which.
 fn workloads_to_explore(subject: &mut dyn Subject, options: &CheckOptions) -> (Vec<Vec<u32>>, u64) {
     let workloads = workload_prefixes(subject, &options.bounds, &options.prefix);
-    if !options.reduction.symmetry {
-        return (workloads, 0);
-    }
-    let mut classes = BTreeSet::new();
     let count = workloads.len();
+    let mut classes = BTreeSet::new();
     let representatives: Vec<Vec<u32>> = workloads
         .into_iter()
-        .filter(|answers| classes.insert(subject.workload_class(answers, &options.bounds)))
+        .filter(|answers| {
+            !options.reduction.symmetry
+                || classes.insert(subject.workload_class(answers, &options.bounds))
+        })
         .collect();
     let symmetric = (count - representatives.len()) as u64;
-    (representatives, symmetric)
+    let shared = representatives
+        .into_iter()
+        .enumerate()
+        .filter(|(position, _)| options.shard.takes(*position))
+        .map(|(_, answers)| answers)
+        .collect();
+    (shared, symmetric)
 }
 
 /// For each workload, the states explored at lower levels (with state hashing).

@@ -23,6 +23,7 @@ mod progress;
 mod provider;
 mod run;
 mod sandbox;
+mod shard;
 mod shrink;
 mod situation;
 mod sql_handler;
@@ -54,6 +55,7 @@ pub use run::{
     Visited,
 };
 pub use sandbox::Sandbox;
+pub use shard::Shard;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use situation::Situation;
 pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};

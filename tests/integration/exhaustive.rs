@@ -5,9 +5,9 @@
 use retrysim::models::{self, interval, Declared, HandlerEntry};
 use retrysim::{
     exhaust, exhaust_on, explore, shrink, Bounds, CheckOptions, CheckReport, Invariant, Reduction,
-    Situation, StopAt, Stopped,
+    Shard, Situation, StopAt, Stopped,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A bound small enough for the test suite: clients and intents as given, two attempts, one
 /// fault of any kind.
@@ -602,5 +602,75 @@ fn shrinking_keeps_no_more_faults_than_the_check_needs() {
             "{entry:?}: shrunk to {:?}, the check needs {fewest}",
             shrunk.outcome.faults
         );
+    }
+}
+
+/// Shards of a check (every nth workload) explore, together, exactly what the whole check
+/// explores: the same runs and states for a clean handler, the same broken invariants with the
+/// same fewest faults for a faulty one.
+#[test]
+fn shards_of_a_check_together_are_the_whole_check() {
+    let check = |handler: &str, shard: Shard| {
+        let entry = models::find("counter", handler).unwrap();
+        let options = CheckOptions {
+            stop: StopAt::EndOfLevel,
+            shard,
+            ..CheckOptions::new(small(2, 1))
+        };
+        exhaust(&mut *(entry.build)(), &options)
+    };
+    let shards: Vec<Shard> = (1..=3).map(|index| Shard::new(index, 3).unwrap()).collect();
+    let whole = check("keyed-sqlite", Shard::WHOLE);
+    let parts: Vec<CheckReport> = shards.iter().map(|&s| check("keyed-sqlite", s)).collect();
+    assert!(whole.clean() && parts.iter().all(CheckReport::clean));
+    let sum = |count: fn(&CheckReport) -> u64| parts.iter().map(count).sum::<u64>();
+    assert_eq!(sum(|r| r.workloads), whole.workloads);
+    assert_eq!(sum(CheckReport::runs), whole.runs());
+    assert_eq!(sum(CheckReport::unique_states), whole.unique_states());
+    assert!(parts.iter().all(|part| part.workloads > 0));
+
+    let whole = check("keyed-memory", Shard::WHOLE);
+    let mut found = BTreeMap::new();
+    for shard in &shards {
+        for violation in check("keyed-memory", *shard).violations {
+            let fewest = found.entry(violation.invariant).or_insert(violation.faults);
+            *fewest = violation.faults.min(*fewest);
+        }
+    }
+    let whole_found: BTreeMap<_, _> = whole
+        .violations
+        .iter()
+        .map(|v| (v.invariant, v.faults))
+        .collect();
+    assert!(!whole_found.is_empty());
+    // A shard stops at its own first violating level: it may find an invariant the whole
+    // check, stopping at its lowest level, left for later; never one with fewer faults.
+    for (invariant, faults) in &whole_found {
+        assert_eq!(found.get(invariant), Some(faults), "{invariant}");
+    }
+}
+
+/// The seed shards of a range are contiguous, disjoint and cover it, as even as they can be.
+#[test]
+fn seed_shards_split_a_range_evenly() {
+    for count in 1..=7u32 {
+        let seeds = 10..1_010u64;
+        let parts: Vec<_> = (1..=count)
+            .map(|index| Shard::new(index, count).unwrap().seeds(&seeds))
+            .collect();
+        assert_eq!(parts.first().unwrap().start, seeds.start);
+        assert_eq!(parts.last().unwrap().end, seeds.end);
+        for pair in parts.windows(2) {
+            assert_eq!(pair[0].end, pair[1].start);
+        }
+        let sizes: Vec<u64> = parts.iter().map(|p| p.end - p.start).collect();
+        assert!(
+            sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+            "{sizes:?}"
+        );
+    }
+    assert_eq!("2/3".parse::<Shard>(), Ok(Shard::new(2, 3).unwrap()));
+    for bad in ["0/3", "4/3", "3", "a/b", "1/0"] {
+        assert!(bad.parse::<Shard>().is_err(), "{bad}");
     }
 }
