@@ -132,6 +132,7 @@
 
 pub mod cli;
 pub mod html;
+pub mod merge;
 pub mod property;
 pub mod report;
 pub mod testing;

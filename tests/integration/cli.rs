@@ -747,3 +747,140 @@ fn json_writes_unbounded_as_a_word() {
     assert_eq!(report["bounds"]["drops_max"], "unbounded", "{report}");
     assert_eq!(report["bounds"]["duplicates_max"], 2, "{report}");
 }
+
+/// Writes each shard's `--json` report (`args` plus `--shard i/n --json`) to a file of its
+/// own in a fresh directory; returns the files and each shard's exit status.
+fn shard_reports(name: &str, args: &[&str], count: u32) -> (Vec<String>, Vec<Option<i32>>) {
+    let directory = std::env::temp_dir().join(format!("retrysim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let mut files = Vec::new();
+    let mut statuses = Vec::new();
+    for index in 1..=count {
+        let shard = format!("{index}/{count}");
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--shard", &shard, "--json"]);
+        let output = retrysim(&all);
+        statuses.push(output.status.code());
+        let file = directory.join(format!("shard-{index}.json"));
+        std::fs::write(&file, &output.stdout).unwrap();
+        files.push(file.display().to_string());
+    }
+    (files, statuses)
+}
+
+fn merged(files: &[String]) -> (serde_json::Value, Option<i32>) {
+    let mut args = vec!["merge", "--json"];
+    args.extend(files.iter().map(String::as_str));
+    let output = retrysim(&args);
+    let json = serde_json::from_str(&stdout(&output)).unwrap_or(serde_json::Value::Null);
+    (json, output.status.code())
+}
+
+const SMALL_CHECK: [&str; 11] = [
+    "--clients",
+    "2",
+    "--intents",
+    "1",
+    "--attempts-max",
+    "2",
+    "--faults-max",
+    "2",
+    "--threads",
+    "1",
+    "--reduction=all",
+];
+
+/// The shards of a clean check, merged, are the whole check run for run: the same verdict,
+/// runs, states and coverage, and exit 0, though a shard alone may miss a situation.
+#[test]
+fn merged_check_shards_are_the_whole_check() {
+    let mut args = vec!["check", "--model", "counter", "--handler", "keyed-sqlite"];
+    args.extend(SMALL_CHECK);
+    let (files, statuses) = shard_reports("merge-clean", &args, 3);
+    assert!(statuses.iter().all(|s| *s == Some(0)), "{statuses:?}");
+    let (merged, status) = merged(&files);
+    args.push("--json");
+    let whole: serde_json::Value = serde_json::from_str(&stdout(&retrysim(&args))).unwrap();
+    assert_eq!(status, Some(0), "{merged}");
+    for key in ["runs", "unique_states", "coverage_gaps", "violations"] {
+        assert_eq!(merged[key], whole[key], "{key}");
+    }
+    for key in ["stopped", "coverage", "workloads", "step_limited"] {
+        assert_eq!(merged["report"][key], whole["report"][key], "{key}");
+    }
+}
+
+/// The shards of a failing check, merged, give the whole check's counterexample (the same
+/// tape, invariants and fewest faults), its reproduction command and exit 1.
+#[test]
+fn merged_check_shards_find_the_whole_checks_counterexample() {
+    let mut args = vec!["check", "--model", "counter", "--handler", "keyed-memory"];
+    args.extend(SMALL_CHECK);
+    let (files, _) = shard_reports("merge-failing", &args, 3);
+    let (merged, status) = merged(&files);
+    args.push("--json");
+    let whole: serde_json::Value = serde_json::from_str(&stdout(&retrysim(&args))).unwrap();
+    assert_eq!(status, Some(1), "{merged}");
+    assert_eq!(merged["violations"], whole["violations"]);
+    assert_eq!(merged["minimal"]["replay"], whole["minimal"]["replay"]);
+}
+
+/// The seed shards of an exploration, merged: every seed once, each invariant's lowest
+/// failing seed and count, and the shrunk first failure, as one machine's.
+#[test]
+fn merged_explore_shards_are_the_whole_exploration() {
+    let args = [
+        "explore",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-memory",
+        "--seeds",
+        "0..600",
+    ];
+    let (files, statuses) = shard_reports("merge-explore", &args, 4);
+    assert!(statuses.contains(&Some(1)));
+    let (merged, status) = merged(&files);
+    let mut whole_args = args.to_vec();
+    whole_args.push("--json");
+    let whole: serde_json::Value = serde_json::from_str(&stdout(&retrysim(&whole_args))).unwrap();
+    assert_eq!(status, Some(1));
+    for key in ["executions", "runs_with_fault", "violations", "seeds"] {
+        assert_eq!(merged[key], whole[key], "{key}");
+    }
+    assert_eq!(merged["first"]["replay"], whole["first"]["replay"]);
+}
+
+/// Reports that are not the parts of one run are bad input: exit 2, one line saying why.
+#[test]
+fn merge_refuses_what_is_not_one_run() {
+    let mut args = vec!["check", "--model", "counter", "--handler", "keyed-sqlite"];
+    args.extend(SMALL_CHECK);
+    let (files, _) = shard_reports("merge-bad", &args, 3);
+    let mut other = vec!["check", "--model", "counter", "--handler", "keyed-atomic"];
+    other.extend(SMALL_CHECK);
+    let (other_files, _) = shard_reports("merge-bad-other", &other, 3);
+    let not_json = std::env::temp_dir().join(format!("retrysim-not-json-{}", std::process::id()));
+    std::fs::write(&not_json, "not json\n").unwrap();
+    let cases: [(Vec<&str>, &str); 4] = [
+        (vec![&files[0], &files[2]], "not parts 1 to 3"),
+        (
+            vec![&files[0], &files[1], &files[1], &files[2]],
+            "not parts 1 to 3",
+        ),
+        (
+            vec![&files[0], &files[1], &other_files[2]],
+            "not shards of one run",
+        ),
+        (vec![not_json.to_str().unwrap()], "not JSON"),
+    ];
+    for (inputs, why) in cases {
+        let mut args = vec!["merge"];
+        args.extend(inputs);
+        let output = retrysim(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let error = stderr(&output);
+        assert!(error.contains(why) && error.lines().count() == 1, "{error}");
+        assert!(stdout(&output).is_empty());
+    }
+}

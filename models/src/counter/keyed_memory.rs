@@ -65,7 +65,7 @@ impl MemoryHandler for KeyedAtomic {
             return Ok(Reply::Replayed(*response));
         }
         ctx.point("after-lookup")?;
-        let response = total.add_recorded(&request.key, request.amount);
+        let response = total.add_recorded(request.key.clone(), request.amount);
         ctx.point("after-effect")?;
         Ok(Reply::Applied(response))
     }

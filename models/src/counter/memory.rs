@@ -145,10 +145,10 @@ impl MemoryTotal {
 
     /// Adds `amount` and saves the record of `key` (the amount and the answer) in the same
     /// step: one committed effect, and no crash can fall between the two.
-    pub fn add_recorded(&mut self, key: &Cow<'static, str>, amount: i64) -> Accepted {
+    pub fn add_recorded(&mut self, key: Cow<'static, str>, amount: i64) -> Accepted {
         let total = self.add(amount);
         let accepted = Accepted { amount, total };
-        self.records.insert(key.clone(), (amount, accepted));
+        self.records.insert(key, (amount, accepted));
         accepted
     }
 
