@@ -6,8 +6,8 @@
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count).
 
 use retrysim::{
-    exhaust, explore, models, workload_answers, Bounds, CheckOptions, CheckReport, Reduction, Tape,
-    Timeouts,
+    exhaust, exhaust_on, explore, models, workload_answers, Bounds, CheckOptions, CheckReport,
+    Reduction, Tape, Timeouts,
 };
 use std::time::Instant;
 
@@ -188,7 +188,7 @@ fn exhaustive_checks() {
                 checkpoints,
                 ..CheckOptions::new(bounds)
             };
-            let label = format!("{reduction:?}, checkpoints {checkpoints}");
+            let label = format!("{}, checkpoints {checkpoints}", reduction.names());
             timed_check(domain, handler, &options, &label);
         }
     }
@@ -207,13 +207,13 @@ fn exhaustive_checks() {
             runs_max: 20_000_000,
             ..CheckOptions::new(bounds)
         };
-        let reduced = timed_check(domain, handler, &must_hold, "States");
+        let reduced = timed_check(domain, handler, &must_hold, "all reductions");
         let plain = CheckOptions {
             reduction: Reduction::NONE,
             runs_max: 2_000_000,
             ..CheckOptions::new(bounds)
         };
-        let plain = timed_check(domain, handler, &plain, "None");
+        let plain = timed_check(domain, handler, &plain, "none");
         let first = |report: &CheckReport| report.levels.first().map_or(0, |l| l.runs);
         println!(
             "  {:<28} reduction at faults_max=0: {} plain runs unfinished against {} (more than {:.0}x)",
@@ -224,14 +224,84 @@ fn exhaustive_checks() {
         );
     }
     peer_bound();
+    real_bounds();
 }
 
-/// A peer model checker's bound: two clients with one intent each, up to three attempts, drops
-/// unbounded, at most two crashes and one duplicate. The peer checks one workload; so does the
-/// first line of each handler here (c1 sends e1 +5, c2 sends e2 +5), then every workload.
-fn peer_bound() {
-    let bounds = Bounds {
+/// The targets of exhaustive checking at real bounds, one thread unless said: the default
+/// bound (two clients with two intents each, three attempts, two faults), overlapping
+/// invocations with two clients, each reduction's share, and two threads on one workload.
+fn real_bounds() {
+    println!("\nreal bounds, one thread unless said:");
+    let default_bound = Bounds {
+        faults_max: 2,
+        ..Bounds::default()
+    };
+    for (domain, handler) in [
+        ("counter", "keyed-sqlite"),
+        ("reservation", "action-record"),
+    ] {
+        let options = CheckOptions {
+            runs_max: 25_000_000,
+            ..CheckOptions::new(default_bound)
+        };
+        timed_check(domain, handler, &options, "default bound, faults 2");
+    }
+    let overlap = CheckOptions::new(Bounds {
         clients_max: 2,
+        intents_max: 1,
+        attempts_max: 2,
+        faults_max: 0,
+        invocations_max: 2,
+        ..Bounds::default()
+    });
+    timed_check("counter", "keyed-sqlite", &overlap, "invocations 2");
+    let peer = peer_bounds(2);
+    let with = |reduction: Reduction| CheckOptions {
+        reduction,
+        runs_max: 25_000_000,
+        ..CheckOptions::new(peer)
+    };
+    for (reduction, label) in [
+        (Reduction::STATES, "peer bound, states only"),
+        (
+            Reduction {
+                crash_points: true,
+                ..Reduction::STATES
+            },
+            "peer bound, + crash points",
+        ),
+        (
+            Reduction {
+                symmetry: true,
+                ..Reduction::STATES
+            },
+            "peer bound, + symmetry",
+        ),
+        (Reduction::ALL, "peer bound, all"),
+    ] {
+        timed_check("counter", "keyed-sqlite", &with(reduction), label);
+    }
+    let entry = models::find("counter", "keyed-sqlite").unwrap();
+    let one_workload = CheckOptions {
+        prefix: workload_answers(&mut *(entry.build)(), &"1".parse().unwrap(), &peer).unwrap(),
+        ..CheckOptions::new(peer)
+    };
+    for threads in [1, 2] {
+        let started = Instant::now();
+        let report = exhaust_on(&entry.build, &one_workload, threads);
+        println!(
+            "  counter/keyed-sqlite peer bound, one workload, {threads} thread(s): {} runs {:.2} s",
+            report.runs(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// A peer model checker's bound with `clients_max` clients of one intent each: up to three
+/// attempts, drops unbounded, at most two crashes and one duplicate.
+fn peer_bounds(clients_max: u32) -> Bounds {
+    Bounds {
+        clients_max,
         intents_max: 1,
         attempts_max: 3,
         faults_max: 3,
@@ -240,9 +310,20 @@ fn peer_bound() {
         duplicates_max: 1,
         reconnects_max: 0,
         ..Bounds::default()
-    };
+    }
+}
+
+/// A peer model checker's bound: two clients with one intent each, up to three attempts, drops
+/// unbounded, at most two crashes and one duplicate. The peer checks one workload; so does the
+/// first line of each handler here (c1 sends e1 +5, c2 sends e2 +5), then every workload.
+fn peer_bound() {
+    let bounds = peer_bounds(2);
     println!("\nthe peer bound: {bounds}");
-    for (domain, handler) in [("counter", "keyed-memory"), ("counter", "keyed-sqlite")] {
+    for (domain, handler) in [
+        ("counter", "keyed-memory"),
+        ("counter", "keyed-atomic"),
+        ("counter", "keyed-sqlite"),
+    ] {
         let entry = models::find(domain, handler).unwrap();
         // The tape 1 draws two clients and, answering 0 after, the first events left.
         let tape: Tape = "1".parse().unwrap();
@@ -258,6 +339,15 @@ fn peer_bound() {
         };
         timed_check(domain, handler, &every_workload, "every workload");
     }
+    // The peer's three-client bound, in memory: the tape 2 draws three clients.
+    let three = peer_bounds(3);
+    let entry = models::find("counter", "keyed-atomic").unwrap();
+    let one_workload = CheckOptions {
+        prefix: workload_answers(&mut *(entry.build)(), &"2".parse().unwrap(), &three).unwrap(),
+        runs_max: 25_000_000,
+        ..CheckOptions::new(three)
+    };
+    timed_check("counter", "keyed-atomic", &one_workload, "three clients");
 }
 
 fn timed_check(domain: &str, handler: &str, options: &CheckOptions, label: &str) -> CheckReport {

@@ -140,7 +140,7 @@ fn bad_settings_are_errors_not_silent() {
         .verdict()
         .unwrap_err();
     assert!(
-        too_many.contains("clients_max is 5, but this system's workloads draw at most 2"),
+        too_many.contains("clients_max is 5, but this system's workloads draw at most 3"),
         "{too_many}"
     );
     let spaced = Check::system("my bank", outside::Bank { dedup: true })

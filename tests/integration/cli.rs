@@ -63,7 +63,7 @@ fn bad_input_exits_2_with_one_line() {
     // Bounds a domain's workloads never reach are refused, not reported as in force.
     assert_bad_input(
         &[&explore[..], &["--clients", "4294967295"]].concat(),
-        "--clients 4294967295 is more than counter's workloads draw (at most 2)",
+        "--clients 4294967295 is more than counter's workloads draw (at most 3)",
     );
     assert_bad_input(
         &[&explore[..], &["--intents", "3"]].concat(),
@@ -318,17 +318,18 @@ fn list_names_domains_handlers_and_invariants() {
     let output = retrysim(&["list", "--json"]);
     let value: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     let handlers = value["domains"][0]["handlers"].as_array().unwrap();
-    assert_eq!(handlers.len(), 6);
-    assert_eq!(handlers[2]["name"], "keyed-sqlite");
-    assert_eq!(handlers[2]["retention_ms"], 86_400_000);
-    assert_eq!(handlers[2]["storage_faults_max"], 0);
-    assert_eq!(handlers[3]["name"], "short-retention");
-    assert_eq!(handlers[3]["retention_ms"], 500);
-    assert_eq!(handlers[4]["name"], "unavailable-after-commit");
-    assert_eq!(handlers[4]["storage_faults_max"], 1);
-    assert_eq!(handlers[5]["name"], "keyed-sqlite-deferred");
-    assert_eq!(handlers[5]["invocations_max"], 2);
-    assert_eq!(handlers[5]["retention_ms"], serde_json::Value::Null);
+    assert_eq!(handlers.len(), 7);
+    assert_eq!(handlers[2]["name"], "keyed-atomic");
+    assert_eq!(handlers[3]["name"], "keyed-sqlite");
+    assert_eq!(handlers[3]["retention_ms"], 86_400_000);
+    assert_eq!(handlers[3]["storage_faults_max"], 0);
+    assert_eq!(handlers[4]["name"], "short-retention");
+    assert_eq!(handlers[4]["retention_ms"], 500);
+    assert_eq!(handlers[5]["name"], "unavailable-after-commit");
+    assert_eq!(handlers[5]["storage_faults_max"], 1);
+    assert_eq!(handlers[6]["name"], "keyed-sqlite-deferred");
+    assert_eq!(handlers[6]["invocations_max"], 2);
+    assert_eq!(handlers[6]["retention_ms"], serde_json::Value::Null);
     assert_eq!(value["retry_horizon_ms"], 60_000);
     assert_eq!(
         value["invariants"].as_array().unwrap().len(),

@@ -214,6 +214,24 @@ fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
     assert_eq!(report.coverage.gaps(&bounds), untested(situations_missed));
 }
 
+/// The in-memory store cannot fail a COMMIT: the bound above without storage faults.
+#[test]
+fn counter_keyed_atomic_holds_at_two_clients_three_attempts_two_faults() {
+    let entry = models::find("counter", "keyed-atomic").unwrap();
+    assert_eq!(entry.declared, Declared::Correct);
+    let bounds = entry.bounds_from(Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 2,
+        ..Bounds::default()
+    });
+    let report = exhaust_on(&entry.build, &CheckOptions::new(bounds), 2);
+    assert!(report.clean(), "{:?}", report.violations);
+    assert_eq!(report.levels.len(), 3);
+    assert_eq!(report.coverage.gaps(&bounds), Vec::<String>::new());
+}
+
 #[test]
 fn counter_keyed_sqlite_holds_at_two_clients_three_attempts_two_faults() {
     assert_exhausts_clean_at_two_clients_three_attempts_two_faults("counter", "keyed-sqlite", &[]);
@@ -251,6 +269,7 @@ fn every_correct_handler_is_held_to_the_bound_that_must_hold() {
     assert_eq!(
         correct,
         [
+            "counter/keyed-atomic",
             "counter/keyed-sqlite",
             "interval/receipt",
             "reservation/action-record",
