@@ -98,10 +98,10 @@ pub fn run_html(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -> 
     out.push_str(&header(entry, bounds, outcome, &title));
     out.push_str("<main>\n<div class=\"wrap\">\n");
     out.push_str(
-        "<div class=\"controls\"><button id=\"first\">&#x23EE; first</button>\
+        "<div class=\"controls\"><button id=\"first\">&laquo; first</button>\
          <button id=\"previous\">&#x25C0; previous</button>\
          <button id=\"next\">next &#x25B6;</button>\
-         <button id=\"last\">last &#x23ED;</button>\
+         <button id=\"last\">last &raquo;</button>\
          <span id=\"counter\"></span></div>\n",
     );
     out.push_str(&table(timeline));

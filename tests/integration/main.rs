@@ -2,6 +2,7 @@
 //! binary with modules keeps the build fast.
 
 mod api;
+mod browser;
 mod cli;
 mod counter;
 mod determinism;

@@ -15,7 +15,7 @@ fn snapshot(name: &str, text: &str) {
     });
 }
 
-fn shortest_failure_in(domain: &str, handler: &str, invariant: Invariant) -> Shrunk {
+pub fn shortest_failure_in(domain: &str, handler: &str, invariant: Invariant) -> Shrunk {
     let entry = entry(domain, handler);
     let bounds = entry.bounds_from(Bounds::default());
     let found = explore(&entry.build, 0..1_000, &bounds, 2);

@@ -1,0 +1,255 @@
+//! The pictures, checked in a real browser: every faulty handler's shortest failure as an
+//! HTML page, opened in headless Chromium (its script run, its DOM read back), and as a
+//! Mermaid diagram rendered by Mermaid itself in the same browser.
+//!
+//! Needs Debian's `chromium` (or `RETRYSIM_CHROMIUM=path`) and Mermaid's dist bundle at
+//! `target/browser/mermaid.min.js` (or `RETRYSIM_MERMAID_JS=path`); `.ci/browser-deps`
+//! installs both. Without them these tests fail and say what is missing, unless
+//! `RETRYSIM_BROWSER=none` says to leave them out. Screenshots (one failure per domain, at
+//! 1280×800 and at a phone's 390×844) are saved under `target/browser/screenshots`.
+
+use crate::timelines::shortest_failure_in;
+use retrysim::models::{self, Declared, HandlerEntry};
+use retrysim::{html, report, Shrunk};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where the browser checks write their pages and screenshots.
+fn browser_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("browser")
+}
+
+/// Headless Chromium and the Mermaid bundle, or `None` when `RETRYSIM_BROWSER=none` leaves the
+/// browser checks out. Anything else missing fails the test with what to do.
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    if std::env::var("RETRYSIM_BROWSER").as_deref() == Ok("none") {
+        eprintln!("browser checks NOT RUN: RETRYSIM_BROWSER=none");
+        return None;
+    }
+    let chromium = std::env::var_os("RETRYSIM_CHROMIUM")
+        .map(PathBuf::from)
+        .or_else(|| on_path(&["chromium", "chromium-browser", "google-chrome"]))
+        .unwrap_or_else(|| {
+            panic!(
+                "no headless Chromium: install Debian's chromium (.ci/browser-deps does), or \
+                 set RETRYSIM_CHROMIUM=path, or RETRYSIM_BROWSER=none to leave these checks out"
+            )
+        });
+    let mermaid = std::env::var_os("RETRYSIM_MERMAID_JS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| browser_dir().join("mermaid.min.js"));
+    assert!(
+        mermaid.is_file(),
+        "no Mermaid bundle at {}: run .ci/browser-deps, or set RETRYSIM_MERMAID_JS=path, or \
+         RETRYSIM_BROWSER=none to leave these checks out",
+        mermaid.display()
+    );
+    Some((chromium, mermaid))
+}
+
+fn on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs headless Chromium on `page` with `extra` arguments; returns its standard output.
+fn chromium(browser: &Path, page: &Path, extra: &[&str]) -> String {
+    let url = format!("file://{}", page.display());
+    let output = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("chromium writes UTF-8")
+}
+
+/// The JSON a test script left in the attribute `name` of the dumped DOM's body.
+fn body_attribute(dom: &str, name: &str) -> Value {
+    let start = dom
+        .find(&format!("{name}=\""))
+        .unwrap_or_else(|| panic!("no {name} in the DOM: the test script did not run"));
+    let rest = &dom[start + name.len() + 2..];
+    let quoted = &rest[..rest.find('"').expect("a closing quote")];
+    let text = quoted
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&text).expect("the test script writes JSON")
+}
+
+/// Collects console errors and uncaught exceptions from the start of the page.
+const BEFORE_PAGE: &str = "<script>window.__errors=[];\
+window.addEventListener('error',function(e){window.__errors.push(String(e.message));});\
+var __error=console.error;console.error=function(){\
+window.__errors.push(Array.prototype.join.call(arguments,' '));__error.apply(console,arguments);};\
+</script>";
+
+/// After the page's own script: presses the right arrow and reports what the DOM shows.
+const AFTER_PAGE: &str = "<script>(function(){\
+var rows=Array.prototype.slice.call(document.querySelectorAll('tr.event'));\
+var at=function(){return rows.indexOf(document.querySelector('tr.event.current'));};\
+var before=at();\
+document.dispatchEvent(new KeyboardEvent('keydown',{key:'ArrowRight'}));var after=at();\
+document.getElementById('next').click();var clicked=at();\
+var violations=Array.prototype.map.call(document.querySelectorAll('.violation'),\
+function(p){return p.textContent;});\
+document.body.setAttribute('data-selftest',JSON.stringify({rows:rows.length,before:before,\
+after:after,clicked:clicked,counter:document.getElementById('counter').textContent,\
+knows:document.getElementById('knows').textContent,violations:violations,\
+ready:document.body.dataset.ready||null,errors:window.__errors}));})();</script>";
+
+/// Every faulty handler's shortest failure, with the invariant that catches it.
+fn shortest_failures() -> Vec<(&'static HandlerEntry, Shrunk, String)> {
+    models::handlers()
+        .iter()
+        .filter_map(|entry| match entry.declared {
+            Declared::Faulty { caught_by } => Some((entry, caught_by)),
+            Declared::Correct => None,
+        })
+        .map(|(entry, caught_by)| {
+            let shrunk = shortest_failure_in(entry.domain, entry.handler, caught_by);
+            (entry, shrunk, caught_by.to_string())
+        })
+        .collect()
+}
+
+/// Every faulty handler's shortest failure as an HTML page, in headless Chromium: the page's
+/// script runs, there is one row per timeline row, the violation is shown, the arrow key and
+/// the next button move the highlighted step and the counter, and nothing is logged as an
+/// error. One page per domain is also saved as screenshots, at 1280×800 and phone size.
+#[test]
+fn every_failure_page_works_in_a_headless_browser() {
+    let Some((browser, _)) = browser() else {
+        return;
+    };
+    let pages = browser_dir().join("pages");
+    let shots = browser_dir().join("screenshots");
+    std::fs::create_dir_all(&pages).unwrap();
+    std::fs::create_dir_all(&shots).unwrap();
+    let mut domains_shot = Vec::new();
+    for (entry, shrunk, invariant) in shortest_failures() {
+        let name = format!("{}-{}", entry.domain, entry.handler);
+        let page = html::run_html(entry, &shrunk.bounds, &shrunk.outcome);
+        let plain = pages.join(format!("{name}.html"));
+        std::fs::write(&plain, &page).unwrap();
+        let tested = page
+            .replacen("<head>", &format!("<head>{BEFORE_PAGE}"), 1)
+            .replacen("</body>", &format!("{AFTER_PAGE}</body>"), 1);
+        let test_page = pages.join(format!("{name}.selftest.html"));
+        std::fs::write(&test_page, tested).unwrap();
+        let dom = chromium(&browser, &test_page, &["--dump-dom"]);
+        let seen = body_attribute(&dom, "data-selftest");
+        let timeline = shrunk.outcome.timeline.as_ref().unwrap();
+        let rows = timeline.rows.len();
+        assert_eq!(seen["ready"], "true", "{name}: {seen}");
+        assert_eq!(seen["rows"], rows, "{name}: {seen}");
+        assert_eq!(seen["errors"], Value::Array(Vec::new()), "{name}: {seen}");
+        assert_eq!(
+            (&seen["before"], &seen["after"]),
+            (&0.into(), &1.into()),
+            "{name}"
+        );
+        assert_eq!(seen["clicked"], 2.min(rows - 1), "{name}: {seen}");
+        let counter = format!("event {} of {rows}", 3.min(rows));
+        assert!(
+            seen["counter"].as_str().unwrap().starts_with(&counter),
+            "{name}: {seen}"
+        );
+        let shown = seen["violations"].to_string();
+        assert!(
+            shown.contains(&format!("VIOLATED {invariant}")),
+            "{name}: {seen}"
+        );
+        if !domains_shot.contains(&entry.domain) {
+            domains_shot.push(entry.domain);
+            for (size, window) in [("desktop", "1280,800"), ("phone", "390,844")] {
+                let shot = shots.join(format!("{name}-{size}.png"));
+                let window_size = format!("--window-size={window}");
+                let screenshot = format!("--screenshot={}", shot.display());
+                chromium(&browser, &plain, &[&window_size, &screenshot]);
+                let bytes = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+                assert!(bytes > 10_000, "{}: {bytes} bytes", shot.display());
+            }
+        }
+    }
+    assert_eq!(
+        domains_shot,
+        ["counter", "interval", "reservation", "payment"]
+    );
+}
+
+/// Every faulty handler's shortest failure as a Mermaid diagram, rendered by Mermaid in
+/// headless Chromium: each one gives an SVG with no parse error. A broken diagram among them
+/// must fail, so the check can.
+#[test]
+fn every_mermaid_diagram_renders_to_svg_in_a_headless_browser() {
+    let Some((browser, mermaid)) = browser() else {
+        return;
+    };
+    let mut diagrams: Vec<(String, String)> = shortest_failures()
+        .into_iter()
+        .map(|(entry, shrunk, _)| {
+            let name = format!("{}-{}", entry.domain, entry.handler);
+            (
+                name,
+                report::run_mermaid(entry, &shrunk.bounds, &shrunk.outcome),
+            )
+        })
+        .collect();
+    diagrams.push((
+        "broken".to_string(),
+        "sequenceDiagram\n    c1->>>>server: ((".to_string(),
+    ));
+    let texts: Vec<&str> = diagrams.iter().map(|(_, text)| text.as_str()).collect();
+    let page = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><script src=\"{}\"></script>\
+         </head><body><div id=\"out\"></div><script>\
+         var diagrams={};mermaid.initialize({{startOnLoad:false}});\
+         (async function(){{var results=[];for(var i=0;i<diagrams.length;i++){{\
+         try{{var r=await mermaid.render('d'+i,diagrams[i]);\
+         results.push(r.svg.indexOf('<svg')>=0?'svg':'no svg');\
+         document.getElementById('out').insertAdjacentHTML('beforeend',r.svg);}}\
+         catch(e){{results.push('error: '+String(e&&e.message||e));}}}}\
+         document.body.setAttribute('data-results',JSON.stringify(results));}})();\
+         </script></body></html>",
+        mermaid.display(),
+        serde_json::to_string(&texts).unwrap()
+    );
+    let dir = browser_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mermaid.html");
+    std::fs::write(&file, page).unwrap();
+    let dom = chromium(
+        &browser,
+        &file,
+        &["--virtual-time-budget=30000", "--dump-dom"],
+    );
+    let results = body_attribute(&dom, "data-results");
+    let results = results.as_array().expect("one result per diagram");
+    assert_eq!(results.len(), diagrams.len());
+    for ((name, _), result) in diagrams.iter().zip(results) {
+        if name == "broken" {
+            assert!(result.as_str().unwrap().starts_with("error"), "{result}");
+        } else {
+            assert_eq!(result, "svg", "{name}");
+        }
+    }
+}
