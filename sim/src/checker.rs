@@ -342,6 +342,13 @@ impl CheckReport {
 /// most one, and so on up to `faults_max`, stopping after the first level with a violation,
 /// so every counterexample has the fewest faults any counterexample has.
 ///
+/// After a clean level 0, the whole budget is tried at once (unless the check explores every
+/// level, [`StopAt::EndOfBound`]): every run of a lower level is one of its runs, so when it
+/// is clean the bound is, with each state explored once instead of once per level, and the
+/// report has levels 0 and `faults_max`. When it finds a violation, it is set aside (its runs
+/// still count toward `runs_max`) and the check goes on level by level from 1, for the
+/// fewest-fault counterexample.
+///
 /// State hashing first leaves out how many steps reached a state; if some run then reaches
 /// `steps_max`, the check starts again counting them (see [`Visited::counting_steps`]).
 pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
@@ -358,7 +365,7 @@ fn exhaust_counting(
     steps_matter: bool,
 ) -> CheckReport {
     let (workloads, symmetric) = workloads_to_explore(subject, options);
-    let mut visits = visits(options, workloads.len(), steps_matter);
+    let mut visits = fresh_visits(options, workloads.len(), steps_matter);
     let mut search = Search::new(options, workloads.len(), symmetric);
     while let Some((bounds, runs_left)) = search.next_level() {
         // Lazily: the workloads after the one that ends the level are not explored.
@@ -374,6 +381,9 @@ fn exhaust_counting(
         });
         let kept = search.level_of(parts);
         search.merge(&bounds, kept);
+        if search.take_forget_states() {
+            visits = fresh_visits(options, workloads.len(), steps_matter);
+        }
     }
     search.report
 }
@@ -414,7 +424,7 @@ fn exhaust_on_counting(
     steps_matter: bool,
 ) -> CheckReport {
     let (workloads, symmetric) = workloads_to_explore(&mut *factory(), options);
-    let mut visits = visits(options, workloads.len(), steps_matter);
+    let mut visits = fresh_visits(options, workloads.len(), steps_matter);
     let mut search = Search::new(options, workloads.len(), symmetric);
     while let Some((bounds, runs_left)) = search.next_level() {
         let visited = Mutex::new(std::mem::take(&mut visits));
@@ -448,9 +458,13 @@ fn exhaust_on_counting(
         let parts = parts.into_inner().expect("no exploring thread panicked");
         // The parts one thread would have explored: the others are dropped.
         let kept = search.level_of(parts.into_iter().flatten());
+        let levels_before = search.report.levels.len();
         search.merge(&bounds, kept);
-        if let Some(level) = search.report.levels.last() {
-            level_done(level);
+        if search.take_forget_states() {
+            visits = fresh_visits(options, workloads.len(), steps_matter);
+        }
+        if search.report.levels.len() > levels_before {
+            level_done(search.report.levels.last().expect("a level was added"));
         }
     }
     search.report
@@ -480,7 +494,11 @@ fn workloads_to_explore(subject: &mut dyn Subject, options: &CheckOptions) -> (V
 }
 
 /// For each workload, the states explored at lower levels (with state hashing).
-fn visits(options: &CheckOptions, workloads: usize, steps_matter: bool) -> Vec<Option<Visited>> {
+fn fresh_visits(
+    options: &CheckOptions,
+    workloads: usize,
+    steps_matter: bool,
+) -> Vec<Option<Visited>> {
     let hashing = options.reduction.states;
     let empty = if steps_matter {
         Visited::counting_steps
@@ -504,6 +522,13 @@ struct Search<'o> {
     /// below.
     last_faults_max: u32,
     runs_left: u64,
+    /// Whether the level being explored is the whole budget tried at once, after a clean
+    /// level 0: it stands if it is clean, and is set aside if it finds a violation.
+    trying_whole_budget: bool,
+    /// Set when a whole-budget level found a violation: the check goes on level by level
+    /// from 1, with the states explored so far forgotten (they were explored with the whole
+    /// budget).
+    forget_states: bool,
 }
 
 impl<'o> Search<'o> {
@@ -525,7 +550,15 @@ impl<'o> Search<'o> {
                 .faults_max
                 .min(options.bounds.faults_reachable()),
             runs_left: options.runs_max,
+            trying_whole_budget: false,
+            forget_states: false,
         }
+    }
+
+    /// Whether the states explored so far must be forgotten before the next level (see
+    /// `forget_states`); asking clears it.
+    fn take_forget_states(&mut self) -> bool {
+        std::mem::take(&mut self.forget_states)
     }
 
     /// The bounds of the next level and the runs each of its workloads may take, if the check
@@ -559,6 +592,19 @@ impl<'o> Search<'o> {
     /// Adds a level made of `parts` (in workload order) to the report, and decides whether
     /// another level follows.
     fn merge(&mut self, bounds: &Bounds, parts: Vec<Part>) {
+        if std::mem::take(&mut self.trying_whole_budget)
+            && parts.iter().any(|part| !part.violations.is_empty())
+        {
+            // Its counterexample may have more faults than the fewest: go level by level.
+            let runs: u64 = parts.iter().map(|part| part.level.runs).sum();
+            self.runs_left = self.runs_left.saturating_sub(runs);
+            self.next_faults_max = (self.runs_left > 0).then_some(1);
+            if self.runs_left == 0 {
+                self.report.stopped = Stopped::RunsMax;
+            }
+            self.forget_states = true;
+            return;
+        }
         let report = &mut self.report;
         let mut level = Level::nothing_at(bounds.faults_max);
         for part in parts {
@@ -578,6 +624,14 @@ impl<'o> Search<'o> {
         report.levels.push(level);
         self.next_faults_max =
             (bounds.faults_max < self.last_faults_max).then_some(bounds.faults_max + 1);
+        let clean_start = bounds.faults_max == 0 && report.violations.is_empty();
+        if clean_start && self.options.stop != StopAt::EndOfBound && self.last_faults_max > 1 {
+            // Level 0 is clean: try the whole budget at once. Every run of a lower level is
+            // one of its runs, so if it is clean the bound is; each state is explored once
+            // instead of once per level.
+            self.next_faults_max = Some(self.last_faults_max);
+            self.trying_whole_budget = true;
+        }
         if !report.violations.is_empty() && self.options.stop != StopAt::EndOfBound {
             report.stopped = Stopped::Violation;
             self.next_faults_max = None;
