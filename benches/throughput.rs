@@ -3,7 +3,9 @@
 //! hold (two clients, three attempts, two faults), at a peer model checker's bound, and the
 //! payment domain's correct handlers.
 //!
-//! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count).
+//! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count, and
+//! the names of the sections to run: random, timeouts, overlap, exhaustive, peer, real,
+//! payment).
 
 use retrysim::{
     exhaust, exhaust_on, explore, models, workload_answers, Bounds, CheckOptions, CheckReport,
@@ -12,15 +14,32 @@ use retrysim::{
 use std::time::Instant;
 
 fn main() {
-    let seeds: u64 = std::env::args()
-        .skip(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seeds: u64 = args
+        .iter()
         .find_map(|arg| arg.parse().ok())
         .unwrap_or(20_000);
-    random_exploration(seeds);
-    timeout_models(seeds);
-    overlapping_invocations(seeds);
-    exhaustive_checks();
-    payment_checks();
+    // Words name the sections to run (all when none is named); `--bench` is cargo's.
+    let named: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|arg| arg.parse::<u64>().is_err() && !arg.starts_with('-'))
+        .collect();
+    let wanted = |section: &str| named.is_empty() || named.contains(&section);
+    let sections: [(&str, &dyn Fn()); 7] = [
+        ("random", &|| random_exploration(seeds)),
+        ("timeouts", &|| timeout_models(seeds)),
+        ("overlap", &|| overlapping_invocations(seeds)),
+        ("exhaustive", &exhaustive_checks),
+        ("peer", &peer_bound),
+        ("real", &real_bounds),
+        ("payment", &payment_checks),
+    ];
+    for (name, section) in sections {
+        if wanted(name) {
+            section();
+        }
+    }
 }
 
 /// The payment domain's correct handlers at the bounds the suite holds them to, and the
@@ -223,8 +242,6 @@ fn exhaustive_checks() {
             first(&plain) as f64 / first(&reduced).max(1) as f64,
         );
     }
-    peer_bound();
-    real_bounds();
 }
 
 /// The targets of exhaustive checking at real bounds, one thread unless said: the default

@@ -114,7 +114,8 @@ function(p){return p.textContent;});\
 document.body.setAttribute('data-selftest',JSON.stringify({rows:rows.length,before:before,\
 after:after,clicked:clicked,counter:document.getElementById('counter').textContent,\
 knows:document.getElementById('knows').textContent,violations:violations,\
-ready:document.body.dataset.ready||null,errors:window.__errors}));})();</script>";
+ready:document.body.dataset.ready||null,errors:window.__errors,\
+loaded_ms:Math.round(performance.now())}));})();</script>";
 
 /// Every faulty handler's shortest failure, with the invariant that catches it.
 fn shortest_failures() -> Vec<(&'static HandlerEntry, Shrunk, String)> {
@@ -172,6 +173,11 @@ fn every_failure_page_works_in_a_headless_browser() {
         assert!(
             seen["counter"].as_str().unwrap().starts_with(&counter),
             "{name}: {seen}"
+        );
+        eprintln!(
+            "{name}: {} bytes, {rows} rows, script done {} ms after navigation",
+            page.len(),
+            seen["loaded_ms"]
         );
         let shown = seen["violations"].to_string();
         assert!(
