@@ -21,7 +21,11 @@ code{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#fff;border:
 main{display:flex;gap:12px;padding:12px 16px;align-items:flex-start}
 .controls{position:sticky;top:0;background:#fff;padding:6px 0;display:flex;gap:8px;align-items:center}
 button{font:inherit;padding:4px 10px}
-.wrap{overflow-x:auto;flex:1}
+.wrap{overflow-x:auto;flex:1;position:relative}
+svg.arrows{position:absolute;left:0;top:0;pointer-events:none;overflow:visible}
+svg.arrows line{stroke:#1b1b1b;stroke-width:1.5}
+svg.arrows line.lost{stroke:#a40000;stroke-dasharray:5 3}
+svg.arrows text{fill:#a40000;font:bold 13px sans-serif}
 table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-align:top;font-size:13px}
 th{position:sticky;top:40px;background:#fafafa}
@@ -35,6 +39,7 @@ aside{width:320px;flex:none;position:sticky;top:0;border:1px solid #ddd;padding:
 aside h2{font-size:14px;margin:4px 0}
 aside p{margin:2px 0 8px;word-break:break-word}
 @media (max-width:760px){
+ svg.arrows{display:none}
  main{flex-direction:column}
  aside{width:auto;position:static}
  thead{display:none}
@@ -44,7 +49,7 @@ aside p{margin:2px 0 8px;word-break:break-word}
  tr.event td.filled::before{content:attr(data-lane) ': ';color:#777}
 }
 @media print{
- .controls,aside{display:none}
+ .controls,aside,svg.arrows{display:none}
  tr.event.current{background:none}
  th{position:static}
 }
@@ -78,6 +83,41 @@ const SCRIPT: &str = "
   if(event.key==='Home'){show(0);}
   if(event.key==='End'){show(rows.length-1);}
  });
+ // Each message as an SVG arrow along the bottom of its row, from its sender's column to
+ // its receiver's; a lost one dashed, crossed out halfway.
+ var wrap=document.querySelector('.wrap');
+ var svgNs='http://www.w3.org/2000/svg';
+ var arrows=document.createElementNS(svgNs,'svg');
+ arrows.setAttribute('class','arrows');
+ arrows.innerHTML='<defs><marker id=\"head\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M0,0 L10,5 L0,10 z\"/></marker></defs>';
+ wrap.appendChild(arrows);
+ function centre(column){
+  var cell=document.querySelectorAll('thead th')[column].getBoundingClientRect();
+  return cell.left+cell.width/2-wrap.getBoundingClientRect().left+wrap.scrollLeft;
+ }
+ function draw(){
+  Array.prototype.slice.call(arrows.querySelectorAll('line,text')).forEach(function(n){n.remove();});
+  arrows.setAttribute('width',wrap.scrollWidth);
+  arrows.setAttribute('height',wrap.scrollHeight);
+  document.querySelectorAll('tr.event[data-from]').forEach(function(row){
+   var x1=centre(+row.dataset.from),x2=centre(+row.dataset.to);
+   var y=row.getBoundingClientRect().bottom-wrap.getBoundingClientRect().top+wrap.scrollTop-4;
+   var line=document.createElementNS(svgNs,'line');
+   line.setAttribute('x1',x1);line.setAttribute('x2',x2);
+   line.setAttribute('y1',y);line.setAttribute('y2',y);
+   line.setAttribute('class',row.dataset.lost?'message lost':'message');
+   if(!row.dataset.lost){line.setAttribute('marker-end','url(#head)');}
+   arrows.appendChild(line);
+   if(row.dataset.lost){
+    var cross=document.createElementNS(svgNs,'text');
+    cross.setAttribute('x',(x1+x2)/2-4);cross.setAttribute('y',y+4);
+    cross.textContent='\\u2715';
+    arrows.appendChild(cross);
+   }
+  });
+ }
+ draw();
+ window.addEventListener('resize',draw);
  document.body.dataset.ready='true';
  show(0);
 })();
@@ -161,8 +201,9 @@ fn table(timeline: &Timeline) -> String {
         }
         let _ = write!(
             out,
-            "<tr class=\"event\" data-step=\"{}\" data-time=\"{}\" data-knows=\"{}\" data-store=\"{}\">\
+            "<tr class=\"event\"{} data-step=\"{}\" data-time=\"{}\" data-knows=\"{}\" data-store=\"{}\">\
              <td class=\"num\">{}</td><td class=\"num\">{}</td>",
+            arrow_attributes(row, timeline, &lanes),
             row.step,
             row.time_ms,
             escape(&row.knows),
@@ -218,9 +259,41 @@ fn cell(row: &Row, lane: Lane, timeline: &Timeline) -> String {
     format!("<td class=\"filled\" data-lane=\"{title}\">{body}</td>")
 }
 
-/// The arrow of a network event: `c1 → server` for a request delivered, `server → c1` for a
-/// reply, crossed out when it is lost.
+/// For a message's row, the table columns of its sender and receiver and whether it was lost
+/// (`data-from`, `data-to`, `data-lost`), for the script to draw its arrow; nothing otherwise.
+fn arrow_attributes(row: &Row, timeline: &Timeline, lanes: &[Lane]) -> String {
+    if row.lane != Lane::Network {
+        return String::new();
+    }
+    let Some((from, to, lost)) = arrow_ends(&row.text, timeline) else {
+        return String::new();
+    };
+    // Two columns (step, time) come before the lanes.
+    let column = |lane: Lane| lanes.iter().position(|&l| l == lane).map(|i| i + 2);
+    match (column(from), column(to)) {
+        (Some(from), Some(to)) => {
+            let lost = if lost { " data-lost=\"true\"" } else { "" };
+            format!(" data-from=\"{from}\" data-to=\"{to}\"{lost}")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The arrow of a network event as text: `c1 → server` for a request delivered, `server → c1`
+/// for a reply, crossed out when it is lost.
 fn arrow(text: &str, timeline: &Timeline) -> Option<String> {
+    let (from, to, lost) = arrow_ends(text, timeline)?;
+    let name = |lane: Lane| escape(&lane.title());
+    let (from, to) = (name(from), name(to));
+    Some(if lost {
+        format!("<span class=\"arrow lost\">{from} &#x2192;&#x2715; {to}</span>")
+    } else {
+        format!("<span class=\"arrow\">{from} &#x2192; {to}</span>")
+    })
+}
+
+/// The lanes a network event's message goes from and to, and whether it was lost.
+fn arrow_ends(text: &str, timeline: &Timeline) -> Option<(Lane, Lane, bool)> {
     let (event, rest) = text.split_once(' ')?;
     let label = rest.split(':').next().unwrap_or(rest);
     let label = label.strip_suffix(" lost in flight").unwrap_or(label);
@@ -231,16 +304,13 @@ fn arrow(text: &str, timeline: &Timeline) -> Option<String> {
         .iter()
         .find(|summary| summary.intent.label() == intent)
         .map_or(1, |summary| summary.client);
+    let client = Lane::Client(client.saturating_sub(1));
     let (from, to) = match kind {
-        "request" | "lookup" => (format!("c{client}"), "server".to_string()),
-        _ => ("server".to_string(), format!("c{client}")),
+        "request" | "lookup" => (client, Lane::Server),
+        _ => (Lane::Server, client),
     };
     let lost = event == "drop" || text.ends_with(" lost in flight");
-    Some(if lost {
-        format!("<span class=\"arrow lost\">{from} &#x2192;&#x2715; {to}</span>")
-    } else {
-        format!("<span class=\"arrow\">{from} &#x2192; {to}</span>")
-    })
+    Some((from, to, lost))
 }
 
 /// Text safe in HTML content and attribute values.

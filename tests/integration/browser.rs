@@ -115,6 +115,8 @@ document.body.setAttribute('data-selftest',JSON.stringify({rows:rows.length,befo
 after:after,clicked:clicked,counter:document.getElementById('counter').textContent,\
 knows:document.getElementById('knows').textContent,violations:violations,\
 ready:document.body.dataset.ready||null,errors:window.__errors,\
+messages:document.querySelectorAll('tr.event[data-from]').length,\
+arrows:document.querySelectorAll('svg.arrows line.message').length,\
 loaded_ms:Math.round(performance.now())}));})();</script>";
 
 /// Every faulty handler's shortest failure, with the invariant that catches it.
@@ -133,7 +135,8 @@ fn shortest_failures() -> Vec<(&'static HandlerEntry, Shrunk, String)> {
 }
 
 /// Every faulty handler's shortest failure as an HTML page, in headless Chromium: the page's
-/// script runs, there is one row per timeline row, the violation is shown, the arrow key and
+/// script runs, there is one row per timeline row and one SVG arrow per message, the
+/// violation is shown, the arrow key and
 /// the next button move the highlighted step and the counter, and nothing is logged as an
 /// error. One page per domain is also saved as screenshots, at 1280×800 and phone size.
 #[test]
@@ -163,6 +166,12 @@ fn every_failure_page_works_in_a_headless_browser() {
         assert_eq!(seen["ready"], "true", "{name}: {seen}");
         assert_eq!(seen["rows"], rows, "{name}: {seen}");
         assert_eq!(seen["errors"], Value::Array(Vec::new()), "{name}: {seen}");
+        let messages = seen["messages"].as_u64().unwrap();
+        assert!(messages > 0, "{name}: no message drawn: {seen}");
+        assert_eq!(
+            seen["arrows"], messages,
+            "{name}: one SVG arrow per message"
+        );
         assert_eq!(
             (&seen["before"], &seen["after"]),
             (&0.into(), &1.into()),
