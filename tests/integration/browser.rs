@@ -119,8 +119,11 @@ messages:document.querySelectorAll('tr.event[data-from]').length,\
 arrows:document.querySelectorAll('svg.arrows line.message').length,\
 loaded_ms:Math.round(performance.now())}));})();</script>";
 
-/// Every faulty handler's shortest failure, with the invariant that catches it.
-fn shortest_failures() -> Vec<(&'static HandlerEntry, Shrunk, String)> {
+/// A faulty handler's shortest failure, with the invariant that catches it.
+type Failure = (&'static HandlerEntry, Shrunk, String);
+
+/// Every faulty handler's shortest failure.
+fn shortest_failures() -> Vec<Failure> {
     models::handlers()
         .iter()
         .filter_map(|entry| match entry.declared {
@@ -134,22 +137,31 @@ fn shortest_failures() -> Vec<(&'static HandlerEntry, Shrunk, String)> {
         .collect()
 }
 
+/// The pictures of every faulty handler's shortest failure, in headless Chromium: its page
+/// (below) and its Mermaid diagram (further below). One test, so that the failures are found
+/// once.
+#[test]
+fn every_failure_picture_works_in_a_headless_browser() {
+    let Some((browser, mermaid)) = browser() else {
+        return;
+    };
+    let failures = shortest_failures();
+    pages_work(&browser, &failures);
+    diagrams_render(&browser, &mermaid, &failures);
+}
+
 /// Every faulty handler's shortest failure as an HTML page, in headless Chromium: the page's
 /// script runs, there is one row per timeline row and one SVG arrow per message, the
 /// violation is shown, the arrow key and
 /// the next button move the highlighted step and the counter, and nothing is logged as an
 /// error. One page per domain is also saved as screenshots, at 1280×800 and phone size.
-#[test]
-fn every_failure_page_works_in_a_headless_browser() {
-    let Some((browser, _)) = browser() else {
-        return;
-    };
+fn pages_work(browser: &Path, failures: &[Failure]) {
     let pages = browser_dir().join("pages");
     let shots = browser_dir().join("screenshots");
     std::fs::create_dir_all(&pages).unwrap();
     std::fs::create_dir_all(&shots).unwrap();
     let mut domains_shot = Vec::new();
-    for (entry, shrunk, invariant) in shortest_failures() {
+    for (entry, shrunk, invariant) in failures {
         let name = format!("{}-{}", entry.domain, entry.handler);
         let page = html::run_html(entry, &shrunk.bounds, &shrunk.outcome);
         let plain = pages.join(format!("{name}.html"));
@@ -159,7 +171,7 @@ fn every_failure_page_works_in_a_headless_browser() {
             .replacen("</body>", &format!("{AFTER_PAGE}</body>"), 1);
         let test_page = pages.join(format!("{name}.selftest.html"));
         std::fs::write(&test_page, tested).unwrap();
-        let dom = chromium(&browser, &test_page, &["--dump-dom"]);
+        let dom = chromium(browser, &test_page, &["--dump-dom"]);
         let seen = body_attribute(&dom, "data-selftest");
         let timeline = shrunk.outcome.timeline.as_ref().unwrap();
         let rows = timeline.rows.len();
@@ -199,7 +211,7 @@ fn every_failure_page_works_in_a_headless_browser() {
                 let shot = shots.join(format!("{name}-{size}.png"));
                 let window_size = format!("--window-size={window}");
                 let screenshot = format!("--screenshot={}", shot.display());
-                chromium(&browser, &plain, &[&window_size, &screenshot]);
+                chromium(browser, &plain, &[&window_size, &screenshot]);
                 let bytes = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
                 assert!(bytes > 10_000, "{}: {bytes} bytes", shot.display());
             }
@@ -214,13 +226,9 @@ fn every_failure_page_works_in_a_headless_browser() {
 /// Every faulty handler's shortest failure as a Mermaid diagram, rendered by Mermaid in
 /// headless Chromium: each one gives an SVG with no parse error. A broken diagram among them
 /// must fail, so the check can.
-#[test]
-fn every_mermaid_diagram_renders_to_svg_in_a_headless_browser() {
-    let Some((browser, mermaid)) = browser() else {
-        return;
-    };
-    let mut diagrams: Vec<(String, String)> = shortest_failures()
-        .into_iter()
+fn diagrams_render(browser: &Path, mermaid: &Path, failures: &[Failure]) {
+    let mut diagrams: Vec<(String, String)> = failures
+        .iter()
         .map(|(entry, shrunk, _)| {
             let name = format!("{}-{}", entry.domain, entry.handler);
             (
@@ -253,7 +261,7 @@ fn every_mermaid_diagram_renders_to_svg_in_a_headless_browser() {
     let file = dir.join("mermaid.html");
     std::fs::write(&file, page).unwrap();
     let dom = chromium(
-        &browser,
+        browser,
         &file,
         &["--virtual-time-budget=30000", "--dump-dom"],
     );
