@@ -340,13 +340,15 @@ const REDUCTIONS: [Reduction; 4] = [
 
 /// Every reduction, alone and together, finds every invariant violation plain enumeration
 /// finds, with the same fewest faults, and leaves no crash point or fault kind unexercised
-/// that plain enumeration exercised. Each invocation runs to its end here; overlapping ones
-/// are compared below.
+/// that plain enumeration exercised. Each invocation runs to its end here (the crash-point
+/// reduction applies only then); overlapping ones are compared below.
 #[test]
 fn every_reduction_finds_every_violation_plain_enumeration_finds() {
-    let bounds = small(1, 1);
     for entry in models::handlers() {
-        let bounds = entry.bounds_from(bounds);
+        let bounds = Bounds {
+            invocations_max: 1,
+            ..entry.bounds_from(small(1, 1))
+        };
         let plain = run_check(entry, bounds, Reduction::NONE, 200_000);
         assert_ne!(
             plain.stopped,
@@ -391,7 +393,9 @@ fn reductions_with_two_clients_find_what_state_hashing_finds() {
         };
         let hashed = run_check(entry, bounds, Reduction::STATES, 300_000);
         assert_ne!(hashed.stopped, Stopped::RunsMax, "{entry:?}: too large");
-        for reduction in REDUCTIONS.map(with_states) {
+        // State hashing alone is the reference, not compared with itself.
+        for reduction in &REDUCTIONS.map(with_states)[1..] {
+            let reduction = *reduction;
             let reduced = run_check(entry, bounds, reduction, 300_000);
             let which = format!("{}/{} {}", entry.domain, entry.handler, reduction.names());
             assert_eq!(broken(&hashed), broken(&reduced), "{which}");
