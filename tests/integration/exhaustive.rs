@@ -183,6 +183,16 @@ fn correct_handlers_exhaust_their_bounds_clean() {
 /// with other arguments in `interval` and `reservation` (their reuse is a client's second
 /// intent): the report names that situation as never exercised, and
 /// `correct_handlers_exhaust_their_bounds_clean` covers it with two intents.
+fn two_clients_three_attempts_two_faults(entry: &HandlerEntry) -> Bounds {
+    entry.bounds_from(Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 2,
+        ..Bounds::default()
+    })
+}
+
 fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
     domain: &str,
     handler: &str,
@@ -190,17 +200,10 @@ fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
 ) {
     let entry = models::find(domain, handler).unwrap();
     assert_eq!(entry.declared, Declared::Correct);
-    let bounds = entry.bounds_from(Bounds {
-        clients_max: 2,
-        intents_max: 1,
-        attempts_max: 3,
-        faults_max: 2,
-        ..Bounds::default()
-    });
     // With storage faults on: a COMMIT may fail too.
     let bounds = Bounds {
         storage_faults_max: 1,
-        ..bounds
+        ..two_clients_three_attempts_two_faults(entry)
     };
     let options = CheckOptions {
         runs_max: 20_000_000,
@@ -221,13 +224,7 @@ fn assert_exhausts_clean_at_two_clients_three_attempts_two_faults(
 fn counter_keyed_atomic_holds_at_two_clients_three_attempts_two_faults() {
     let entry = models::find("counter", "keyed-atomic").unwrap();
     assert_eq!(entry.declared, Declared::Correct);
-    let bounds = entry.bounds_from(Bounds {
-        clients_max: 2,
-        intents_max: 1,
-        attempts_max: 3,
-        faults_max: 2,
-        ..Bounds::default()
-    });
+    let bounds = two_clients_three_attempts_two_faults(entry);
     let report = exhaust_on(&entry.build, &CheckOptions::new(bounds), 2);
     assert!(report.clean(), "{:?}", report.violations);
     // Level 0, then the whole budget at once (clean, so every level below it is).

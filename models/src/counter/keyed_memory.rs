@@ -22,11 +22,8 @@ impl MemoryHandler for KeyedMemory {
         records: &mut Records,
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash> {
-        if let Some((amount, response)) = records.get(&request.key) {
-            if *amount != request.amount {
-                return Ok(Reply::KeyReuse);
-            }
-            return Ok(Reply::Replayed(*response));
+        if let Some(reply) = reply_from_record(records.get(&request.key), request) {
+            return Ok(reply);
         }
         ctx.point("after-lookup")?;
         let total = total.add(request.amount);
@@ -58,15 +55,26 @@ impl MemoryHandler for KeyedAtomic {
         _memory: &mut (),
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash> {
-        if let Some((amount, response)) = total.record(&request.key) {
-            if *amount != request.amount {
-                return Ok(Reply::KeyReuse);
-            }
-            return Ok(Reply::Replayed(*response));
+        if let Some(reply) = reply_from_record(total.record(&request.key), request) {
+            return Ok(reply);
         }
         ctx.point("after-lookup")?;
         let response = total.add_recorded(request.key.clone(), request.amount);
         ctx.point("after-effect")?;
         Ok(Reply::Applied(response))
     }
+}
+
+/// The answer a key's record gives: the saved answer, replayed, for the same amount; a
+/// key-reuse refusal for another.
+fn reply_from_record(
+    record: Option<&(i64, Accepted)>,
+    request: &CounterRequest,
+) -> Option<Reply<Accepted>> {
+    let (amount, response) = record?;
+    Some(if *amount == request.amount {
+        Reply::Replayed(*response)
+    } else {
+        Reply::KeyReuse
+    })
 }
