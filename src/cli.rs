@@ -29,7 +29,8 @@ pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
 const EXIT_STATUS: &str = "Exit status: 0 clean (or every handler as declared), 1 a violation \
                            was found, 2 bad input or an output error, 3 (check only) \
                            inconclusive: the bound was not exhausted, or a fault kind, crash \
-                           point or situation was never exercised.";
+                           point or situation was never exercised (`merge` of check shards \
+                           too).";
 
 #[derive(Parser)]
 #[command(
