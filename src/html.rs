@@ -344,7 +344,8 @@ pub fn matrix_page(rows: &[crate::report::MatrixRow<'_>], seeds: &std::ops::Rang
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>retrysim: every built-in handler</title>\n<style>{STYLE}\
-         td.bad{{color:#a40000}} td.ok{{color:#0a6b0a}}</style>\n</head>\n<body>\n<header>\n\
+         td.bad{{color:#a40000}} td.ok{{color:#0a6b0a}} th{{top:0}}\
+         @media (max-width:760px){{thead{{display:table-header-group}}}}</style>\n</head>\n<body>\n<header>\n\
          <h1>retrysim: every built-in handler over seeds {}..{}</h1>\n\
          <p>Each failing cell links to its shortest failure: the page, and its Mermaid diagram.</p>\n\
          </header>\n<main>\n<div class=\"wrap\">\n<table>\n<thead><tr><th>handler</th>",

@@ -1,6 +1,6 @@
 //! The pictures, checked in a real browser: every faulty handler's shortest failure as an
 //! HTML page, opened in headless Chromium (its script run, its DOM read back), and as a
-//! Mermaid diagram rendered by Mermaid itself in the same browser.
+//! Mermaid diagram rendered by Mermaid itself in the same browser; and the matrix page.
 //!
 //! Needs Debian's `chromium` (or `RETRYSIM_CHROMIUM=path`) and Mermaid's dist bundle at
 //! `target/browser/mermaid.min.js` (or `RETRYSIM_MERMAID_JS=path`); `.ci/browser-deps`
@@ -10,7 +10,8 @@
 
 use crate::timelines::shortest_failure_in;
 use retrysim::models::{self, Declared, HandlerEntry};
-use retrysim::{html, report, Shrunk};
+use retrysim::report::MatrixRow;
+use retrysim::{explore, html, report, Bounds, Shrunk};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,6 +149,60 @@ fn every_failure_picture_works_in_a_headless_browser() {
     let failures = shortest_failures();
     pages_work(&browser, &failures);
     diagrams_render(&browser, &mermaid, &failures);
+    matrix_page_works(&browser);
+}
+
+/// The matrix page (`retrysim report --out DIR`'s `index.html`), for every built-in handler
+/// over a few seeds: in the browser, one row per handler and one link per failing cell, with
+/// nothing logged as an error; saved as screenshots too.
+fn matrix_page_works(browser: &Path) {
+    let seeds = 0..200;
+    let rows: Vec<MatrixRow<'_>> = models::handlers()
+        .iter()
+        .map(|entry| MatrixRow {
+            entry,
+            exploration: explore(
+                &entry.build,
+                seeds.clone(),
+                &entry.bounds_from(Bounds::default()),
+                2,
+            ),
+            applicable: (entry.build)().invariants(),
+        })
+        .collect();
+    let failing: usize = rows
+        .iter()
+        .map(|row| row.exploration.violations.len())
+        .sum();
+    assert!(failing > 0);
+    let page = html::matrix_page(&rows, &seeds);
+    let dir = browser_dir();
+    std::fs::create_dir_all(dir.join("screenshots")).unwrap();
+    let plain = dir.join("matrix.html");
+    std::fs::write(&plain, &page).unwrap();
+    let counted = "<script>(function(){document.body.setAttribute('data-selftest',JSON.stringify({\
+rows:document.querySelectorAll('tbody tr').length,\
+links:document.querySelectorAll('td.bad a[href$=\".html\"]').length,\
+errors:window.__errors}));})();</script>";
+    let tested = page
+        .replacen("<head>", &format!("<head>{BEFORE_PAGE}"), 1)
+        .replacen("</body>", &format!("{counted}</body>"), 1);
+    let test_page = dir.join("matrix.selftest.html");
+    std::fs::write(&test_page, tested).unwrap();
+    let seen = body_attribute(
+        &chromium(browser, &test_page, &["--dump-dom"]),
+        "data-selftest",
+    );
+    assert_eq!(seen["rows"], rows.len(), "{seen}");
+    assert_eq!(seen["links"], failing, "{seen}");
+    assert_eq!(seen["errors"], Value::Array(Vec::new()), "{seen}");
+    for (size, window) in [("desktop", "1280,800"), ("phone", "390,844")] {
+        let shot = dir.join("screenshots").join(format!("matrix-{size}.png"));
+        let window_size = format!("--window-size={window}");
+        let screenshot = format!("--screenshot={}", shot.display());
+        chromium(browser, &plain, &[&window_size, &screenshot]);
+        assert!(std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0) > 10_000);
+    }
 }
 
 /// Every faulty handler's shortest failure as an HTML page, in headless Chromium: the page's
