@@ -13,7 +13,8 @@
 //! The shards must be one exploration: the same model, handler, bounds and options, parts
 //! 1 to N of N, each once.
 
-use retrysim_sim::Invariant;
+use retrysim_models as models;
+use retrysim_sim::{coverage_gaps, Bounds, Invariant};
 use serde_json::{json, Map, Value};
 use std::cmp::Ordering;
 use std::fmt;
@@ -163,8 +164,7 @@ fn merge_checks(shards: &[ShardReport]) -> Result<Merged, MergeError> {
         "exhausted"
     };
     let coverage = summed_coverage(&reports);
-    let bounds = &ordered[0].json["options"]["bounds"];
-    let gaps = coverage_gaps(&coverage, bounds);
+    let gaps = whole_coverage_gaps(&coverage, &ordered[0].json)?;
     let sum = |path: &[&str]| reports.iter().map(|r| number(r, path)).sum::<u64>();
     let runs: u64 = ordered.iter().map(|s| number(&s.json, &["runs"])).sum();
     let states: u64 = ordered
@@ -316,41 +316,51 @@ fn add_into(slot: &mut Value, value: &Value) {
     }
 }
 
-/// What no shard exercised, in the words of `check`'s coverage gaps.
-fn coverage_gaps(coverage: &Value, bounds: &Value) -> Vec<String> {
-    let limit = |key: &str| match &bounds[key] {
-        Value::String(text) if text == "unbounded" => u64::MAX,
-        other => other.as_u64().unwrap_or(0),
+/// What no shard exercised: [`coverage_gaps`] of the summed coverage, under the check's
+/// bounds, with the situations of the handler the reports name.
+fn whole_coverage_gaps(coverage: &Value, report: &Value) -> Result<Vec<String>, MergeError> {
+    let text = |key: &str| report[key].as_str().unwrap_or("?");
+    let entry = models::find(text("model"), text("handler"))
+        .map_err(|error| MergeError(format!("the reports name no built-in handler: {error}")))?;
+    let bounds = bounds_of(&report["options"]["bounds"]);
+    let kinds = ["drops", "duplicates", "crashes", "reconnects", "storage"];
+    let kind_runs = kinds.map(|kind| number(coverage, &[kind]));
+    let empty = Map::new();
+    let points = coverage["crash_points"].as_object().unwrap_or(&empty);
+    let crash_points = points.iter().map(|(point, runs)| {
+        let covered = number(coverage, &["crashes_covered", point]);
+        (point.as_str(), runs.as_u64().unwrap_or(0) + covered)
+    });
+    let never: Vec<&str> = coverage["situations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|situation| number(situation, &["runs"]) == 0)
+        .filter_map(|situation| situation["situation"]["name"].as_str())
+        .collect();
+    let situations = (entry.build)().situations();
+    let untested = situations.iter().filter(|s| never.contains(&s.name));
+    Ok(coverage_gaps(kind_runs, crash_points, untested, &bounds))
+}
+
+/// The per-kind fault limits of a report's bounds (what coverage gaps depend on).
+fn bounds_of(json: &Value) -> Bounds {
+    let limit = |key: &str| match &json[key] {
+        Value::String(text) if text == "unbounded" => Bounds::UNBOUNDED,
+        other => other
+            .as_u64()
+            .and_then(|value| u32::try_from(value).ok())
+            .unwrap_or(0),
     };
-    let faults = limit("faults_max") > 0;
-    let mut gaps = Vec::new();
-    let kinds = [
-        ("drops", "drops", "drops_max"),
-        ("duplicates", "duplicates", "duplicates_max"),
-        ("crashes", "crashes", "crashes_max"),
-        ("reconnects", "reconnects", "reconnects_max"),
-        ("storage faults", "storage", "storage_faults_max"),
-    ];
-    for (kind, runs, most) in kinds {
-        if number(coverage, &[runs]) == 0 && limit(most) > 0 && faults {
-            gaps.push(kind.to_string());
-        }
+    Bounds {
+        faults_max: limit("faults_max"),
+        drops_max: limit("drops_max"),
+        duplicates_max: limit("duplicates_max"),
+        crashes_max: limit("crashes_max"),
+        reconnects_max: limit("reconnects_max"),
+        storage_faults_max: limit("storage_faults_max"),
+        ..Bounds::default()
     }
-    if let Some(points) = coverage["crash_points"].as_object() {
-        for (point, runs) in points {
-            let covered = number(coverage, &["crashes_covered", point]);
-            if runs.as_u64() == Some(0) && covered == 0 && limit("crashes_max") > 0 && faults {
-                gaps.push(format!("crash at {point}"));
-            }
-        }
-    }
-    for situation in coverage["situations"].as_array().into_iter().flatten() {
-        if number(situation, &["runs"]) == 0 {
-            let name = situation["situation"]["name"].as_str().unwrap_or("?");
-            gaps.push(name.to_string());
-        }
-    }
-    gaps
 }
 
 fn check_summary(report: &Value, stopped: &str, gaps: &[String]) -> String {

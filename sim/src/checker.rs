@@ -186,6 +186,39 @@ pub struct Coverage {
     pub situations: Vec<SituationRuns>,
 }
 
+/// The coverage gaps of runs counted anywhere (one check's [`Coverage`], or shards' reports
+/// added up): the fault kinds `bounds` allow that no run injected (`kind_runs`: runs with
+/// drops, duplicates, crashes, reconnects, storage faults), the crash points passed where no
+/// run crashed and no crash was covered (`crash_points`: each point with those runs), and the
+/// `untested` situations.
+pub fn coverage_gaps<'p, 's>(
+    kind_runs: [u64; 5],
+    crash_points: impl IntoIterator<Item = (&'p str, u64)>,
+    untested: impl IntoIterator<Item = &'s Situation>,
+    bounds: &Bounds,
+) -> Vec<String> {
+    let faults = bounds.faults_max > 0;
+    let limits = [
+        ("drops", bounds.drops_max),
+        ("duplicates", bounds.duplicates_max),
+        ("crashes", bounds.crashes_max),
+        ("reconnects", bounds.reconnects_max),
+        ("storage faults", bounds.storage_faults_max),
+    ];
+    let mut gaps: Vec<String> = limits
+        .iter()
+        .zip(kind_runs)
+        .filter(|((_, limit), runs)| *runs == 0 && *limit > 0 && faults)
+        .map(|((kind, _), _)| kind.to_string())
+        .collect();
+    if bounds.crashes_max > 0 && faults {
+        let never = crash_points.into_iter().filter(|(_, runs)| *runs == 0);
+        gaps.extend(never.map(|(point, _)| format!("crash at {point}")));
+    }
+    gaps.extend(untested.into_iter().map(Situation::to_string));
+    gaps
+}
+
 /// How many explored runs exercised a situation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SituationRuns {
@@ -223,29 +256,18 @@ impl Coverage {
 
     /// The fault kinds, crash points and situations that no explored run exercised.
     pub fn gaps(&self, bounds: &Bounds) -> Vec<String> {
-        let mut gaps = Vec::new();
-        let kinds = [
-            ("drops", self.drops, bounds.drops_max),
-            ("duplicates", self.duplicates, bounds.duplicates_max),
-            ("crashes", self.crashes, bounds.crashes_max),
-            ("reconnects", self.reconnects, bounds.reconnects_max),
-            ("storage faults", self.storage, bounds.storage_faults_max),
+        let kind_runs = [
+            self.drops,
+            self.duplicates,
+            self.crashes,
+            self.reconnects,
+            self.storage,
         ];
-        for (kind, runs, limit) in kinds {
-            if runs == 0 && limit > 0 && bounds.faults_max > 0 {
-                gaps.push(kind.to_string());
-            }
-        }
-        for (point, runs) in &self.crash_points {
+        let points = self.crash_points.iter().map(|(&point, &runs)| {
             let covered = self.crashes_covered.get(point).copied().unwrap_or(0);
-            if *runs == 0 && covered == 0 && bounds.crashes_max > 0 && bounds.faults_max > 0 {
-                gaps.push(format!("crash at {point}"));
-            }
-        }
-        for never in self.situations.iter().filter(|s| s.runs == 0) {
-            gaps.push(never.situation.to_string());
-        }
-        gaps
+            (point, runs + covered)
+        });
+        coverage_gaps(kind_runs, points, self.untested(), bounds)
     }
 
     /// The situations that no explored run exercised: their invariants went untested.

@@ -35,8 +35,8 @@ mod workloads;
 
 pub use bounds::{Bounds, BoundsError};
 pub use checker::{
-    exhaust, exhaust_on, exhaust_on_reporting, CheckOptions, CheckReport, Counterexample, Coverage,
-    Level, Reduction, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
+    coverage_gaps, exhaust, exhaust_on, exhaust_on_reporting, CheckOptions, CheckReport,
+    Counterexample, Coverage, Level, Reduction, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
