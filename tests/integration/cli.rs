@@ -885,3 +885,26 @@ fn merge_refuses_what_is_not_one_run() {
         assert!(stdout(&output).is_empty());
     }
 }
+
+/// A gap no shard covered is the whole check's gap, in its words, and the merge exits 3 as
+/// the whole check does.
+#[test]
+fn merged_check_shards_report_the_whole_checks_gaps() {
+    let mut args = vec![
+        "check",
+        "--model",
+        "reservation",
+        "--handler",
+        "action-record",
+    ];
+    args.extend(SMALL_CHECK);
+    let (files, _) = shard_reports("merge-gaps", &args, 2);
+    let (merged, status) = merged(&files);
+    args.push("--json");
+    let whole_output = retrysim(&args);
+    let whole: serde_json::Value = serde_json::from_str(&stdout(&whole_output)).unwrap();
+    assert_eq!(status, whole_output.status.code());
+    assert_eq!(status, Some(3));
+    assert_eq!(merged["coverage_gaps"], whole["coverage_gaps"]);
+    assert!(!merged["coverage_gaps"].as_array().unwrap().is_empty());
+}
