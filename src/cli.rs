@@ -283,8 +283,9 @@ fn flag_error(error: &BoundsError, domain: &str) -> String {
 struct SearchArgs {
     /// The reductions to use: `all`, `none` (enumerate every tape), or a comma-separated
     /// list of `states` (skip states already explored), `crash-points` (one crash where
-    /// several points with nothing changed between them lead to one state) and `symmetry`
-    /// (one workload of those that differ only by which client is which).
+    /// several points with nothing changed between them lead to one state), `symmetry`
+    /// (one workload of those that differ only by which client is which) and `sleep-sets`
+    /// (one order of steps that commute).
     #[arg(long, value_parser = parse_reduction, default_value = "all")]
     reduction: Reduction,
     /// Runs after which the check stops without exhausting the bound (counted between
@@ -331,9 +332,10 @@ fn parse_reduction(text: &str) -> Result<Reduction, String> {
             "states" => reduction.states = true,
             "crash-points" => reduction.crash_points = true,
             "symmetry" => reduction.symmetry = true,
+            "sleep-sets" => reduction.sleep_sets = true,
             _ => {
                 return Err(format!(
-                    "unknown reduction `{name}` (expected all, none, or a list of states, crash-points, symmetry)"
+                    "unknown reduction `{name}` (expected all, none, or a list of states, crash-points, symmetry, sleep-sets)"
                 ))
             }
         }

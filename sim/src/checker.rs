@@ -36,6 +36,11 @@ pub struct Reduction {
     /// their runs are the same up to the clients' names): explore the first of each class
     /// and report the others as covered by it ([`CheckReport::symmetric_workloads`]).
     pub symmetry: bool,
+    /// Sleep sets, a partial-order reduction: of two orders of steps that commute (steps of
+    /// different clients, or of a client and the server, that bring no fault), the second
+    /// stops taking the step the first took first ([`crate::Enumeration::sleep_sets`]).
+    /// Every state is still explored; the transitions between them are fewer.
+    pub sleep_sets: bool,
 }
 
 impl Reduction {
@@ -44,6 +49,7 @@ impl Reduction {
         states: false,
         crash_points: false,
         symmetry: false,
+        sleep_sets: false,
     };
     /// State hashing alone.
     pub const STATES: Reduction = Reduction {
@@ -55,14 +61,17 @@ impl Reduction {
         states: true,
         crash_points: true,
         symmetry: true,
+        sleep_sets: true,
     };
 
-    /// The names of the reductions on, as the `--reduction` flag takes them (`states,crash-points,symmetry`), or `none`.
+    /// The names of the reductions on, as the `--reduction` flag takes them
+    /// (`states,crash-points,symmetry,sleep-sets`), or `none`.
     pub fn names(&self) -> String {
         let on: Vec<&str> = [
             (self.states, "states"),
             (self.crash_points, "crash-points"),
             (self.symmetry, "symmetry"),
+            (self.sleep_sets, "sleep-sets"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -701,6 +710,7 @@ fn explore_part(
         checkpoints: options.checkpoints,
         prefix,
         crash_points: options.reduction.crash_points,
+        sleep_sets: options.reduction.sleep_sets,
     };
     let mut each = |outcome: &RunOutcome| {
         progress.run_ended(!outcome.violations.is_empty());

@@ -322,7 +322,7 @@ fn broken(report: &CheckReport) -> BTreeSet<(Invariant, u32)> {
 }
 
 /// Each reduction on its own, and all of them together.
-const REDUCTIONS: [Reduction; 4] = [
+const REDUCTIONS: [Reduction; 5] = [
     Reduction::STATES,
     Reduction {
         crash_points: true,
@@ -332,8 +332,18 @@ const REDUCTIONS: [Reduction; 4] = [
         symmetry: true,
         ..Reduction::NONE
     },
+    Reduction {
+        sleep_sets: true,
+        ..Reduction::NONE
+    },
     Reduction::ALL,
 ];
+
+/// Sleep sets alone.
+const SLEEP_SETS: Reduction = Reduction {
+    sleep_sets: true,
+    ..Reduction::NONE
+};
 
 /// Every reduction, alone and together, finds every invariant violation plain enumeration
 /// finds, with the same fewest faults, and leaves no crash point or fault kind unexercised
@@ -413,6 +423,74 @@ fn reductions_with_two_clients_find_what_state_hashing_finds() {
         "{} reduced runs against {} hashed",
         reduced.runs(),
         hashed.runs()
+    );
+}
+
+/// Sleep sets matter where two clients' steps interleave. With two clients of one intent
+/// each, on a bound small enough to enumerate every tape, sleep sets alone find every
+/// violation plain enumeration finds, with the same fewest faults, in every faulty handler
+/// whose plain enumeration fits: invocations one at a time with one fault, and overlapping
+/// invocations without faults. They save runs, and a check's report does not depend on
+/// whether runs resume from checkpoints.
+#[test]
+fn sleep_sets_find_every_violation_plain_enumeration_finds_with_two_clients() {
+    let one_at_a_time = Bounds {
+        attempts_max: 1,
+        invocations_max: 1,
+        ..small(2, 1)
+    };
+    let overlapping_no_fault = Bounds {
+        faults_max: 0,
+        ..overlapping(one_at_a_time)
+    };
+    let mut compared = 0;
+    let mut saved = 0;
+    let mut caught = 0;
+    let faulty = models::handlers()
+        .iter()
+        .filter(|entry| matches!(entry.declared, Declared::Faulty { .. }));
+    for entry in faulty {
+        // Overlapping invocations interleave at every crash point: fewer runs fit.
+        for (bounds, runs_max) in [(one_at_a_time, 25_000), (overlapping_no_fault, 12_000)] {
+            let bounds = Bounds {
+                invocations_max: bounds.invocations_max,
+                ..entry.bounds_from(bounds)
+            };
+            let plain = run_check(entry, bounds, Reduction::NONE, runs_max);
+            if plain.runs() >= runs_max {
+                continue;
+            }
+            let slept = run_check(entry, bounds, SLEEP_SETS, runs_max);
+            let which = format!("{}/{} {bounds}", entry.domain, entry.handler);
+            assert_eq!(broken(&plain), broken(&slept), "{which}");
+            assert!(slept.runs() <= plain.runs(), "{which}");
+            let resumed_or_not = CheckOptions {
+                reduction: Reduction::ALL,
+                stop: StopAt::EndOfLevel,
+                ..CheckOptions::new(bounds)
+            };
+            let replayed = CheckOptions {
+                checkpoints: false,
+                ..resumed_or_not.clone()
+            };
+            assert_eq!(
+                exhaust(&mut *(entry.build)(), &resumed_or_not),
+                exhaust(&mut *(entry.build)(), &replayed),
+                "{which}"
+            );
+            compared += 1;
+            caught += u64::from(!plain.violations.is_empty());
+            saved += u64::from(slept.runs() < plain.runs());
+        }
+    }
+    assert!(compared >= 20, "only {compared} bounds small enough");
+    assert!(
+        caught >= 10,
+        "only {caught} faulty handlers caught on bounds this small"
+    );
+    assert!(
+        saved * 2 >= compared,
+        "sleep sets saved runs in {saved} of {compared}"
     );
 }
 
@@ -508,7 +586,7 @@ fn checkpoints_change_nothing_but_speed() {
             let report = |checkpoints| {
                 let options = CheckOptions {
                     reduction,
-                    runs_max: 10_000,
+                    runs_max: 20_000,
                     stop: StopAt::EndOfLevel,
                     checkpoints,
                     ..CheckOptions::new(entry.bounds_from(bounds))

@@ -120,7 +120,11 @@ impl Choices for EnumeratedRun<'_> {
             }
             None => {
                 let first = self.enumerator.prefix.get(self.position).copied();
-                let answer = first.map_or(0, |answer| answer.min(options - 1));
+                let untried = (0..options).find(|&a| redundant >> a & 1 == 0);
+                let answer = first.map_or_else(
+                    || untried.expect("some answer is not redundant"),
+                    |answer| answer.min(options - 1),
+                );
                 path.push(Step {
                     answer,
                     options,

@@ -36,8 +36,8 @@ pub trait Choices {
     fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32;
 
     /// Answers a choice like [`Choices::choose`], told which answers lead where another
-    /// answer of this run's path leads (`redundant`, one bit per answer; answer 0 never is):
-    /// a source that enumerates runs need not try them. Others answer as `choose` does, so a
+    /// answer of this run's path leads, or where runs already explored went (`redundant`, one
+    /// bit per answer; never every answer): a source that enumerates runs need not try them. Others answer as `choose` does, so a
     /// tape means the same whatever the source.
     fn choose_reduced(&mut self, kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
         let _ = redundant;
@@ -89,7 +89,10 @@ impl<'s> Decider<'s> {
         if options <= 1 {
             return 0;
         }
-        debug_assert_eq!(redundant & 1, 0, "answer 0 is never redundant");
+        debug_assert!(
+            options > 32 || redundant != u32::MAX >> (32 - options),
+            "some answer is not redundant"
+        );
         let answer = self.source.choose_reduced(kind, options, redundant);
         assert!(
             answer < options,

@@ -32,6 +32,8 @@ pub(super) struct EngineState<S: System> {
     pub(super) crashes_covered: Vec<&'static str>,
     pub(super) invocations_started: u32,
     pub(super) progress: u64,
+    /// The steps asleep (sleep sets).
+    pub(super) asleep: super::sleep::SleepSet,
 }
 
 impl<S: System> Clone for EngineState<S> {
@@ -45,6 +47,7 @@ impl<S: System> Clone for EngineState<S> {
             crashes_covered: self.crashes_covered.clone(),
             invocations_started: self.invocations_started,
             progress: self.progress,
+            asleep: self.asleep,
         }
     }
 }

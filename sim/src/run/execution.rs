@@ -3,8 +3,9 @@
 
 use super::checkpoint::{Checkpoint, Checkpoints, EngineState};
 use super::overlap::Invocation;
+use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Body, Message, ServerReply, World};
-use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Session, Visit};
+use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
@@ -77,6 +78,11 @@ pub(crate) struct Execution<'a, 's, S: System> {
     /// Whether background work is due ([`System::job_due`]) and the store's version when it
     /// was read; kept like `store_print`.
     pub(super) job_read: Cell<Option<(Option<u64>, Option<IntentId>)>>,
+    /// The steps asleep now, when the run puts steps to sleep ([`super::Enumeration::sleep_sets`]).
+    pub(super) sleep: Option<SleepSet>,
+    /// At the step about to be taken, when earlier visits of its state took every step but
+    /// some: those (see [`super::Seen::Partly`]).
+    pub(super) revisit: Option<SleepIds>,
 }
 
 impl<S: System> Execution<'_, '_, S> {
@@ -113,10 +119,18 @@ impl<S: System> Execution<'_, '_, S> {
                 );
                 return self.deadlock();
             }
-            let answer = self
-                .points
-                .decider
-                .choose(ChoiceKind::Schedule, actions.len() as u32);
+            let asleep = self.asleep(&actions);
+            if every_answer(asleep, actions.len()) {
+                // Everything ahead was explored along another order of the same steps.
+                self.end_invocations();
+                return RunEnd::Pruned;
+            }
+            let answer = self.points.decider.choose_reduced(
+                ChoiceKind::Schedule,
+                actions.len() as u32,
+                asleep,
+            );
+            let chosen = self.choosing(&actions, answer as usize, asleep);
             self.world.steps += 1;
             match actions[answer as usize] {
                 Action::Resume(index) => self.resume(index),
@@ -127,11 +141,14 @@ impl<S: System> Execution<'_, '_, S> {
                 Action::Tick => self.tick(),
                 Action::Job => self.run_job(),
             }
+            self.chosen(chosen);
         }
     }
 
-    /// Whether the current state was explored before (and records it if not).
+    /// Whether the current state was explored before (and records it if not). When earlier
+    /// visits took every step but some, notes those in `revisit`.
     fn seen_before(&mut self) -> bool {
+        self.revisit = None;
         let answered = self.points.decider.answers().len();
         match &self.pruning {
             Some(pruning) if answered >= pruning.replayed_answers => {}
@@ -142,9 +159,17 @@ impl<S: System> Execution<'_, '_, S> {
             steps: self.world.steps,
             budget: FaultBudget::left(&self.points.bounds, &self.points.faults),
             owed: self.world.owed_verdicts(),
+            asleep: self.sleep.unwrap_or_default().ids(),
         };
         let pruning = self.pruning.as_mut().expect("hashing states");
-        pruning.visited.seen(state, visit)
+        match pruning.visited.seen(state, visit) {
+            Seen::Covered => true,
+            Seen::Partly(left) => {
+                self.revisit = Some(left);
+                false
+            }
+            Seen::New => false,
+        }
     }
 
     /// Something that can change the committed store is about to run.
@@ -239,6 +264,7 @@ impl<S: System> Execution<'_, '_, S> {
             crashes_covered: self.points.crashes_covered.clone(),
             invocations_started: self.invocations_started,
             progress: self.progress,
+            asleep: self.sleep.unwrap_or_default(),
         };
         checkpoints.push(Checkpoint {
             answers: self.points.decider.answers().len(),
@@ -648,6 +674,15 @@ impl<S: System> Execution<'_, '_, S> {
             self.world.note(Lane::Store, |_| shown);
         }
         self.store_seen = Some(after);
+    }
+}
+
+/// Whether `mask` holds every one of `count` answers (it holds only the first 32).
+fn every_answer(mask: u32, count: usize) -> bool {
+    match count {
+        1..=31 => mask == (1u32 << count) - 1,
+        32 => mask == u32::MAX,
+        _ => false,
     }
 }
 

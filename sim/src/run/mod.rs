@@ -5,6 +5,7 @@ mod checkpoint;
 mod client;
 mod execution;
 mod overlap;
+mod sleep;
 pub(crate) mod tasks;
 mod time;
 pub(crate) mod world;
@@ -21,6 +22,7 @@ use checkpoint::{Checkpoints, EngineState};
 use corosensei::stack::DefaultStack;
 use execution::Execution;
 use serde::Serialize;
+use sleep::{SleepIds, SleepSet};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -43,6 +45,7 @@ struct Pruning<'v> {
 ///
 /// A state met again is skipped when an earlier visit reached it with at least as much
 /// budget left in all and of each kind, every intent the new visit owes a verdict owed too,
+/// no step asleep that the new visit would take (sleep sets, see [`Enumeration::sleep_sets`]),
 /// and (when steps matter, see [`Visited::counting_steps`]) in no more steps: everything
 /// ahead of the new visit was ahead of the earlier one. One set can
 /// serve a whole check, level after level: a state explored at a lower fault level with as
@@ -86,14 +89,33 @@ struct Visit {
     /// The intents owed a definite verdict (`eventual-verdict`), one bit each: a visit that
     /// owes more can break it in every way one that owes less can.
     owed: u64,
+    /// The steps asleep at the visit (sleep sets): a visit with fewer asleep explored more.
+    asleep: SleepIds,
 }
 
 impl Visit {
     fn covers(&self, other: &Visit, steps_matter: bool) -> bool {
+        self.covers_awake(other, steps_matter) && self.asleep.within(&other.asleep)
+    }
+
+    /// Whether this visit covers `other` in every step this one took (it may have left some
+    /// asleep that `other` takes).
+    fn covers_awake(&self, other: &Visit, steps_matter: bool) -> bool {
         (!steps_matter || self.steps <= other.steps)
             && self.budget.within_reach_of(&other.budget)
             && self.owed & other.owed == other.owed
     }
+}
+
+/// Whether a state was explored before, for a new visit.
+pub(crate) enum Seen {
+    /// Everything ahead of the new visit was ahead of earlier ones: it stops here.
+    Covered,
+    /// Earlier visits explored every step but these, asleep in each of them: the new visit
+    /// takes only those of these it does not have asleep itself.
+    Partly(SleepIds),
+    /// Nothing ahead of it was explored.
+    New,
 }
 
 /// The faults a run may still inject: in all, and of each kind. The rest of a run depends on
@@ -162,20 +184,26 @@ impl Visited {
         self.states.is_empty()
     }
 
-    /// Whether `visit`'s state was explored before with at least as much ahead; records the
-    /// visit if not.
-    fn seen(&mut self, state: u64, visit: Visit) -> bool {
+    /// Whether `visit`'s state was explored before with at least as much ahead, or with at
+    /// least as much ahead in all but some steps left asleep; records the visit unless it is
+    /// covered.
+    fn seen(&mut self, state: u64, visit: Visit) -> Seen {
         let visits = self.states.entry(state).or_default();
         let steps_matter = self.steps_matter;
-        if visits
-            .iter()
-            .any(|earlier| earlier.covers(&visit, steps_matter))
-        {
-            return true;
+        let mut asleep_in_all: Option<SleepIds> = None;
+        for earlier in visits.iter() {
+            if !earlier.covers_awake(&visit, steps_matter) {
+                continue;
+            }
+            let asleep = asleep_in_all.map_or(earlier.asleep, |all| all.and(&earlier.asleep));
+            if asleep.within(&visit.asleep) {
+                return Seen::Covered;
+            }
+            asleep_in_all = Some(asleep);
         }
         visits.retain(|earlier| !visit.covers(earlier, steps_matter));
         visits.push(visit);
-        false
+        asleep_in_all.map_or(Seen::New, Seen::Partly)
     }
 }
 
@@ -377,6 +405,8 @@ pub struct Simulator<S: System> {
     /// Whether the runs being enumerated explore a crash at one of several crash points with
     /// nothing changed between them only once ([`Enumeration::crash_points`]).
     reducing_crashes: bool,
+    /// Whether the runs being enumerated put steps to sleep ([`Enumeration::sleep_sets`]).
+    reducing_orders: bool,
 }
 
 impl<S: System> Simulator<S> {
@@ -394,6 +424,7 @@ impl<S: System> Simulator<S> {
             connections: Vec::new(),
             commits: Arc::new(AtomicU64::new(0)),
             reducing_crashes: false,
+            reducing_orders: false,
         }
     }
 
@@ -426,6 +457,7 @@ impl<S: System> Simulator<S> {
         let mut enumerator = Enumerator::with_prefix(enumeration.prefix);
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         self.reducing_crashes = enumeration.crash_points;
+        self.reducing_orders = enumeration.sleep_sets;
         let mut checkpoints = copies.then(Checkpoints::new);
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
@@ -461,6 +493,7 @@ impl<S: System> Simulator<S> {
             }
         }
         self.reducing_crashes = false;
+        self.reducing_orders = false;
     }
 
     /// The newest checkpoint before the answer at `changed`, with the store put back to it:
@@ -513,6 +546,7 @@ impl<S: System> Simulator<S> {
             crashes_covered: Vec::new(),
             invocations_started: 0,
             progress: 0,
+            asleep: SleepSet::EMPTY,
         };
         let start = Start {
             decider,
@@ -576,6 +610,8 @@ impl<S: System> Simulator<S> {
             at_checkpoint: start.store_print.is_some(),
             deadlines_read: std::cell::RefCell::new(None),
             job_read: Cell::new(None),
+            sleep: self.reducing_orders.then_some(state.asleep),
+            revisit: None,
         };
         if let Some(print) = start.store_print {
             // The store is the checkpoint's, as it is now: so is its ground truth.
@@ -611,6 +647,12 @@ pub struct Enumeration<'v> {
     /// durable changes ([`System::reports_durable_changes`]); the others are reported in
     /// [`RunOutcome::crashes_covered`].
     pub crash_points: bool,
+    /// Sleep sets (a partial-order reduction): once the runs through one of two steps that
+    /// commute (steps of different clients, or of a client and the server, that bring no
+    /// fault) have been explored, the runs that take them in the other order put the first to
+    /// sleep and do not take it again until a step that does not commute with it; a run
+    /// whose every enabled step sleeps ends there ([`RunEnd::Pruned`]).
+    pub sleep_sets: bool,
 }
 
 /// Where a run begins: its decider, the engine's state, and the store's fingerprint when the

@@ -118,6 +118,20 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
+    /// What the invocation at `index` serves and where it stands, as a hash: the same for the
+    /// same invocation whatever the order of those in progress.
+    pub(super) fn invocation_print(&self, index: usize) -> u64 {
+        let invocation = &self.tasks[index];
+        hash_of(&(
+            invocation.intent,
+            invocation.attempt,
+            invocation.session,
+            &invocation.request,
+            invocation.history,
+            invocation.committed,
+        ))
+    }
+
     /// Adjusts the enabled actions of an overlapping run: requests reach the server only
     /// while it has room and nobody is writing, lookups and outside events only while no
     /// invocation is in progress; each invocation that can go on is a choice, first.
