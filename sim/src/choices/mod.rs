@@ -59,7 +59,7 @@ impl<'s> Decider<'s> {
     pub fn new(source: &'s mut dyn Choices) -> Self {
         Decider {
             source,
-            answers: Vec::new(),
+            answers: Vec::with_capacity(32),
         }
     }
 

@@ -124,7 +124,9 @@ impl<S: System> Checkpoints<S> {
 
     /// The first `count` answers of the previous run.
     pub(super) fn answers_before(&self, count: usize) -> Vec<u32> {
-        let mut answers: Vec<u32> = self.answers.iter().copied().take(count).collect();
+        // Room for the answers the run goes on to give.
+        let mut answers = Vec::with_capacity(count + 32);
+        answers.extend(self.answers.iter().copied().take(count));
         answers.resize(count, 0);
         answers
     }

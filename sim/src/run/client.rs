@@ -10,7 +10,7 @@ use crate::clock::Timeouts;
 use crate::system::{IntentId, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use serde::Serialize;
-use std::fmt;
+use std::fmt::{self, Arguments};
 use std::str::FromStr;
 
 /// How clients behave: the correct client, or one of the classic client mistakes.
@@ -92,12 +92,7 @@ impl<S: System> Execution<'_, '_, S> {
         state.attempts += 1;
         let attempt = state.attempts;
         let counted = attempt - state.polls;
-        // Sends after a pending or retry-after answer are polls, outside the attempt budget.
-        let answered = match state.polls {
-            0 => String::new(),
-            1 => " + 1 poll".to_string(),
-            polls => format!(" + {polls} polls"),
-        };
+        let polls = state.polls;
         let request = state.sending.clone();
         let body = match next {
             NextSend::Submit => Body::Request(request, session),
@@ -112,6 +107,13 @@ impl<S: System> Execution<'_, '_, S> {
         let attempts_max = bounds.attempts_max;
         world.note(Lane::Client(client as u32), |w| {
             let request = w.intent(intent).sending.describe();
+            // Sends after a pending or retry-after answer are polls, outside the attempt
+            // budget.
+            let answered = match polls {
+                0 => String::new(),
+                1 => " + 1 poll".to_string(),
+                polls => format!(" + {polls} polls"),
+            };
             match next {
                 NextSend::Submit => {
                     format!("send {intent}#{attempt}: {request} (attempt {counted}/{attempts_max}{answered})")
@@ -133,7 +135,7 @@ impl<S: System> Execution<'_, '_, S> {
             .current()
             .expect("a waiting client has an intent");
         let attempts = self.world.intent(intent).attempts;
-        self.retry_or_give_up(client, &format!("timeout on {intent}#{attempts}"), 0);
+        self.retry_or_give_up(client, format_args!("timeout on {intent}#{attempts}"), 0);
         if self.world.clients[client].current() == Some(intent) {
             self.maybe_reconnect(client);
         }
@@ -181,7 +183,12 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// An attempt ended without an answer (`what`: a timeout, a transient failure): back off
     /// (at least `at_least_ms`, a retry-after the server asked for) and retry, or give up.
-    pub(super) fn retry_or_give_up(&mut self, client: usize, what: &str, at_least_ms: u64) {
+    pub(super) fn retry_or_give_up(
+        &mut self,
+        client: usize,
+        what: Arguments<'_>,
+        at_least_ms: u64,
+    ) {
         let bounds = self.points.bounds;
         let intent = self.world.clients[client]
             .current()
@@ -208,7 +215,7 @@ impl<S: System> Execution<'_, '_, S> {
             let horizon = bounds.retry_horizon_ms;
             self.give_up(
                 client,
-                &format!("{what}; past the {horizon} ms retry horizon"),
+                format_args!("{what}; past the {horizon} ms retry horizon"),
             );
             return;
         }
@@ -222,7 +229,13 @@ impl<S: System> Execution<'_, '_, S> {
     ///
     /// Only an answer to the client's latest send counts: an older one (a slow or duplicated
     /// message) says less than the send the client is waiting on. Returns whether it counted.
-    fn poll_later(&mut self, client: usize, attempt: u32, what: &str, at_least_ms: u64) -> bool {
+    fn poll_later(
+        &mut self,
+        client: usize,
+        attempt: u32,
+        what: Arguments<'_>,
+        at_least_ms: u64,
+    ) -> bool {
         if !self.answers_latest_send(client, attempt, what) {
             return false;
         }
@@ -232,7 +245,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.world.intent_mut(intent).polls += 1;
         self.retry_or_give_up(
             client,
-            &format!("{what}: not a failed attempt"),
+            format_args!("{what}: not a failed attempt"),
             at_least_ms,
         );
         true
@@ -241,7 +254,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// Whether an answer that is not a verdict (unavailable, pending, retry after) to
     /// `attempt` answers the send the client waits on. An older one (a slow or duplicated
     /// message) says less than the newer send still out, so the client notes it and waits on.
-    fn answers_latest_send(&mut self, client: usize, attempt: u32, what: &str) -> bool {
+    fn answers_latest_send(&mut self, client: usize, attempt: u32, what: Arguments<'_>) -> bool {
         let intent = self.world.clients[client]
             .current()
             .expect("an open intent");
@@ -257,7 +270,7 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// The client will send its current intent again after `backoff_ms`: on the clock with
     /// timed timeouts, at once (the clock moved on) with untimed ones.
-    fn retry_after(&mut self, client: usize, what: &str, backoff_ms: u64) {
+    fn retry_after(&mut self, client: usize, what: Arguments<'_>, backoff_ms: u64) {
         let bounds = self.points.bounds;
         let world = &mut self.world;
         let intent = world.clients[client].current().expect("an open intent");
@@ -285,7 +298,7 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// The client sends its current intent no more: it concludes *unknown*, or *failed* if
     /// its policy takes a timeout for a verdict.
-    fn give_up(&mut self, client: usize, what: &str) {
+    fn give_up(&mut self, client: usize, what: Arguments<'_>) {
         let world = &mut self.world;
         let lane = Lane::Client(client as u32);
         if self.points.bounds.client == ClientPolicy::TimeoutIsFailure {
@@ -298,7 +311,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// Whether the answer for `intent` is still awaited by its client; notes it if not.
-    fn awaited(&mut self, intent: IntentId, label: &str) -> Option<usize> {
+    fn awaited(&mut self, intent: IntentId, label: Arguments<'_>) -> Option<usize> {
         let client = self.world.intent(intent).client as usize;
         if self.world.clients[client].current() == Some(intent) {
             return Some(client);
@@ -310,7 +323,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     pub(super) fn receive(&mut self, intent: IntentId, attempt: u32, reply: Reply<S::Value>) {
-        let Some(client) = self.awaited(intent, &format!("reply {intent}#{attempt}")) else {
+        let Some(client) = self.awaited(intent, format_args!("reply {intent}#{attempt}")) else {
             return;
         };
         let verdict = match reply {
@@ -319,7 +332,12 @@ impl<S: System> Execution<'_, '_, S> {
             Reply::Refused(why) => Verdict::Failed(why.into_owned()),
             Reply::Denied(why) => Verdict::Denied(why.into_owned()),
             Reply::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
-                self.poll_later(client, attempt, &format!("{intent}#{attempt} pending"), 0);
+                self.poll_later(
+                    client,
+                    attempt,
+                    format_args!("{intent}#{attempt} pending"),
+                    0,
+                );
                 return;
             }
             Reply::RetryAfter {
@@ -327,15 +345,16 @@ impl<S: System> Execution<'_, '_, S> {
                 why,
             } if self.points.bounds.timeouts == Timeouts::Timed => {
                 let what =
-                    format!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
-                self.poll_later(client, attempt, &what, retry_after_ms);
+                    format_args!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
+                self.poll_later(client, attempt, what, retry_after_ms);
                 return;
             }
             Reply::Pending => Verdict::Pending,
             Reply::Unavailable(why) => {
-                let what = format!("{intent}#{attempt} unavailable ({why})");
-                if self.answers_latest_send(client, attempt, &what) {
-                    self.retry_or_give_up(client, &what, 0);
+                let what = format_args!("{intent}#{attempt} unavailable ({why})");
+                if self.answers_latest_send(client, attempt, what) {
+                    let what = format_args!("{intent}#{attempt} unavailable ({why})");
+                    self.retry_or_give_up(client, what, 0);
                 }
                 return;
             }
@@ -344,8 +363,8 @@ impl<S: System> Execution<'_, '_, S> {
                 why,
             } => {
                 let what =
-                    format!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
-                self.retry_or_give_up(client, &what, retry_after_ms);
+                    format_args!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
+                self.retry_or_give_up(client, what, retry_after_ms);
                 return;
             }
         };
@@ -361,15 +380,15 @@ impl<S: System> Execution<'_, '_, S> {
         attempt: u32,
         status: Status<S::Value>,
     ) {
-        let Some(client) = self.awaited(intent, &format!("status {intent}#{attempt}")) else {
+        let Some(client) = self.awaited(intent, format_args!("status {intent}#{attempt}")) else {
             return;
         };
         let lane = Lane::Client(client as u32);
         let verdict = match status {
             Status::Completed(value) => Verdict::Succeeded(value),
             Status::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
-                let what = format!("status {intent}#{attempt} pending");
-                if self.poll_later(client, attempt, &what, 0) {
+                let what = format_args!("status {intent}#{attempt} pending");
+                if self.poll_later(client, attempt, what, 0) {
                     self.world.clients[client].next = NextSend::Submit;
                 }
                 return;
@@ -377,15 +396,16 @@ impl<S: System> Execution<'_, '_, S> {
             Status::Pending => Verdict::Pending,
             Status::Conflict => Verdict::Failed("key-reuse conflict".into()),
             Status::Unavailable(why) => {
-                let what = format!("status {intent}#{attempt} unavailable ({why})");
-                if self.answers_latest_send(client, attempt, &what) {
-                    self.retry_or_give_up(client, &what, 0);
+                let what = format_args!("status {intent}#{attempt} unavailable ({why})");
+                if self.answers_latest_send(client, attempt, what) {
+                    let what = format_args!("status {intent}#{attempt} unavailable ({why})");
+                    self.retry_or_give_up(client, what, 0);
                 }
                 return;
             }
             Status::NotFound => {
-                let what = format!("status {intent}#{attempt}: not found");
-                if !self.answers_latest_send(client, attempt, &what) {
+                let what = format_args!("status {intent}#{attempt}: not found");
+                if !self.answers_latest_send(client, attempt, what) {
                     return;
                 }
                 // An answer, not a failed attempt: the resubmission is the attempt.
@@ -394,7 +414,9 @@ impl<S: System> Execution<'_, '_, S> {
                 world.clients[client].next = NextSend::Submit;
                 world.clients[client].phase = Phase::Ready;
                 world.note(lane, |_| {
-                    format!("{what}; will resubmit {intent} under its id")
+                    format!(
+                        "status {intent}#{attempt}: not found; will resubmit {intent} under its id"
+                    )
                 });
                 return;
             }

@@ -15,6 +15,7 @@ use crate::{Invariant, Violation};
 use corosensei::stack::DefaultStack;
 use std::cell::Cell;
 use std::collections::hash_map::DefaultHasher;
+use std::fmt::Display;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
@@ -87,7 +88,7 @@ pub(crate) struct Execution<'a, 's, S: System> {
 
 impl<S: System> Execution<'_, '_, S> {
     pub(super) fn run_to_end(&mut self) -> RunEnd {
-        let mut actions = Vec::new();
+        let mut actions = Vec::with_capacity(16);
         loop {
             if self.world.finished() && self.tasks.is_empty() && self.job_due().is_none() {
                 return RunEnd::Completed;
@@ -450,7 +451,7 @@ impl<S: System> Execution<'_, '_, S> {
                 .handle(&mut ctx, self.store, &mut self.memory, request)
         };
         self.tag.set(None);
-        self.note_storage_faults(&format!("handle {intent}#{attempt}"));
+        self.note_storage_faults(&format_args!("handle {intent}#{attempt}"));
         if result.is_err() {
             // The crashed server's connections close before anything reads the store.
             self.memory = S::Memory::default();
@@ -464,14 +465,14 @@ impl<S: System> Execution<'_, '_, S> {
                 });
                 self.answer(intent, attempt, request, &observation, reply, committed);
             }
-            Err(crash) => self.note_crash(&format!("handle {intent}#{attempt}"), crash),
+            Err(crash) => self.note_crash(&format_args!("handle {intent}#{attempt}"), crash),
         }
         self.note_store_change(store_before);
     }
 
     /// Settles the storage fault chosen at the handler's last crash point and notes each one
     /// settled: whether the COMMIT it aimed at failed, or none came before the next point.
-    pub(super) fn note_storage_faults(&mut self, label: &str) {
+    pub(super) fn note_storage_faults(&mut self, label: &dyn Display) {
         self.points.settle_storage_fault();
         for (point, came) in std::mem::take(&mut self.points.storage_settled) {
             if came {
@@ -548,7 +549,7 @@ impl<S: System> Execution<'_, '_, S> {
             .put_in_flight(intent, attempt, Body::Response(reply));
     }
 
-    pub(super) fn note_crash(&mut self, what: &str, crash: Crash) {
+    pub(super) fn note_crash(&mut self, what: &dyn Display, crash: Crash) {
         self.disturbed();
         self.world.note(Lane::Server, |_| {
             format!("{what} -> CRASH at {}; restart, memory lost", crash.point)
@@ -570,13 +571,13 @@ impl<S: System> Execution<'_, '_, S> {
             self.system
                 .lookup(&mut ctx, self.store, &mut self.memory, request)
         };
-        self.note_storage_faults(&format!("look up {intent}#{attempt}"));
+        self.note_storage_faults(&format_args!("look up {intent}#{attempt}"));
         let status = match result {
             Ok(status) => status,
             Err(crash) => {
                 self.memory = S::Memory::default();
                 self.system.restart(self.store);
-                self.note_crash(&format!("look up {intent}#{attempt}"), crash);
+                self.note_crash(&format_args!("look up {intent}#{attempt}"), crash);
                 return;
             }
         };
@@ -696,5 +697,6 @@ fn copy_of<R: Clone, V>(message: &Message<R, V>) -> Message<R, V> {
         intent: message.intent,
         attempt: message.attempt,
         body,
+        print: message.print,
     }
 }

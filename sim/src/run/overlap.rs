@@ -235,8 +235,8 @@ impl<S: System> Execution<'_, '_, S> {
                 self.take_turn(index, Begins::Point(point), go);
             }
             Err(crash) => {
-                let label = format!("{} at {point}", self.tasks[index].label());
-                self.crash_server(&label, crash);
+                let label = self.tasks[index].label();
+                self.crash_server(&format_args!("{label} at {point}"), crash);
             }
         }
     }
@@ -253,7 +253,7 @@ impl<S: System> Execution<'_, '_, S> {
         let turn = invocation.task.resume(go, self.stacks);
         self.tag.set(None);
         self.read_truth_after(index);
-        let label = self.tasks[index].label().to_string();
+        let label = self.tasks[index].label();
         self.note_storage_faults(&label);
         let invocation = &mut self.tasks[index];
         if let Turn::Paused(pause) = &turn {
@@ -294,7 +294,7 @@ impl<S: System> Execution<'_, '_, S> {
                     invocation.committed,
                 );
             }
-            Turn::Finished(Err(crash)) => self.crash_server(&label.to_string(), crash),
+            Turn::Finished(Err(crash)) => self.crash_server(&label, crash),
         }
     }
 
@@ -348,7 +348,7 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// The server crashes: every invocation in progress stops where it is, what its connection
     /// had not committed is rolled back, memory is lost, the server restarts.
-    fn crash_server(&mut self, label: &str, crash: Crash) {
+    fn crash_server(&mut self, label: &dyn fmt::Display, crash: Crash) {
         self.end_invocations();
         self.memory = S::Memory::default();
         self.system.restart(self.store);

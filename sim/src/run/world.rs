@@ -135,11 +135,15 @@ pub(crate) enum Body<R, V> {
     Status(Status<V>),
 }
 
-#[derive(Clone, Hash)]
+#[derive(Clone)]
 pub(crate) struct Message<R, V> {
     pub(crate) intent: IntentId,
     pub(crate) attempt: u32,
     pub(crate) body: Body<R, V>,
+    /// The hash of its intent and body, taken once when it was put in flight: what state
+    /// hashing and sleep sets know it by (the attempt number is a label for timelines:
+    /// neither side acts on it).
+    pub(crate) print: u64,
 }
 
 impl<R, V> Message<R, V> {
@@ -193,11 +197,11 @@ pub(crate) fn hash_of<T: Hash>(item: &T) -> u64 {
     hasher.finish()
 }
 
-/// A hash of `items` that is equal for any order of the same items (the wrapping sum of their
-/// hashes, and their number).
-fn multiset<T: Hash>(items: impl Iterator<Item = T>) -> (u64, usize) {
-    items.fold((0u64, 0usize), |(sum, count), item| {
-        (sum.wrapping_add(hash_of(&item)), count + 1)
+/// A hash of the items whose hashes are `prints` that is equal for any order of the same
+/// items (the wrapping sum of their hashes, and their number).
+fn multiset_of_prints(prints: impl Iterator<Item = u64>) -> (u64, usize) {
+    prints.fold((0u64, 0usize), |(sum, count), print| {
+        (sum.wrapping_add(print), count + 1)
     })
 }
 
@@ -315,8 +319,8 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
                 !to_client || self.intent(message.intent).verdict.is_none()
             })
-            .map(|message| (message.intent, &message.body));
-        multiset(live).hash(hasher);
+            .map(|message| message.print);
+        multiset_of_prints(live).hash(hasher);
         // Violations found so far, whatever their order and repetition.
         let mut audit: Vec<u64> = self.audit.iter().map(hash_of).collect();
         audit.sort_unstable();
@@ -381,11 +385,17 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// Puts a message in flight, sent now.
-    pub(crate) fn put_in_flight(&mut self, intent: IntentId, attempt: u32, body: Body<R, V>) {
+    pub(crate) fn put_in_flight(&mut self, intent: IntentId, attempt: u32, body: Body<R, V>)
+    where
+        R: Hash,
+        V: Hash,
+    {
+        let print = hash_of(&(intent, &body));
         self.network.push(Message {
             intent,
             attempt,
             body,
+            print,
         });
     }
 
