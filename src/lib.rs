@@ -143,13 +143,14 @@ pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
     check_determinism, exhaust, exhaust_on, exhaust_on_reporting, explore, explore_with_progress,
-    replay, run_seed, shrink, shrink_by, workload_answers, AdminSql, Bounds, BoundsError, Charge,
-    ChargeId, Charged, CheckOptions, CheckReport, ChoiceKind, Choices, ClientPolicy, Clock,
-    Counterexample, Coverage, Crash, Ctx, Deadline, Decider, Enumeration, Exploration, Failure,
-    FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant, Keyed, Lane, Ledger, Level,
-    Link, NoAnswer, NoEvent, Odds, OnSql, Progress, Provider, Reduction, Reply, Request, Row,
-    RunEnd, RunOutcome, Sandbox, SeededChoices, Session, Shard, Shrunk, Simulator, Situation,
-    SituationRuns, SqlHandler, SqlStore, Status, StopAt, Stopped, StoreCopy, Subject,
-    SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Timeouts, Violation, Visited,
-    Workload, WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,
+    fingerprint_of, replay, run_seed, shrink, shrink_by, workload_answers, AdminSql, Bounds,
+    BoundsError, Charge, ChargeId, Charged, CheckOptions, CheckReport, ChoiceKind, Choices,
+    ClientPolicy, Clock, Counterexample, Coverage, Crash, Ctx, Deadline, Decider, Enumeration,
+    Exploration, Failure, FaultCounts, Intent, IntentId, IntentSummary, IntentTag, Invariant,
+    Keyed, Lane, Ledger, Level, Link, NoAnswer, NoEvent, Odds, OnSql, Progress, Provider,
+    Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox, SeededChoices, Session, Shard,
+    Shrunk, Simulator, Situation, SituationRuns, SqlHandler, SqlStore, StateHasher, Status, StopAt,
+    Stopped, StoreCopy, Subject, SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline,
+    Timeouts, Violation, Visited, Workload, WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL,
+    SHRINK_RUNS_MAX, THREADS_MAX,
 };

@@ -28,6 +28,7 @@ mod shrink;
 mod situation;
 mod sql_handler;
 pub mod sqlite;
+mod state_hash;
 mod subject;
 mod system;
 mod timeline;
@@ -59,6 +60,7 @@ pub use shard::Shard;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use situation::Situation;
 pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
+pub use state_hash::{fingerprint_of, StateHasher};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
     Crash, Intent, IntentId, IntentTag, Keyed, Ledger, NoEvent, Reply, Request, Status, StoreCopy,

@@ -301,7 +301,7 @@ impl HarnessDb {
     /// time whose only use is an expiry).
     pub fn fingerprint_of(&self, selects: &[&str]) -> u64 {
         let ground_truth = self.copier("retrysim_effects").select.as_str();
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut hasher = crate::StateHasher::default();
         // One read transaction for every table: a lock taken once.
         execute_cached(&self.keeper, "BEGIN").expect("a read transaction begins");
         for sql in selects.iter().chain([&ground_truth]) {

@@ -7,7 +7,7 @@ use crate::{Bounds, Invariant, Situation, Violation};
 use std::any::Any;
 use std::borrow::Cow;
 use std::fmt;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -682,11 +682,10 @@ pub trait System {
     /// equal fingerprints must behave alike from here on. State hashing skips a state met
     /// again, and checkpoints put back a copy of a store only when its fingerprint differs
     /// from the store's now. The default hashes [`System::describe_store`]; override it when
-    /// the description leaves state out.
+    /// the description leaves state out (hashing with [`crate::StateHasher`], e.g. through
+    /// [`crate::fingerprint_of`]).
     fn fingerprint(&self, store: &Self::Store) -> u64 {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        self.describe_store(store).hash(&mut hasher);
-        hasher.finish()
+        crate::fingerprint_of(&self.describe_store(store))
     }
 
     /// The invariants that apply to this system.

@@ -355,7 +355,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
     }
 
     fn fingerprint(&self, store: &IntervalStore) -> u64 {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut hasher = retrysim_sim::StateHasher::default();
         // A receipt's creation time matters only through its expiry, which `deadlines` tells
         // relative to now.
         store

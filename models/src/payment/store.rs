@@ -309,7 +309,7 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         let local = store
             .db
             .fingerprint(&["idempotency_records", "payments", "outbox"]);
-        local ^ hash_of(&store.provider.charges())
+        local ^ retrysim_sim::fingerprint_of(&store.provider.charges())
     }
 
     fn describe_store(&self, store: &PaymentStore) -> String {
@@ -331,13 +331,6 @@ impl<H: PaymentHandler> System for OnPayment<H> {
     fn workload_limits(&self) -> WorkloadLimits {
         WORKLOAD_LIMITS
     }
-}
-
-fn hash_of<T: std::hash::Hash>(value: &T) -> u64 {
-    use std::hash::Hasher;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// The status lookup: the record under the request id, completed, in progress, or another

@@ -14,7 +14,6 @@ use crate::timeline::Lane;
 use crate::{Invariant, Violation};
 use corosensei::stack::DefaultStack;
 use std::cell::Cell;
-use std::collections::hash_map::DefaultHasher;
 use std::fmt::Display;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -278,7 +277,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// Hashes the whole state but the faults spent reaching it: everything that decides the
     /// rest of the run and its verdict, invocations in progress included.
     fn state_fingerprint(&self) -> u64 {
-        let mut hasher = DefaultHasher::new();
+        let mut hasher = crate::StateHasher::default();
         let timed = self.points.bounds.timeouts == Timeouts::Timed;
         self.world.fingerprint(&mut hasher, timed);
         if timed {

@@ -192,7 +192,7 @@ pub(crate) struct World<R, V, E> {
 
 /// The hash of one value, for fingerprints.
 pub(crate) fn hash_of<T: Hash>(item: &T) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut hasher = crate::StateHasher::default();
     item.hash(&mut hasher);
     hasher.finish()
 }
