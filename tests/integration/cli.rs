@@ -722,7 +722,7 @@ fn a_caught_check_prints_no_coverage_gaps() {
     let text = stdout(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("reduction: states,crash-points,symmetry;"),
+        text.contains("reduction: states,crash-points,symmetry,sleep-sets;"),
         "{text}"
     );
     assert!(!text.contains("coverage gaps"), "{text}");
