@@ -13,6 +13,10 @@ use retrysim::{
 };
 use std::time::Instant;
 
+/// The allocator the `retrysim` command runs with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let seeds: u64 = args
