@@ -298,6 +298,13 @@ fn real_bounds() {
             },
             "peer bound, + symmetry",
         ),
+        (
+            Reduction {
+                sleep_sets: true,
+                ..Reduction::STATES
+            },
+            "peer bound, + sleep sets",
+        ),
         (Reduction::ALL, "peer bound, all"),
     ] {
         timed_check("counter", "keyed-sqlite", &with(reduction), label);

@@ -118,18 +118,19 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    /// What the invocation at `index` serves and where it stands, as a hash: the same for the
-    /// same invocation whatever the order of those in progress.
-    pub(super) fn invocation_print(&self, index: usize) -> u64 {
+    /// What the invocation at `index` serves and where it stands, as a hash (the same for the
+    /// same invocation whatever the order of those in progress), and its intent.
+    pub(super) fn invocation_print(&self, index: usize) -> (u64, IntentId) {
         let invocation = &self.tasks[index];
-        hash_of(&(
+        let print = hash_of(&(
             invocation.intent,
             invocation.attempt,
             invocation.session,
             &invocation.request,
             invocation.history,
             invocation.committed,
-        ))
+        ));
+        (print, invocation.intent)
     }
 
     /// Adjusts the enabled actions of an overlapping run: requests reach the server only

@@ -37,8 +37,9 @@ const SLEEP_MAX: usize = 4;
 enum Mover {
     /// One client (by index): its sends and the replies delivered to it.
     Client(u32),
-    /// The server and its store.
-    Server,
+    /// The server and its store, serving a client's intent (its request or invocation), or
+    /// none (outside events, background work).
+    Server(Option<u32>),
     /// The clock, and so everyone.
     Clock,
 }
@@ -69,10 +70,14 @@ impl Move {
             return false;
         }
         match (self.mover, taken.mover) {
-            (Mover::Clock, _) | (_, Mover::Clock) | (Mover::Server, Mover::Server) => false,
+            (Mover::Clock, _) | (_, Mover::Clock) | (Mover::Server(_), Mover::Server(_)) => false,
             (Mover::Client(mine), Mover::Client(theirs)) => mine != theirs && !self.faulty,
-            (Mover::Client(_), Mover::Server) => true,
-            (Mover::Server, Mover::Client(_)) => !self.faulty,
+            // A client's send makes its earlier sends stale: the server's steps for its
+            // intent are not the same steps after it.
+            (Mover::Client(client), Mover::Server(serving)) => serving != Some(client),
+            (Mover::Server(serving), Mover::Client(client)) => {
+                serving != Some(client) && !self.faulty
+            }
         }
     }
 }
@@ -244,34 +249,38 @@ impl<S: System> Execution<'_, '_, S> {
             Action::Deliver(index) => {
                 let message = &self.world.network[index];
                 let id = message.print;
+                let client = self.world.intent(message.intent).client;
                 match message.body {
                     Body::Request(..) | Body::Lookup(..) => Move {
                         id,
-                        mover: Mover::Server,
+                        mover: Mover::Server(Some(client)),
                         faulty,
                     },
                     // With untimed timeouts a reply can move the clock (a retry after).
                     Body::Response(_) | Body::Status(_) if timed => Move {
                         id,
-                        mover: Mover::Client(self.world.intent(message.intent).client),
+                        mover: Mover::Client(client),
                         faulty: faulty && self.points.faults.drops < self.points.bounds.drops_max,
                     },
                     Body::Response(_) | Body::Status(_) => clock(id),
                 }
             }
-            Action::Resume(index) => Move {
-                id: hash_of(&(2u8, self.invocation_print(index))),
-                mover: Mover::Server,
-                faulty,
-            },
+            Action::Resume(index) => {
+                let (print, intent) = self.invocation_print(index);
+                Move {
+                    id: hash_of(&(2u8, print)),
+                    mover: Mover::Server(Some(self.world.intent(intent).client)),
+                    faulty,
+                }
+            }
             Action::Event(index) => Move {
                 id: tagged(3, index),
-                mover: Mover::Server,
+                mover: Mover::Server(None),
                 faulty: false,
             },
             Action::Job => Move {
                 id: tagged(4, 0),
-                mover: Mover::Server,
+                mover: Mover::Server(None),
                 faulty,
             },
             Action::Timeout(client) => clock(tagged(5, client)),
