@@ -16,8 +16,10 @@
 //! - the passing of time (and, with untimed timeouts, timeouts and the replies that move
 //!   the clock) touches every one of them.
 //!
-//! Steps of two different clients commute, and so do a client's and the server's, with one
-//! exception: a fault (a dropped or duplicated message, a crash, a storage fault, a lost
+//! Steps of two different clients commute, and so do a client's and the server's when the
+//! server's serves another client's intent (a client's send makes its earlier sends stale, so
+//! the server's steps for its intent are not the same steps after it), with one exception:
+//! a fault (a dropped or duplicated message, a crash, a storage fault, a lost
 //! outside call) marks the start of the quiet phase from the clients' attempts at that moment
 //! (`eventual-verdict`), so a step that could come with a fault does not commute with another
 //! client's steps, and a step that brings one wakes every sleeping step.
