@@ -37,8 +37,8 @@ pub trait Choices {
 
     /// Answers a choice like [`Choices::choose`], told which answers lead where another
     /// answer of this run's path leads, or where runs already explored went (`redundant`, one
-    /// bit per answer; never every answer): a source that enumerates runs need not try them. Others answer as `choose` does, so a
-    /// tape means the same whatever the source.
+    /// bit per answer; never every answer): a source that enumerates runs need not try them.
+    /// Others answer as `choose` does, so a tape means the same whatever the source.
     fn choose_reduced(&mut self, kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
         let _ = redundant;
         self.choose(kind, options)
