@@ -620,6 +620,18 @@ pub trait System {
         false
     }
 
+    /// Whether [`System::handle`] answers every submission with a verdict (applied, replayed,
+    /// key reuse, refused or denied), unless a storage fault stops it. A client acts on an
+    /// answer that is no verdict (pending, retry after, unavailable) only when it answers its
+    /// latest send, so an exhaustive check tells apart a request in flight for the latest
+    /// send from an older one; for a system that says `true` here it need not while no
+    /// storage fault can come and invocations do not overlap, and explores fewer states. The
+    /// engine holds a system to it: an invocation run one at a time that answers otherwise
+    /// with no storage fault panics, naming the answer. The default is `false`.
+    fn answers_only_verdicts(&self) -> bool {
+        false
+    }
+
     /// Handles one delivered request. Call `ctx.point(name)?` at each crash point.
     fn handle(
         &self,

@@ -248,7 +248,11 @@ mod busy {
     }
 
     #[derive(Clone, Copy, Debug, Default)]
-    pub struct RateLimited;
+    pub struct RateLimited {
+        /// What it says of itself through `System::answers_only_verdicts` (untruly, when
+        /// set).
+        pub says_only_verdicts: bool,
+    }
 
     impl System for RateLimited {
         type Request = Ping;
@@ -258,6 +262,9 @@ mod busy {
         type Event = NoEvent;
         type Observation = ();
 
+        fn answers_only_verdicts(&self) -> bool {
+            self.says_only_verdicts
+        }
         fn open(&self, tag: &IntentTag) -> Calls {
             Calls {
                 seen: 0,
@@ -315,7 +322,7 @@ mod busy {
 /// count against the attempt budget.
 #[test]
 fn a_client_honours_a_retry_after() {
-    let mut subject = retrysim::Simulator::new(busy::RateLimited);
+    let mut subject = retrysim::Simulator::new(busy::RateLimited::default());
     // Every choice uneventful: deliver the request, deliver its reply, wait, send again.
     let outcome = replay(&mut subject, &Tape::default(), &Bounds::default()).unwrap();
     assert_eq!(
@@ -331,6 +338,20 @@ fn a_client_honours_a_retry_after() {
         ["300 ms: time passes to 300 ms: c1's backoff before A#2"]
     );
     assert_eq!(outcome.violations, vec![]);
+}
+
+/// A system that says its submissions get only verdicts is held to it (state hashing relies on
+/// it): an answer that is none, with no storage fault, stops the run with advice.
+#[test]
+#[should_panic(
+    expected = "(System::answers_only_verdicts), but a submission met no storage fault and was answered `retry after 300 ms: rate limited`"
+)]
+fn a_system_that_says_it_answers_only_verdicts_is_held_to_it() {
+    let untrue = busy::RateLimited {
+        says_only_verdicts: true,
+    };
+    let mut subject = retrysim::Simulator::new(untrue);
+    let _ = replay(&mut subject, &Tape::default(), &Bounds::default());
 }
 
 /// A platform limit kills an invocation still running at its deadline, at its next crash

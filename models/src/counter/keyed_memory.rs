@@ -36,6 +36,11 @@ impl MemoryHandler for KeyedMemory {
         ctx.point("after-record")?;
         Ok(Reply::Applied(response))
     }
+
+    /// It applies, replays or refuses.
+    fn answers_only_verdicts(&self) -> bool {
+        true
+    }
 }
 
 /// `keyed-atomic` (correct): the in-memory counterpart of `keyed-sqlite`. The record lives in
@@ -62,6 +67,11 @@ impl MemoryHandler for KeyedAtomic {
         let response = total.add_recorded(request.key.clone(), request.amount);
         ctx.point("after-effect")?;
         Ok(Reply::Applied(response))
+    }
+
+    /// It applies, replays or refuses.
+    fn answers_only_verdicts(&self) -> bool {
+        true
     }
 }
 

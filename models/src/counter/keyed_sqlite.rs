@@ -36,6 +36,11 @@ impl SqliteHandler for ShortRetention {
     fn retention_ms(&self) -> Option<u64> {
         Some(SHORT_RETENTION_MS)
     }
+
+    /// It applies, replays or refuses; only a storage fault makes it answer otherwise.
+    fn answers_only_verdicts(&self) -> bool {
+        true
+    }
 }
 
 /// `unavailable-after-commit` (faulty): `keyed-sqlite`, then an audit row written in a
@@ -63,6 +68,11 @@ impl SqliteHandler for UnavailableAfterCommit {
 
     fn retention_ms(&self) -> Option<u64> {
         Some(RETENTION_MS)
+    }
+
+    /// It applies, replays or refuses; only a storage fault makes it answer otherwise.
+    fn answers_only_verdicts(&self) -> bool {
+        true
     }
 }
 
@@ -97,6 +107,11 @@ impl SqliteHandler for KeyedSqlite {
         execute_cached(db, "COMMIT")?;
         ctx.point("after-commit")?;
         Ok(applied(request, total))
+    }
+
+    /// It applies, replays or refuses; only a storage fault makes it answer otherwise.
+    fn answers_only_verdicts(&self) -> bool {
+        true
     }
 }
 

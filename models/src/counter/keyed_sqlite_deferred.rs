@@ -35,4 +35,9 @@ impl SqliteHandler for KeyedSqliteDeferred {
         ctx.point("after-commit")?;
         Ok(applied(request, total))
     }
+
+    /// It applies, replays or refuses; only a storage fault makes it answer otherwise.
+    fn answers_only_verdicts(&self) -> bool {
+        true
+    }
 }

@@ -20,6 +20,13 @@ pub trait MemoryHandler {
         memory: &mut Self::Memory,
         request: &CounterRequest,
     ) -> Result<Reply<Accepted>, Crash>;
+
+    /// Whether every answer is a verdict (applied, replayed, key reuse, refused): the family
+    /// then says so to the engine ([`retrysim_sim::System::answers_only_verdicts`]), which
+    /// hashes fewer states, and holds it to that. `false` by default.
+    fn answers_only_verdicts(&self) -> bool {
+        false
+    }
 }
 
 /// A [`MemoryHandler`] as a system under test.
@@ -48,6 +55,11 @@ impl<H: MemoryHandler> System for OnMemory<H> {
     /// and the ledger reports each record.
     fn reports_durable_changes(&self) -> bool {
         true
+    }
+
+    /// As the handler says ([`MemoryHandler::answers_only_verdicts`]).
+    fn answers_only_verdicts(&self) -> bool {
+        self.0.answers_only_verdicts()
     }
 
     fn store_version(&self, store: &MemoryTotal) -> Option<u64> {

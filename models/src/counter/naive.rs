@@ -24,4 +24,9 @@ impl MemoryHandler for Naive {
             total,
         }))
     }
+
+    /// It applies, replays or refuses.
+    fn answers_only_verdicts(&self) -> bool {
+        true
+    }
 }

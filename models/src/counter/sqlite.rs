@@ -63,6 +63,15 @@ pub trait SqliteHandler {
     fn retention_ms(&self) -> Option<u64> {
         None
     }
+
+    /// Whether every answer is a verdict (applied, replayed, key reuse, refused, denied)
+    /// unless a storage fault stops the handler: the family then says so to the engine
+    /// ([`retrysim_sim::System::answers_only_verdicts`]), which hashes fewer states, and
+    /// holds it to that. `false` by default: a handler whose SQL can fail by itself (a query
+    /// that finds no row) is answered `unavailable`, which is no verdict.
+    fn answers_only_verdicts(&self) -> bool {
+        false
+    }
 }
 
 /// A [`SqliteHandler`] as a system under test.
@@ -105,6 +114,11 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
     /// durably, and the harness reports each.
     fn reports_durable_changes(&self) -> bool {
         true
+    }
+
+    /// As the handler says ([`SqliteHandler::answers_only_verdicts`]).
+    fn answers_only_verdicts(&self) -> bool {
+        self.0.answers_only_verdicts()
     }
 
     fn store_version(&self, store: &SqliteCounter) -> Option<u64> {

@@ -349,6 +349,12 @@ impl IntervalHandler for Rules {
     fn retention_ms(&self) -> Option<u64> {
         self.retention_ms.filter(|_| self.receipts)
     }
+
+    /// Every rule answers a verdict; only a storage error (a storage fault, or a locked
+    /// database with overlapping invocations) makes the answer unavailable.
+    fn answers_only_verdicts(&self) -> bool {
+        true
+    }
 }
 
 macro_rules! handler {
@@ -374,6 +380,10 @@ macro_rules! handler {
 
             fn retention_ms(&self) -> Option<u64> {
                 $rules.retention_ms()
+            }
+
+            fn answers_only_verdicts(&self) -> bool {
+                $rules.answers_only_verdicts()
             }
         }
     };

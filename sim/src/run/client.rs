@@ -258,10 +258,10 @@ impl<S: System> Execution<'_, '_, S> {
         let intent = self.world.clients[client]
             .current()
             .expect("an open intent");
-        let latest = self.world.intent(intent).attempts;
-        if attempt == latest && self.world.clients[client].waiting() {
+        if self.world.answers_latest_send(intent, attempt) {
             return true;
         }
+        let latest = self.world.intent(intent).attempts;
         self.world.note(Lane::Client(client as u32), |_| {
             format!("{what}: stale, waits on {intent}#{latest}")
         });

@@ -4,7 +4,7 @@
 use super::checkpoint::{Checkpoint, Checkpoints, EngineState};
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
-use super::world::{Action, Body, Message, ServerReply, World};
+use super::world::{Action, Body, Message, ServerReply, Staleness, World};
 use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
@@ -278,8 +278,9 @@ impl<S: System> Execution<'_, '_, S> {
     /// rest of the run and its verdict, invocations in progress included.
     fn state_fingerprint(&self) -> u64 {
         let mut hasher = crate::StateHasher::default();
-        let timed = self.points.bounds.timeouts == Timeouts::Timed;
-        self.world.fingerprint(&mut hasher, timed);
+        let staleness = self.staleness();
+        let timed = staleness.timed;
+        self.world.fingerprint(&mut hasher, staleness);
         if timed {
             self.store_deadlines_fingerprint(&mut hasher);
         }
@@ -287,6 +288,21 @@ impl<S: System> Execution<'_, '_, S> {
         self.committed_print().hash(&mut hasher);
         self.invocations_fingerprint(&mut hasher);
         hasher.finish()
+    }
+
+    /// Which messages in flight are told apart by whether they answer their client's latest
+    /// send. A request's answer is a verdict, whichever send it answers, when the system says
+    /// its submissions get nothing else but through a storage fault or a locked database, and
+    /// neither can come now.
+    pub(super) fn staleness(&self) -> Staleness {
+        let storage_fault_possible =
+            self.points.fault_allowed() && self.points.storage_fault_allowed();
+        Staleness {
+            timed: self.points.bounds.timeouts == Timeouts::Timed,
+            requests: !self.system.answers_only_verdicts()
+                || self.overlapping
+                || storage_fault_possible,
+        }
     }
 
     /// The fingerprint of the committed store, kept until a step may have changed it.
@@ -440,6 +456,7 @@ impl<S: System> Execution<'_, '_, S> {
         let observation = self.system.observe(self.store, request);
         self.tag.set(Some(intent));
         self.points.begin_invocation();
+        let storage_faults_before = self.points.faults.storage;
         let result = {
             let mut ctx = Ctx {
                 points: Some(&mut self.points),
@@ -450,6 +467,11 @@ impl<S: System> Execution<'_, '_, S> {
                 .handle(&mut ctx, self.store, &mut self.memory, request)
         };
         self.tag.set(None);
+        if let Ok(reply) = &result {
+            if self.points.faults.storage == storage_faults_before {
+                self.hold_to_verdicts(reply);
+            }
+        }
         self.note_storage_faults(&format_args!("handle {intent}#{attempt}"));
         if result.is_err() {
             // The crashed server's connections close before anything reads the store.
@@ -467,6 +489,20 @@ impl<S: System> Execution<'_, '_, S> {
             Err(crash) => self.note_crash(&format_args!("handle {intent}#{attempt}"), crash),
         }
         self.note_store_change(store_before);
+    }
+
+    /// Holds a system that says it answers only verdicts ([`System::answers_only_verdicts`])
+    /// to that, for an invocation that met no storage fault: state hashing relies on it.
+    fn hold_to_verdicts(&self, reply: &Reply<S::Value>) {
+        let verdict = !matches!(
+            reply,
+            Reply::Pending | Reply::RetryAfter { .. } | Reply::Unavailable(_)
+        );
+        assert!(
+            verdict || !self.system.answers_only_verdicts(),
+            "the system says it answers only verdicts (System::answers_only_verdicts), but a \
+             submission met no storage fault and was answered `{reply}`: return false there"
+        );
     }
 
     /// Settles the storage fault chosen at the handler's last crash point and notes each one

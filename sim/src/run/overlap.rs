@@ -104,7 +104,10 @@ impl<S: System> Execution<'_, '_, S> {
         self.tasks.len().hash(hasher);
         for invocation in &self.tasks {
             invocation.intent.hash(hasher);
-            invocation.attempt.hash(hasher);
+            // Its attempt matters only as whether it answers the client's latest send.
+            self.world
+                .answers_latest_send(invocation.intent, invocation.attempt)
+                .hash(hasher);
             invocation.session.hash(hasher);
             invocation.request.hash(hasher);
             invocation.history.hash(hasher);
@@ -124,7 +127,8 @@ impl<S: System> Execution<'_, '_, S> {
         let invocation = &self.tasks[index];
         let print = hash_of(&(
             invocation.intent,
-            invocation.attempt,
+            self.world
+                .answers_latest_send(invocation.intent, invocation.attempt),
             invocation.session,
             &invocation.request,
             invocation.history,

@@ -250,7 +250,7 @@ impl<S: System> Execution<'_, '_, S> {
             },
             Action::Deliver(index) => {
                 let message = &self.world.network[index];
-                let id = message.print;
+                let id = self.world.message_print(message, self.staleness());
                 let client = self.world.intent(message.intent).client;
                 match message.body {
                     Body::Request(..) | Body::Lookup(..) => Move {

@@ -140,10 +140,49 @@ pub(crate) struct Message<R, V> {
     pub(crate) intent: IntentId,
     pub(crate) attempt: u32,
     pub(crate) body: Body<R, V>,
-    /// The hash of its intent and body, taken once when it was put in flight: what state
-    /// hashing and sleep sets know it by (the attempt number is a label for timelines:
-    /// neither side acts on it).
+    /// The hash of its intent and body, taken once when it was put in flight. State hashing
+    /// and sleep sets know it by this and, where the client acts on it, by whether it
+    /// answers (or will answer) the client's latest send ([`World::message_print`]): the
+    /// attempt number itself is a label for timelines.
     pub(crate) print: u64,
+}
+
+/// What is mixed into a print that answers, or will answer, the client's latest send.
+const LATEST_SEND: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Which messages state hashing and sleep sets tell apart by whether they answer, or will
+/// answer, their client's latest send: those whose answer the client may act on only then.
+#[derive(Clone, Copy)]
+pub(crate) struct Staleness {
+    /// Timeouts are timed: `pending` and `retry after` then count only for the latest send.
+    pub(crate) timed: bool,
+    /// A submission's answer may be one that is not a verdict (see
+    /// [`crate::System::answers_only_verdicts`]).
+    pub(crate) requests: bool,
+}
+
+impl<R, V> Body<R, V> {
+    /// Whether the client acts on this message differently when it answers its latest send
+    /// than when it answers an older one: a lookup, a request whose answer may be no verdict,
+    /// or an answer that is not a verdict (`unavailable`, `not found`, and with timed timeouts
+    /// `pending` and `retry after`), which counts only for the latest send (see
+    /// `answers_latest_send`).
+    fn staleness_matters(&self, staleness: Staleness) -> bool {
+        match self {
+            Body::Request(..) => staleness.requests,
+            Body::Lookup(..) => true,
+            Body::Response(reply) => match reply {
+                Reply::Unavailable(_) => true,
+                Reply::Pending | Reply::RetryAfter { .. } => staleness.timed,
+                _ => false,
+            },
+            Body::Status(status) => match status {
+                Status::Unavailable(_) | Status::NotFound => true,
+                Status::Pending => staleness.timed,
+                _ => false,
+            },
+        }
+    }
 }
 
 impl<R, V> Message<R, V> {
@@ -260,9 +299,9 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// Hashes everything that decides the rest of the run and its verdict (not the timeline).
-    /// With `timed` timeouts, times are hashed relative to now: two states that differ only
+    /// With timed timeouts, times are hashed relative to now: two states that differ only
     /// in when they happened are one state.
-    pub(crate) fn fingerprint(&self, hasher: &mut impl Hasher, timed: bool)
+    pub(crate) fn fingerprint(&self, hasher: &mut impl Hasher, staleness: Staleness)
     where
         R: Hash,
         V: Hash,
@@ -272,6 +311,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         // may be delivered next, and the checks ask whether some reply breaks a rule, not
         // which came first. With untimed timeouts the clock only dates timeline rows and is
         // left out.
+        let timed = staleness.timed;
         let age = |since_ms: u64| timed.then(|| self.now_ms.saturating_sub(since_ms));
         let ahead = |at_ms: u64| timed.then(|| at_ms.saturating_sub(self.now_ms));
         for (index, intent) in self.intents.iter().enumerate() {
@@ -311,7 +351,6 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         self.events.hash(hasher);
         // A reply to an intent its client has concluded can only be ignored (or dropped, to
         // the same effect): it does not change what can happen next.
-        // The attempt number is a label for timelines: neither side acts on it.
         let live = self
             .network
             .iter()
@@ -319,13 +358,34 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
                 !to_client || self.intent(message.intent).verdict.is_none()
             })
-            .map(|message| message.print);
+            .map(|message| self.message_print(message, staleness));
         multiset_of_prints(live).hash(hasher);
         // Violations found so far, whatever their order and repetition.
         let mut audit: Vec<u64> = self.audit.iter().map(hash_of).collect();
         audit.sort_unstable();
         audit.dedup();
         audit.hash(hasher);
+    }
+
+    /// Whether a message of `attempt` for `intent` answers, or will answer, the send its
+    /// client waits on: only such an answer that is not a verdict makes the client retry or
+    /// poll; an older one is noted and ignored.
+    pub(crate) fn answers_latest_send(&self, intent: IntentId, attempt: u32) -> bool {
+        let state = self.intent(intent);
+        let client = &self.clients[state.client as usize];
+        attempt == state.attempts && client.current() == Some(intent) && client.waiting()
+    }
+
+    /// What state hashing and sleep sets know a message in flight by: its print, and whether
+    /// it answers the client's latest send where the client acts on that.
+    pub(crate) fn message_print(&self, message: &Message<R, V>, staleness: Staleness) -> u64 {
+        let latest = message.body.staleness_matters(staleness)
+            && self.answers_latest_send(message.intent, message.attempt);
+        if latest {
+            message.print ^ LATEST_SEND
+        } else {
+            message.print
+        }
     }
 
     pub(crate) fn finished(&self) -> bool {
@@ -523,5 +583,82 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             store,
             violations: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::system::{Keyed, NoEvent};
+
+    type Fixture = World<Keyed<u32>, u32, NoEvent>;
+
+    /// One client whose one intent has been sent twice and waits on the second send, with
+    /// one message of `attempt` in flight.
+    fn waiting_on_second_send(attempt: u32, body: Body<Keyed<u32>, u32>) -> Fixture {
+        let request = Keyed::new("a", 1);
+        let workload = Workload::of_clients(vec![vec![Intent::new(request)]]);
+        let mut world = World::new(workload, false);
+        world.intents[0].attempts = 2;
+        world.clients[0].phase = Phase::Waiting { deadline_ms: 2000 };
+        world.put_in_flight(IntentId(0), attempt, body);
+        world
+    }
+
+    fn print(world: &Fixture, staleness: Staleness) -> u64 {
+        let mut hasher = crate::StateHasher::default();
+        world.fingerprint(&mut hasher, staleness);
+        hasher.finish()
+    }
+
+    const ALL: Staleness = Staleness {
+        timed: true,
+        requests: true,
+    };
+
+    fn session() -> Session {
+        Session::default()
+    }
+
+    #[test]
+    fn a_stale_send_and_the_latest_are_two_states_where_the_client_acts_on_the_difference() {
+        let request = || Body::Request(Keyed::new("a", 1), session());
+        let unavailable = || Body::Response(Reply::Unavailable("storage error".into()));
+        let not_found = || Body::Status(Status::NotFound);
+        for body in [request, unavailable, not_found] {
+            let stale = waiting_on_second_send(1, body());
+            let latest = waiting_on_second_send(2, body());
+            assert_ne!(print(&stale, ALL), print(&latest, ALL));
+        }
+        // Pending counts only for the latest send with timed timeouts.
+        let pending = || Body::Response(Reply::Pending);
+        let untimed = Staleness {
+            timed: false,
+            ..ALL
+        };
+        let (stale, latest) = (
+            waiting_on_second_send(1, pending()),
+            waiting_on_second_send(2, pending()),
+        );
+        assert_ne!(print(&stale, ALL), print(&latest, ALL));
+        assert_eq!(print(&stale, untimed), print(&latest, untimed));
+    }
+
+    #[test]
+    fn a_stale_send_and_the_latest_are_one_state_where_the_answer_is_a_verdict() {
+        let applied = Body::Response(Reply::Applied(7));
+        let stale = waiting_on_second_send(1, applied.clone());
+        let latest = waiting_on_second_send(2, applied);
+        assert_eq!(print(&stale, ALL), print(&latest, ALL));
+        // A request to a system whose submissions get only verdicts, while no storage fault
+        // can come.
+        let verdicts_only = Staleness {
+            requests: false,
+            ..ALL
+        };
+        let request = || Body::Request(Keyed::new("a", 1), session());
+        let stale = waiting_on_second_send(1, request());
+        let latest = waiting_on_second_send(2, request());
+        assert_eq!(print(&stale, verdicts_only), print(&latest, verdicts_only));
     }
 }
