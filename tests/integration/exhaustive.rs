@@ -776,3 +776,41 @@ fn seed_shards_split_a_range_evenly() {
         assert!(bad.parse::<Shard>().is_err(), "{bad}");
     }
 }
+
+/// Sleep sets cut the runs between states, never the states: with state hashing, the check
+/// with them meets every state the check without them meets. (A request in flight that
+/// answers its client's latest send and one that answers an older send are two states where
+/// the client acts on the difference; hashed as one, the two disagreed.)
+#[test]
+fn sleep_sets_reach_every_state_state_hashing_reaches() {
+    let hashed = Reduction {
+        states: true,
+        ..Reduction::NONE
+    };
+    let hashed_and_slept = Reduction {
+        sleep_sets: true,
+        ..hashed
+    };
+    let cases = [
+        ("counter", "keyed-sqlite", overlapping(small(1, 1))),
+        ("payment", "lease-and-provider-key", small(1, 1)),
+        (
+            "payment",
+            "lease-and-provider-key",
+            overlapping(small(1, 1)),
+        ),
+    ];
+    for (domain, handler, bounds) in cases {
+        let entry = models::find(domain, handler).unwrap();
+        let bounds = Bounds {
+            invocations_max: bounds.invocations_max,
+            ..entry.bounds_from(bounds)
+        };
+        let without = run_check(entry, bounds, hashed, 2_000_000);
+        let with = run_check(entry, bounds, hashed_and_slept, 2_000_000);
+        let which = format!("{domain}/{handler} {bounds}");
+        assert_eq!(without.stopped, Stopped::Exhausted, "{which}");
+        assert_eq!(with.unique_states(), without.unique_states(), "{which}");
+        assert!(with.runs() <= without.runs(), "{which}");
+    }
+}
