@@ -25,6 +25,7 @@ use serde::Serialize;
 use sleep::{SleepIds, SleepSet};
 use std::cell::Cell;
 use std::collections::HashMap;
+use smallvec::SmallVec;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -54,7 +55,8 @@ struct Pruning<'v> {
 pub struct Visited {
     /// Looked up only, never iterated: its order cannot reach a run. The keys are hashes
     /// already, so they are their own hash.
-    states: HashMap<u64, Vec<Visit>, BuildHasherDefault<PrintHasher>>,
+    /// Most states are met once: their one visit is kept inline.
+    states: HashMap<u64, SmallVec<[Visit; 1]>, BuildHasherDefault<PrintHasher>>,
     /// Whether a visit in fewer steps is explored again. Steps matter only through
     /// `steps_max`: while no run reaches it, a state's future does not depend on how many
     /// steps reached it.

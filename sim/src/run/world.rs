@@ -378,6 +378,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
 
     /// What state hashing and sleep sets know a message in flight by: its print, and whether
     /// it answers the client's latest send where the client acts on that.
+    #[inline]
     pub(crate) fn message_print(&self, message: &Message<R, V>, staleness: Staleness) -> u64 {
         let latest = message.body.staleness_matters(staleness)
             && self.answers_latest_send(message.intent, message.attempt);
