@@ -163,7 +163,8 @@ impl<S: System> Execution<'_, '_, S> {
         let next = match policy {
             ClientPolicy::FreshId => {
                 let intent = world.intent_mut(intent);
-                intent.sending = intent.request.with_fresh_id(generation);
+                let fresh = intent.request.with_fresh_id(generation);
+                intent.send_as(fresh);
                 NextSend::Submit
             }
             _ if lookup => NextSend::Lookup,
@@ -276,7 +277,8 @@ impl<S: System> Execution<'_, '_, S> {
         let intent = world.clients[client].current().expect("an open intent");
         let state = world.intent_mut(intent);
         if bounds.client == ClientPolicy::FreshIdPerRetry {
-            state.sending = state.request.with_fresh_id(state.attempts);
+            let fresh = state.request.with_fresh_id(state.attempts);
+            state.send_as(fresh);
         }
         world.note(Lane::Client(client as u32), |_| {
             format!("{what}; retries after {backoff_ms} ms backoff")

@@ -32,7 +32,7 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) store: &'a mut S::Store,
     pub(super) tag: &'a IntentTag,
     pub(super) memory: S::Memory,
-    pub(super) points: Points<'s>,
+    pub(super) points: Points<'s, 'a>,
     pub(super) world: World<S::Request, S::Value, S::Event>,
     /// States already explored, when an exhaustive check hashes states.
     pub(super) pruning: Option<Pruning<'a>>,

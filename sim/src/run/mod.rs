@@ -23,9 +23,9 @@ use corosensei::stack::DefaultStack;
 use execution::Execution;
 use serde::Serialize;
 use sleep::{SleepIds, SleepSet};
+use smallvec::SmallVec;
 use std::cell::Cell;
 use std::collections::HashMap;
-use smallvec::SmallVec;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -584,11 +584,8 @@ impl<S: System> Simulator<S> {
                 changes: (self.reducing_crashes
                     && !overlapping
                     && self.system.reports_durable_changes())
-                .then(|| self.tag.clone()),
-                storage: self
-                    .system
-                    .storage_faults_possible()
-                    .then(|| self.tag.clone()),
+                .then_some(&self.tag),
+                storage: self.system.storage_faults_possible().then_some(&self.tag),
                 storage_chosen_at: None,
                 storage_settled: Vec::new(),
                 links_lost: 0,
@@ -667,7 +664,7 @@ struct Start<'s, S: System> {
 
 /// The crash-point side of a run: its decider and fault budget, lent to handlers through
 /// [`Ctx`].
-struct Points<'s> {
+struct Points<'s, 't> {
     decider: Decider<'s>,
     bounds: Bounds,
     faults: FaultCounts,
@@ -679,12 +676,12 @@ struct Points<'s> {
     crashes_covered: Vec<&'static str>,
     /// When crashes at points with nothing changed between them are explored once: the tag
     /// that counts durable changes.
-    changes: Option<IntentTag>,
+    changes: Option<&'t IntentTag>,
     /// What had changed (durable changes, outside effects, faults) when the running
     /// invocation last passed a crash point without a fault, where a crash was an option.
     quiet_since: Option<(u64, u64, FaultCounts)>,
     /// The tag that makes a COMMIT fail, when the store can fail one.
-    storage: Option<IntentTag>,
+    storage: Option<&'t IntentTag>,
     /// The crash point at which the schedule chose a storage fault not yet settled.
     storage_chosen_at: Option<&'static str>,
     /// Storage faults settled since the engine last noted them: where each was chosen, and
@@ -694,7 +691,7 @@ struct Points<'s> {
     links_lost: u32,
 }
 
-impl Points<'_> {
+impl Points<'_, '_> {
     /// An invocation (or lookup, or background job) begins: its first crash point has no
     /// earlier one.
     fn begin_invocation(&mut self) {
@@ -743,7 +740,7 @@ impl Points<'_> {
     }
 }
 
-impl CrashPoints for Points<'_> {
+impl CrashPoints for Points<'_, '_> {
     /// At a crash point the schedule may crash the server or (answer last) make the next
     /// COMMIT fail.
     fn at(&mut self, point: &'static str) -> Result<(), Crash> {

@@ -104,7 +104,7 @@ impl<S: System> Execution<'_, '_, S> {
             .clients
             .iter()
             .map(|client| {
-                let left = client.intents.len().saturating_sub(client.position) as u64;
+                let left = client.intents_left() as u64;
                 left.saturating_mul(per_intent_ms)
             })
             .max()

@@ -7,6 +7,7 @@ use crate::clock::Timeouts;
 use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
 use crate::timeline::{IntentSummary, Lane, Row, Timeline};
 use crate::Violation;
+use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
@@ -16,8 +17,12 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
     /// The request as planned (its key is the intent's key).
     pub(crate) request: R,
-    /// The request the client sends now: the planned one, or one with a fresh id.
+    /// The request the client sends now: the planned one, or one with a fresh id (set it
+    /// through [`IntentState::send_as`]).
     pub(crate) sending: R,
+    /// The hashes of `request` and `sending`, for state hashing.
+    request_print: u64,
+    sending_print: u64,
     /// Sent only if the client's previous intent succeeded.
     pub(crate) after_success: bool,
     /// Sends so far (submissions and status lookups).
@@ -32,9 +37,9 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
     /// Every answer the server produced for this intent (delivered or not).
-    pub(crate) replies: Vec<ServerReply<V>>,
+    pub(crate) replies: SmallVec<[ServerReply<V>; 2]>,
     /// The hashes of `replies`, sorted and without repeats: the set state hashing uses.
-    reply_hashes: Vec<u64>,
+    reply_hashes: SmallVec<[u64; 4]>,
     /// Committed effects, by the ground truth.
     pub(crate) effects: u32,
     /// The reply of the invocation that committed the intent's first effect.
@@ -50,6 +55,14 @@ impl<R, V> IntentState<R, V> {
                 self.verdict,
                 None | Some(Verdict::GaveUp) | Some(Verdict::Pending)
             )
+    }
+}
+
+impl<R: Hash, V> IntentState<R, V> {
+    /// The client sends `request` from now on instead.
+    pub(crate) fn send_as(&mut self, request: R) {
+        self.sending_print = hash_of(&request);
+        self.sending = request;
     }
 }
 
@@ -110,7 +123,10 @@ pub(crate) enum NextSend {
 
 #[derive(Clone, Hash)]
 pub(crate) struct ClientState {
-    pub(crate) intents: Vec<IntentId>,
+    /// Its intents are the run's `first..first + count` (a client's intents are numbered
+    /// one after another).
+    first: u32,
+    count: u32,
     pub(crate) position: usize,
     pub(crate) phase: Phase,
     pub(crate) next: NextSend,
@@ -119,7 +135,17 @@ pub(crate) struct ClientState {
 
 impl ClientState {
     pub(crate) fn current(&self) -> Option<IntentId> {
-        self.intents.get(self.position).copied()
+        self.intent_at(self.position)
+    }
+
+    /// Its intent at `position` in its order, if it has that many.
+    pub(crate) fn intent_at(&self, position: usize) -> Option<IntentId> {
+        (position < self.count as usize).then(|| IntentId(self.first + position as u32))
+    }
+
+    /// Its intents not yet concluded, the current one included.
+    pub(crate) fn intents_left(&self) -> usize {
+        (self.count as usize).saturating_sub(self.position)
     }
 
     pub(crate) fn waiting(&self) -> bool {
@@ -249,36 +275,40 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         let mut intents = Vec::new();
         let mut clients = Vec::with_capacity(workload.clients.len());
         for (client, planned) in workload.clients.into_iter().enumerate() {
-            let mut ids = Vec::with_capacity(planned.len());
+            let first = intents.len() as u32;
+            let count = planned.len() as u32;
             for Intent {
                 request,
                 after_success,
             } in planned
             {
-                ids.push(IntentId(intents.len() as u32));
+                let request_print = hash_of(&request);
                 intents.push(IntentState {
                     client: client as u32,
                     sending: request.clone(),
                     request,
+                    request_print,
+                    sending_print: request_print,
                     after_success,
                     attempts: 0,
                     polls: 0,
                     owed_verdict: true,
                     first_send_ms: None,
                     verdict: None,
-                    replies: Vec::new(),
-                    reply_hashes: Vec::new(),
+                    replies: SmallVec::new(),
+                    reply_hashes: SmallVec::new(),
                     effects: 0,
                     original: None,
                 });
             }
-            let phase = if ids.is_empty() {
+            let phase = if count == 0 {
                 Phase::Done
             } else {
                 Phase::Ready
             };
             clients.push(ClientState {
-                intents: ids,
+                first,
+                count,
                 position: 0,
                 phase,
                 next: NextSend::Submit,
@@ -319,7 +349,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 intent.owes_verdict().hash(hasher);
             }
             intent.client.hash(hasher);
-            intent.request.hash(hasher);
+            intent.request_print.hash(hasher);
             intent.after_success.hash(hasher);
             intent.verdict.hash(hasher);
             // Which of the first 64 intents are owed a verdict is not hashed: a visit's
@@ -330,14 +360,14 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             intent.reply_hashes.hash(hasher);
             // How a concluded intent was sent no longer matters.
             if intent.verdict.is_none() {
-                intent.sending.hash(hasher);
+                intent.sending_print.hash(hasher);
                 intent.attempts.hash(hasher);
                 intent.polls.hash(hasher);
                 intent.first_send_ms.map(age).hash(hasher);
             }
         }
         for client in &self.clients {
-            client.intents.hash(hasher);
+            (client.first, client.count).hash(hasher);
             client.position.hash(hasher);
             client.next.hash(hasher);
             client.generation.hash(hasher);
@@ -539,7 +569,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         for (index, client) in self.clients.iter().enumerate() {
             // The intent the client is dealing with: the current one once it has been sent,
             // else the one it concluded last.
-            let concluded = client.position.checked_sub(1).map(|i| client.intents[i]);
+            let concluded = client
+                .position
+                .checked_sub(1)
+                .and_then(|i| client.intent_at(i));
             let shown = match client.current() {
                 Some(intent) if self.intent(intent).attempts > 0 => Some(intent),
                 current => concluded.or(current),
