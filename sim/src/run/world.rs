@@ -39,7 +39,7 @@ pub(crate) struct IntentState<R, V> {
     /// Every answer the server produced for this intent (delivered or not).
     pub(crate) replies: SmallVec<[ServerReply<V>; 2]>,
     /// The hashes of `replies`, sorted and without repeats: the set state hashing uses.
-    reply_hashes: SmallVec<[u64; 4]>,
+    reply_hashes: Prints,
     /// Committed effects, by the ground truth.
     pub(crate) effects: u32,
     /// The reply of the invocation that committed the intent's first effect.
@@ -70,10 +70,20 @@ impl<R, V: Hash> IntentState<R, V> {
     /// Records one more answer of the server for this intent.
     pub(crate) fn add_reply(&mut self, reply: ServerReply<V>) {
         let hash = hash_of(&reply);
-        if let Err(position) = self.reply_hashes.binary_search(&hash) {
-            self.reply_hashes.insert(position, hash);
+        if let Err(position) = self.reply_hashes.0.binary_search(&hash) {
+            self.reply_hashes.0.insert(position, hash);
         }
         self.replies.push(reply);
+    }
+}
+
+/// Hashes kept inline while they are few, copied (not cloned one by one) with a run's state.
+#[derive(Default, Hash)]
+struct Prints(SmallVec<[u64; 4]>);
+
+impl Clone for Prints {
+    fn clone(&self) -> Self {
+        Prints(SmallVec::from_slice(&self.0))
     }
 }
 
@@ -296,7 +306,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     first_send_ms: None,
                     verdict: None,
                     replies: SmallVec::new(),
-                    reply_hashes: SmallVec::new(),
+                    reply_hashes: Prints::default(),
                     effects: 0,
                     original: None,
                 });
