@@ -418,3 +418,28 @@ fn a_zero_backoff_retries_at_once() {
     );
     assert_eq!(found.violations, vec![]);
 }
+
+/// With untimed timeouts too, a "retry after" counts only as the answer to the client's
+/// latest send: one that comes after that attempt ended (here after its timeout) neither ends
+/// another attempt nor, on the last one, makes the client give up.
+#[test]
+fn a_late_retry_after_is_ignored_with_untimed_timeouts() {
+    let untimed = Bounds {
+        timeouts: Timeouts::Untimed,
+        reconnects_max: 0,
+        ..Bounds::default()
+    };
+    let mut subject = retrysim::Simulator::new(busy::RateLimited::default());
+    // Send, time out (twice), then deliver A#2's answer before A#3 is sent.
+    let outcome = replay(&mut subject, &"0,1,1".parse().unwrap(), &untimed).unwrap();
+    assert_eq!(
+        lane(&outcome, Lane::Client(0))[3..],
+        [
+            "2100 ms: timeout on A#2; retries after 200 ms backoff",
+            "2300 ms: A#2 says retry after 300 ms (rate limited): late, A#2 already ended",
+            "2300 ms: send A#3: ping (attempt 3/3)",
+            "2300 ms: receive reply A#3; concludes A",
+        ]
+    );
+    assert_eq!(outcome.violations, vec![]);
+}

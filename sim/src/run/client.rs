@@ -264,7 +264,12 @@ impl<S: System> Execution<'_, '_, S> {
         }
         let latest = self.world.intent(intent).attempts;
         self.world.note(Lane::Client(client as u32), |_| {
-            format!("{what}: stale, waits on {intent}#{latest}")
+            if attempt == latest {
+                // The attempt it answers ended already (a timeout, a backoff under way).
+                format!("{what}: late, {intent}#{latest} already ended")
+            } else {
+                format!("{what}: stale, waits on {intent}#{latest}")
+            }
         });
         false
     }
@@ -364,9 +369,16 @@ impl<S: System> Execution<'_, '_, S> {
                 retry_after_ms,
                 why,
             } => {
+                // Only an answer to the latest send: an older one must not end the attempt
+                // the client waits on (nor, on its last attempt, make it give up).
                 let what =
                     format_args!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
-                self.retry_or_give_up(client, what, retry_after_ms);
+                if self.answers_latest_send(client, attempt, what) {
+                    let what = format_args!(
+                        "{intent}#{attempt} says retry after {retry_after_ms} ms ({why})"
+                    );
+                    self.retry_or_give_up(client, what, retry_after_ms);
+                }
                 return;
             }
         };

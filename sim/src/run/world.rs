@@ -190,7 +190,7 @@ const LATEST_SEND: u64 = 0x9e37_79b9_7f4a_7c15;
 /// answer, their client's latest send: those whose answer the client may act on only then.
 #[derive(Clone, Copy)]
 pub(crate) struct Staleness {
-    /// Timeouts are timed: `pending` and `retry after` then count only for the latest send.
+    /// Timeouts are timed: `pending` then counts only for the latest send.
     pub(crate) timed: bool,
     /// A submission's answer may be one that is not a verdict (see
     /// [`crate::System::answers_only_verdicts`]).
@@ -200,16 +200,16 @@ pub(crate) struct Staleness {
 impl<R, V> Body<R, V> {
     /// Whether the client acts on this message differently when it answers its latest send
     /// than when it answers an older one: a lookup, a request whose answer may be no verdict,
-    /// or an answer that is not a verdict (`unavailable`, `not found`, and with timed timeouts
-    /// `pending` and `retry after`), which counts only for the latest send (see
+    /// or an answer that is not a verdict (`unavailable`, `retry after`, `not found`, and with
+    /// timed timeouts `pending`), which counts only for the latest send (see
     /// `answers_latest_send`).
     fn staleness_matters(&self, staleness: Staleness) -> bool {
         match self {
             Body::Request(..) => staleness.requests,
             Body::Lookup(..) => true,
             Body::Response(reply) => match reply {
-                Reply::Unavailable(_) => true,
-                Reply::Pending | Reply::RetryAfter { .. } => staleness.timed,
+                Reply::Unavailable(_) | Reply::RetryAfter { .. } => true,
+                Reply::Pending => staleness.timed,
                 _ => false,
             },
             Body::Status(status) => match status {
