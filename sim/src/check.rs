@@ -81,6 +81,16 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
     found
 }
 
+/// Text built only when it is shown: a violation's detail names its intent, and most runs
+/// have none.
+struct Lazy<F>(F);
+
+impl<F: Fn() -> String> fmt::Display for Lazy<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&(self.0)())
+    }
+}
+
 fn label<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> String {
     format!(
         "{id} (c{} {})",
@@ -117,7 +127,7 @@ fn outcome_agreement<R: Request, V: Eq + fmt::Display>(
     id: IntentId,
     intent: &IntentState<R, V>,
 ) -> Option<String> {
-    let who = label(id, intent);
+    let who = Lazy(|| label(id, intent));
     match intent.verdict.as_ref()? {
         Verdict::Failed(why) if intent.effects > 0 => Some(format!(
             "{who} concluded failed ({why}) but has {} committed effect(s)",
@@ -147,7 +157,7 @@ fn truthful_reply<R: Request, V: fmt::Display>(
     id: IntentId,
     intent: &IntentState<R, V>,
 ) -> Option<String> {
-    let who = label(id, intent);
+    let who = Lazy(|| label(id, intent));
     intent.replies.iter().find_map(|server| {
         let claims_applied = match &server.reply {
             Reply::Applied(_) => true,
@@ -199,8 +209,8 @@ fn silent_key_reuse<R: Request, V: fmt::Display>(
     owner: IntentId,
     intents: &[IntentState<R, V>],
 ) -> Option<String> {
-    let who = label(id, intent);
-    let holder = label(owner, &intents[owner.0 as usize]);
+    let who = Lazy(|| label(id, intent));
+    let holder = Lazy(|| label(owner, &intents[owner.0 as usize]));
     if intent.effects > 0 {
         return Some(format!(
             "{who} reused the key of {holder} with different arguments and was applied"
@@ -221,7 +231,7 @@ fn replay_fidelity<R: Request, V: Eq + fmt::Display>(
     id: IntentId,
     intent: &IntentState<R, V>,
 ) -> Option<String> {
-    let who = label(id, intent);
+    let who = Lazy(|| label(id, intent));
     intent.replies.iter().find_map(|server| match &server.reply {
         Reply::Replayed(_) if intent.effects == 0 => Some(format!(
             "{who} was answered {server}, but nothing was ever committed for it"
@@ -303,7 +313,7 @@ pub(crate) fn orphan_effects<R: Request, V>(
     let mut found = Vec::new();
     for (first, (effects, records)) in counts {
         let intent = &intents[first.0 as usize];
-        let who = label(first, intent);
+        let who = Lazy(|| label(first, intent));
         let owed = intents
             .iter()
             .any(|other| other.owed_verdict && other.request == intent.request);

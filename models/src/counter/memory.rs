@@ -110,6 +110,11 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         store.ledger().effects().to_vec()
     }
 
+    /// The total and every record, saved answers included (what a replay answers).
+    fn fingerprint(&self, store: &MemoryTotal) -> u64 {
+        retrysim_sim::fingerprint_of(&(store.total, &store.records))
+    }
+
     fn describe_store(&self, store: &MemoryTotal) -> String {
         if store.records.is_empty() {
             return format!("total={}", store.total());

@@ -10,6 +10,7 @@ use crate::Violation;
 use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 
 /// One intended operation and everything that happened to it.
 #[derive(Clone, Hash)]
@@ -37,7 +38,8 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
     /// Every answer the server produced for this intent (delivered or not).
-    pub(crate) replies: SmallVec<[ServerReply<V>; 2]>,
+    /// Shared between the copies of a run's state, which add to it seldom.
+    pub(crate) replies: Rc<Vec<ServerReply<V>>>,
     /// The hashes of `replies`, sorted and without repeats: the set state hashing uses.
     reply_hashes: Prints,
     /// Committed effects, by the ground truth.
@@ -66,14 +68,14 @@ impl<R: Hash, V> IntentState<R, V> {
     }
 }
 
-impl<R, V: Hash> IntentState<R, V> {
+impl<R, V: Clone + Hash> IntentState<R, V> {
     /// Records one more answer of the server for this intent.
     pub(crate) fn add_reply(&mut self, reply: ServerReply<V>) {
         let hash = hash_of(&reply);
         if let Err(position) = self.reply_hashes.0.binary_search(&hash) {
             self.reply_hashes.0.insert(position, hash);
         }
-        self.replies.push(reply);
+        Rc::make_mut(&mut self.replies).push(reply);
     }
 }
 
@@ -305,7 +307,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     owed_verdict: true,
                     first_send_ms: None,
                     verdict: None,
-                    replies: SmallVec::new(),
+                    replies: Rc::default(),
                     reply_hashes: Prints::default(),
                     effects: 0,
                     original: None,
