@@ -57,7 +57,9 @@
 //! [`sqlite::HarnessDb::restore`]) and knows when it changed ([`System::store_version`],
 //! [`sqlite::HarnessDb::version`]): each run then resumes from a checkpoint of the state its
 //! path shares with the run before, instead of replaying from its start, with the same
-//! runs and verdicts.
+//! runs and verdicts. They also explore fewer states when your handler answers every
+//! submission with a verdict unless a storage fault stops it
+//! ([`System::answers_only_verdicts`]; the engine panics with advice if it answers otherwise).
 //!
 //! Keep failures as regressions with [`Check::regressions`]: a failing schedule is written to
 //! a human-readable file, and every stored schedule is replayed first on later runs (one that
