@@ -468,8 +468,9 @@ impl<S: System> Execution<'_, '_, S> {
         };
         self.tag.set(None);
         if let Ok(reply) = &result {
-            if self.points.faults.storage == storage_faults_before {
-                self.hold_to_verdicts(reply);
+            let claimed = self.system.answers_only_verdicts();
+            if claimed && self.points.faults.storage == storage_faults_before {
+                hold_to_verdicts(reply);
             }
         }
         self.note_storage_faults(&format_args!("handle {intent}#{attempt}"));
@@ -489,20 +490,6 @@ impl<S: System> Execution<'_, '_, S> {
             Err(crash) => self.note_crash(&format_args!("handle {intent}#{attempt}"), crash),
         }
         self.note_store_change(store_before);
-    }
-
-    /// Holds a system that says it answers only verdicts ([`System::answers_only_verdicts`])
-    /// to that, for an invocation that met no storage fault: state hashing relies on it.
-    fn hold_to_verdicts(&self, reply: &Reply<S::Value>) {
-        let verdict = !matches!(
-            reply,
-            Reply::Pending | Reply::RetryAfter { .. } | Reply::Unavailable(_)
-        );
-        assert!(
-            verdict || !self.system.answers_only_verdicts(),
-            "the system says it answers only verdicts (System::answers_only_verdicts), but a \
-             submission met no storage fault and was answered `{reply}`: return false there"
-        );
     }
 
     /// Settles the storage fault chosen at the handler's last crash point and notes each one
@@ -734,4 +721,18 @@ fn copy_of<R: Clone, V>(message: &Message<R, V>) -> Message<R, V> {
         body,
         print: message.print,
     }
+}
+
+/// Holds a system that says it answers only verdicts ([`System::answers_only_verdicts`]) to
+/// that, for an invocation that met no storage fault: state hashing relies on it.
+fn hold_to_verdicts<V: std::fmt::Display>(reply: &Reply<V>) {
+    let verdict = !matches!(
+        reply,
+        Reply::Pending | Reply::RetryAfter { .. } | Reply::Unavailable(_)
+    );
+    assert!(
+        verdict,
+        "the system says it answers only verdicts (System::answers_only_verdicts), but a \
+         submission met no storage fault and was answered `{reply}`: return false there"
+    );
 }

@@ -102,16 +102,8 @@ impl<S: System> Execution<'_, '_, S> {
     /// stands, and whether it may go on now.
     pub(super) fn invocations_fingerprint(&self, hasher: &mut impl Hasher) {
         self.tasks.len().hash(hasher);
-        for invocation in &self.tasks {
-            invocation.intent.hash(hasher);
-            // Its attempt matters only as whether it answers the client's latest send.
-            self.world
-                .answers_latest_send(invocation.intent, invocation.attempt)
-                .hash(hasher);
-            invocation.session.hash(hasher);
-            invocation.request.hash(hasher);
-            invocation.history.hash(hasher);
-            invocation.committed.hash(hasher);
+        for (index, invocation) in self.tasks.iter().enumerate() {
+            self.invocation_print(index).0.hash(hasher);
             (invocation.blocked_since == Some(self.progress)).hash(hasher);
             // How long it has run matters only against the platform's limit.
             let limited = self.points.bounds.invocation_limit_ms.is_some();
@@ -122,7 +114,8 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// What the invocation at `index` serves and where it stands, as a hash (the same for the
-    /// same invocation whatever the order of those in progress), and its intent.
+    /// same invocation whatever the order of those in progress), and its intent. Its attempt
+    /// counts only as whether it answers the client's latest send.
     pub(super) fn invocation_print(&self, index: usize) -> (u64, IntentId) {
         let invocation = &self.tasks[index];
         let print = hash_of(&(

@@ -24,7 +24,7 @@
 //! (`eventual-verdict`), so a step that could come with a fault does not commute with another
 //! client's steps, and a step that brings one wakes every sleeping step.
 
-use super::world::{hash_of, Action, Body};
+use super::world::{hash_of, Action, Body, Staleness};
 use crate::clock::Timeouts;
 use crate::system::System;
 
@@ -186,10 +186,11 @@ impl<S: System> Execution<'_, '_, S> {
             return 0;
         }
         let taken_before = |id| self.revisit.is_some_and(|left: SleepIds| !left.holds(id));
+        let staleness = self.staleness();
         let maskable = actions.iter().take(32).enumerate();
         maskable
             .filter(|(_, &action)| {
-                let id = self.move_of(action).id;
+                let id = self.move_of(action, staleness).id;
                 sleep.holds(id) || taken_before(id)
             })
             .fold(0, |mask, (index, _)| mask | 1 << index)
@@ -200,12 +201,13 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn choosing(&self, actions: &[Action], answer: usize, asleep: u32) -> Chosen {
         let mut after = SleepSet::EMPTY;
         if let Some(sleep) = self.sleep.filter(|sleep| answer > 0 || sleep.len > 0) {
-            let taken = self.move_of(actions[answer]);
+            let staleness = self.staleness();
+            let taken = self.move_of(actions[answer], staleness);
             let earlier = actions[..answer]
                 .iter()
                 .enumerate()
                 .filter(|(index, _)| *index >= 32 || asleep >> index & 1 == 0)
-                .map(|(_, &action)| self.move_of(action));
+                .map(|(_, &action)| self.move_of(action, staleness));
             for step in sleep.moves().iter().copied().chain(earlier) {
                 if step.commutes_with(&taken) {
                     after.add(step);
@@ -234,7 +236,8 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// How sleep sets see `action` in the current state.
-    fn move_of(&self, action: Action) -> Move {
+    /// (`staleness`: what message prints tell apart here, [`Execution::staleness`].)
+    fn move_of(&self, action: Action, staleness: Staleness) -> Move {
         let timed = self.points.bounds.timeouts == Timeouts::Timed;
         let faulty = self.points.fault_allowed();
         let clock = |id| Move {
@@ -250,7 +253,7 @@ impl<S: System> Execution<'_, '_, S> {
             },
             Action::Deliver(index) => {
                 let message = &self.world.network[index];
-                let id = self.world.message_print(message, self.staleness());
+                let id = self.world.message_print(message, staleness);
                 let client = self.world.intent(message.intent).client;
                 match message.body {
                     Body::Request(..) | Body::Lookup(..) => Move {
