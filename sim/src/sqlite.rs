@@ -453,12 +453,18 @@ fn configure_sqlite() {
     });
 }
 
+/// Prepared statements each connection keeps (rusqlite keeps 16 by default).
+const STATEMENT_CACHE_CAPACITY: usize = 128;
+
 fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(uri, flags)?;
+    // Room for every statement a handler, the harness's copies and the fingerprints use: a
+    // statement that falls out of the cache is parsed again on its next use.
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     let intent = tag.clone();
     connection.create_scalar_function(
         "retrysim_intent",

@@ -514,7 +514,9 @@ pub trait System {
     /// [`crate::sqlite::HarnessDb`], [`crate::sqlite::HarnessDb::version`]); while it stays,
     /// the engine does not read the store again for state hashing or ground truth. `None`, the
     /// default, means unknown: the store is read again after every invocation, lookup and
-    /// event. It must move for every change, whoever makes it.
+    /// event. It must move for every change, whoever makes it (restores included), and two
+    /// equal versions must mean one store: the engine keeps what it read at a version from
+    /// run to run. A count that only grows will do.
     fn store_version(&self, _store: &Self::Store) -> Option<u64> {
         None
     }

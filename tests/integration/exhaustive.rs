@@ -494,6 +494,36 @@ fn sleep_sets_find_every_violation_plain_enumeration_finds_with_two_clients() {
     );
 }
 
+/// A run resumed from a checkpoint is the run a replay from its start gives: every state, run
+/// and coverage count of a whole bound is the same either way, for every correct handler (the
+/// faulty ones are compared above). What the engine read of the store (its deadlines, its
+/// background work) is kept from run to run and put back with a checkpoint's store, so this
+/// holds only if those reads always belong to the store they are used with.
+#[test]
+fn resumed_runs_are_the_runs_replays_give_for_every_correct_handler() {
+    let correct = models::handlers()
+        .iter()
+        .filter(|entry| entry.declared == Declared::Correct);
+    for entry in correct {
+        let bounds = Bounds {
+            intents_max: 2,
+            ..entry.bounds_from(small(1, 2))
+        };
+        let resumed = CheckOptions {
+            stop: StopAt::EndOfBound,
+            ..CheckOptions::new(bounds)
+        };
+        let replayed = CheckOptions {
+            checkpoints: false,
+            ..resumed.clone()
+        };
+        let report = exhaust(&mut *(entry.build)(), &resumed);
+        let which = format!("{}/{} {bounds}", entry.domain, entry.handler);
+        assert!(report.runs() > 100, "{which}: {} runs", report.runs());
+        assert_eq!(report, exhaust(&mut *(entry.build)(), &replayed), "{which}");
+    }
+}
+
 /// With invocations in progress, states hash each invocation's history; without faults, the
 /// plain enumeration is small enough to compare verdicts against.
 #[test]

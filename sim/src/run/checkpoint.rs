@@ -9,6 +9,7 @@
 //! is the run a replay from the start would give (a step depends on its state and its
 //! answers only); only the work of getting there is saved.
 
+use super::execution::ReadsCopy;
 use super::world::World;
 use super::FaultCounts;
 use crate::system::{StoreCopy, System};
@@ -61,7 +62,14 @@ pub(super) struct Checkpoint<S: System> {
     /// stores, as state hashing assumes.
     pub(super) store_print: u64,
     /// The committed store, shared by the checkpoints between which it did not change.
-    pub(super) store: Rc<StoreCopy>,
+    pub(super) store: Rc<SavedStore>,
+}
+
+/// A copy of the committed store, and what the engine had read of it when it was copied (put
+/// back with it, so that a resumed run need not read the store again).
+pub(super) struct SavedStore {
+    pub(super) copy: StoreCopy,
+    pub(super) reads: ReadsCopy,
 }
 
 /// The checkpoints along the current run's path, and what is needed to go back to one.
@@ -84,7 +92,7 @@ impl<S: System> Checkpoints<S> {
     }
 
     /// The newest checkpoint's copy of the store, if the store's fingerprint is `print` there.
-    pub(super) fn store_at(&self, print: u64) -> Option<Rc<StoreCopy>> {
+    pub(super) fn store_at(&self, print: u64) -> Option<Rc<SavedStore>> {
         let newest = self.stack.last()?;
         (newest.store_print == print).then(|| Rc::clone(&newest.store))
     }

@@ -1,7 +1,7 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
-use super::checkpoint::{Checkpoint, Checkpoints, EngineState};
+use super::checkpoint::{Checkpoint, Checkpoints, EngineState, SavedStore};
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Body, Message, ServerReply, Staleness, World};
@@ -13,12 +13,75 @@ use crate::system::{Crash, IntentId, IntentTag, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use crate::{Invariant, Violation};
 use corosensei::stack::DefaultStack;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt::Display;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+
+/// What the engine read from the committed store, each with the store's version when it was
+/// read ([`System::store_version`]). Equal versions are one store, so a read is kept while the
+/// version stays, from step to step and from run to run: most runs of a check resume from a
+/// checkpoint whose store is the one the run before left. Without versions, a read is kept
+/// only until something that can change the store runs.
+#[derive(Default)]
+pub(super) struct StoreReads {
+    /// The store's deadlines ([`System::deadlines`]), earliest first.
+    pub(super) deadlines: RefCell<Read<Rc<Vec<crate::Deadline>>>>,
+    /// The intent of the background work due ([`System::job_due`]), if any.
+    pub(super) job: Cell<Read<Option<IntentId>>>,
+}
+
+/// A value read from the store, with the store's version then; `None` until read.
+pub(super) type Read<T> = Option<(Option<u64>, T)>;
+
+/// The reads of one store, kept with a copy of it ([`super::checkpoint::SavedStore`]).
+#[derive(Default)]
+pub(super) struct ReadsCopy {
+    deadlines: Option<Rc<Vec<crate::Deadline>>>,
+    job: Option<Option<IntentId>>,
+}
+
+impl StoreReads {
+    /// Forgets every read: the store may have changed.
+    pub(super) fn forget(&self) {
+        self.deadlines.take();
+        self.job.set(None);
+    }
+
+    /// The reads taken of the store at `version`.
+    pub(super) fn at(&self, version: Option<u64>) -> ReadsCopy {
+        let deadlines = self.deadlines.borrow();
+        let taken_at = |read: Option<u64>| version.is_some() && read == version;
+        ReadsCopy {
+            deadlines: deadlines
+                .as_ref()
+                .filter(|(read, _)| taken_at(*read))
+                .map(|(_, deadlines)| Rc::clone(deadlines)),
+            job: self
+                .job
+                .get()
+                .filter(|(read, _)| taken_at(*read))
+                .map(|(_, due)| due),
+        }
+    }
+
+    /// Takes `copy`'s reads as those of the store at `version` (the store `copy` was read of,
+    /// put back).
+    pub(super) fn adopt(&self, version: Option<u64>, copy: &ReadsCopy) {
+        self.forget();
+        if version.is_none() {
+            return;
+        }
+        if let Some(deadlines) = &copy.deadlines {
+            *self.deadlines.borrow_mut() = Some((version, Rc::clone(deadlines)));
+        }
+        if let Some(due) = copy.job {
+            self.job.set(Some((version, due)));
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Delivery {
@@ -72,12 +135,8 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) checkpoints: Option<&'a mut Checkpoints<S>>,
     /// Whether the run resumed from a checkpoint of the state it is in now.
     pub(super) at_checkpoint: bool,
-    /// The store's deadlines ([`System::deadlines`]) and the store's version when they were
-    /// read; kept like `store_print`.
-    pub(super) deadlines_read: std::cell::RefCell<Option<(Option<u64>, Vec<crate::Deadline>)>>,
-    /// Whether background work is due ([`System::job_due`]) and the store's version when it
-    /// was read; kept like `store_print`.
-    pub(super) job_read: Cell<Option<(Option<u64>, Option<IntentId>)>>,
+    /// What was read from the committed store, kept from run to run while its version stays.
+    pub(super) reads: &'a StoreReads,
     /// The steps asleep now, when the run puts steps to sleep ([`super::Enumeration::sleep_sets`]).
     pub(super) sleep: Option<SleepSet>,
     /// At the step about to be taken, when earlier visits of its state took every step but
@@ -176,8 +235,7 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn store_changes(&mut self) {
         if !self.versioned {
             self.store_print.set(None);
-            self.deadlines_read.take();
-            self.job_read.set(None);
+            self.reads.forget();
         }
     }
 
@@ -189,13 +247,13 @@ impl<S: System> Execution<'_, '_, S> {
             return None;
         }
         let version = self.store_version();
-        if let Some((read_at, due)) = self.job_read.get() {
+        if let Some((read_at, due)) = self.reads.job.get() {
             if read_at == version {
                 return due;
             }
         }
         let due = self.system.job_due(self.store);
-        self.job_read.set(Some((version, due)));
+        self.reads.job.set(Some((version, due)));
         due
     }
 
@@ -251,10 +309,15 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         let store_print = self.committed_print();
+        let version = self.store_version();
+        let (system, store_now, reads) = (self.system, &*self.store, self.reads);
         let checkpoints = self.checkpoints.as_deref_mut().expect("checked above");
-        let store = checkpoints
-            .store_at(store_print)
-            .unwrap_or_else(|| Rc::new(self.system.save(self.store).expect("the store copies")));
+        let store = checkpoints.store_at(store_print).unwrap_or_else(|| {
+            Rc::new(SavedStore {
+                copy: system.save(store_now).expect("the store copies"),
+                reads: reads.at(version),
+            })
+        });
         let state = EngineState {
             world: self.world.clone(),
             memory: self.memory.clone(),

@@ -20,7 +20,7 @@ use crate::timeline::{Lane, Timeline};
 use crate::{Invariant, Violation};
 use checkpoint::{Checkpoints, EngineState};
 use corosensei::stack::DefaultStack;
-use execution::Execution;
+use execution::{Execution, StoreReads};
 use serde::Serialize;
 use sleep::{SleepIds, SleepSet};
 use smallvec::SmallVec;
@@ -409,6 +409,8 @@ pub struct Simulator<S: System> {
     reducing_crashes: bool,
     /// Whether the runs being enumerated put steps to sleep ([`Enumeration::sleep_sets`]).
     reducing_orders: bool,
+    /// What runs read from the committed store, kept from run to run while its version stays.
+    reads: StoreReads,
 }
 
 impl<S: System> Simulator<S> {
@@ -427,6 +429,7 @@ impl<S: System> Simulator<S> {
             commits: Arc::new(AtomicU64::new(0)),
             reducing_crashes: false,
             reducing_orders: false,
+            reads: StoreReads::default(),
         }
     }
 
@@ -508,7 +511,9 @@ impl<S: System> Simulator<S> {
         let store_now = checkpoints.store_now;
         let checkpoint = checkpoints.before(changed)?;
         if store_now != Some(checkpoint.store_print) {
-            self.system.restore(&mut self.store, &checkpoint.store);
+            self.system.restore(&mut self.store, &checkpoint.store.copy);
+            let version = self.system.store_version(&self.store);
+            self.reads.adopt(version, &checkpoint.store.reads);
         }
         let state = checkpoint.state.clone();
         Some((checkpoint.answers, state, checkpoint.store_print))
@@ -568,6 +573,9 @@ impl<S: System> Simulator<S> {
         let state = start.state;
         let overlapping = self.overlaps && bounds.invocations_max > 1;
         let versioned = !overlapping && self.system.store_version(&self.store).is_some();
+        if !versioned {
+            self.reads.forget();
+        }
         let mut execution = Execution::<S> {
             system: &self.system,
             store: &mut self.store,
@@ -607,8 +615,7 @@ impl<S: System> Simulator<S> {
             store_seen: None,
             checkpoints: checkpoints.as_deref_mut(),
             at_checkpoint: start.store_print.is_some(),
-            deadlines_read: std::cell::RefCell::new(None),
-            job_read: Cell::new(None),
+            reads: &self.reads,
             sleep: self.reducing_orders.then_some(state.asleep),
             revisit: None,
         };

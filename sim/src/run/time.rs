@@ -10,6 +10,7 @@ use crate::clock::{Deadline, Timeouts};
 use crate::system::System;
 use crate::timeline::Lane;
 use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 
 impl<S: System> Execution<'_, '_, S> {
     /// With timed timeouts, adds the passing of time to the enabled actions, last, while a
@@ -68,11 +69,11 @@ impl<S: System> Execution<'_, '_, S> {
             return read(&[]);
         }
         let version = self.store_version();
-        let mut cache = self.deadlines_read.borrow_mut();
+        let mut cache = self.reads.deadlines.borrow_mut();
         if !matches!(&*cache, Some((taken_at, _)) if *taken_at == version) {
             let mut deadlines = self.system.deadlines(self.store);
             deadlines.sort();
-            *cache = Some((version, deadlines));
+            *cache = Some((version, Rc::new(deadlines)));
         }
         let (_, deadlines) = cache.as_ref().expect("read above");
         read(deadlines)
@@ -140,7 +141,7 @@ impl<S: System> Execution<'_, '_, S> {
         if !store_due.is_empty() {
             self.lose_messages_in_flight();
             self.store_changes();
-            self.deadlines_read.take();
+            self.reads.deadlines.take();
             let before = self.trace_store();
             self.system.pass_time(self.store, now_ms);
             self.note_store_change(before);
