@@ -495,8 +495,8 @@ fn sleep_sets_find_every_violation_plain_enumeration_finds_with_two_clients() {
 }
 
 /// A run resumed from a checkpoint is the run a replay from its start gives: every state, run
-/// and coverage count of a whole bound is the same either way, for every correct handler (the
-/// faulty ones are compared above). What the engine read of the store (its deadlines, its
+/// and coverage count of a whole bound is the same either way, for every correct handler, one
+/// invocation at a time and overlapping (the faulty ones are compared above). What the engine read of the store (its deadlines, its
 /// background work) is kept from run to run and put back with a checkpoint's store, so this
 /// holds only if those reads always belong to the store they are used with.
 #[test]
@@ -504,10 +504,15 @@ fn resumed_runs_are_the_runs_replays_give_for_every_correct_handler() {
     let correct = models::handlers()
         .iter()
         .filter(|entry| entry.declared == Declared::Correct);
-    for entry in correct {
+    let one_client = small(1, 2);
+    // A retry overlapping the invocation it follows.
+    let retry_overlapping = overlapping(small(1, 1));
+    let cases = correct.flat_map(|entry| [(entry, one_client), (entry, retry_overlapping)]);
+    for (entry, bounds) in cases {
         let bounds = Bounds {
-            intents_max: 2,
-            ..entry.bounds_from(small(1, 2))
+            intents_max: bounds.intents_max,
+            invocations_max: bounds.invocations_max,
+            ..entry.bounds_from(bounds)
         };
         let resumed = CheckOptions {
             stop: StopAt::EndOfBound,

@@ -293,7 +293,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// The store's version, when it tells when the store changed.
     pub(super) fn store_version(&self) -> Option<u64> {
         if self.versioned {
-            self.system.store_version(self.store)
+            super::store_version(self.system, self.store, &self.commits)
         } else {
             None
         }

@@ -512,7 +512,7 @@ impl<S: System> Simulator<S> {
         let checkpoint = checkpoints.before(changed)?;
         if store_now != Some(checkpoint.store_print) {
             self.system.restore(&mut self.store, &checkpoint.store.copy);
-            let version = self.system.store_version(&self.store);
+            let version = store_version(&self.system, &self.store, &self.commits);
             self.reads.adopt(version, &checkpoint.store.reads);
         }
         let state = checkpoint.state.clone();
@@ -572,7 +572,7 @@ impl<S: System> Simulator<S> {
     ) -> RunOutcome {
         let state = start.state;
         let overlapping = self.overlaps && bounds.invocations_max > 1;
-        let versioned = !overlapping && self.system.store_version(&self.store).is_some();
+        let versioned = store_version(&self.system, &self.store, &self.commits).is_some();
         if !versioned {
             self.reads.forget();
         }
@@ -636,6 +636,16 @@ impl<S: System> Simulator<S> {
         }
         outcome
     }
+}
+
+/// The version of `system`'s committed store ([`System::store_version`]), counting too the
+/// `commits` on the connections of overlapping invocations, which the system's own count does
+/// not see (their commit hooks are the engine's). Both counts only grow.
+fn store_version<S: System>(system: &S, store: &S::Store, commits: &AtomicU64) -> Option<u64> {
+    let own = commits.load(std::sync::atomic::Ordering::Relaxed);
+    system
+        .store_version(store)
+        .map(|version| version.wrapping_add(own))
 }
 
 /// How [`Simulator::enumerate`] goes through the runs within a bound.
