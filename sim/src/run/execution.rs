@@ -104,8 +104,8 @@ pub(crate) struct Execution<'a, 's, S: System> {
     /// versions, until something that can change the store runs (an invocation, a lookup, an
     /// outside event): most steps only move messages.
     pub(super) store_print: Cell<Option<(u64, Option<u64>)>>,
-    /// Whether the store's version tells when it changed (a system with versions, in a run
-    /// whose invocations do not overlap).
+    /// Whether the store's version tells when it changed (a system with versions; with
+    /// overlapping invocations, the commits on their connections count too).
     pub(super) versioned: bool,
     /// The store's version when the ground truth was last read.
     pub(super) effects_read_at: Option<u64>,
