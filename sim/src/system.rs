@@ -497,7 +497,7 @@ pub trait System {
 
     /// Copies the committed store, so that an exhaustive check can go back to this point of a
     /// run instead of replaying the run from its start (copies are told apart by
-    /// [`System::fingerprint`]). `None`, the default, means the store
+    /// [`System::fingerprint`] and [`System::deadlines`]). `None`, the default, means the store
     /// cannot be copied: exhaustive checks then replay every run from its start (slower, with
     /// the same results). Only called when no invocation is in progress.
     fn save(&self, _store: &Self::Store) -> Option<StoreCopy> {
@@ -693,9 +693,11 @@ pub trait System {
     fn describe_store(&self, store: &Self::Store) -> String;
 
     /// A fingerprint of the whole committed store, for exhaustive checks: two stores with
-    /// equal fingerprints must behave alike from here on. State hashing skips a state met
-    /// again, and checkpoints put back a copy of a store only when its fingerprint differs
-    /// from the store's now. The default hashes [`System::describe_store`]; override it when
+    /// equal fingerprints and equal deadlines ([`System::deadlines`]) must behave alike from
+    /// here on, so a time whose only use is a deadline may be left out (state hashing holds
+    /// deadlines relative to now). State hashing skips a state met again, and checkpoints put
+    /// back a copy of a store only when its fingerprint or its deadlines differ from the
+    /// store's now. The default hashes [`System::describe_store`]; override it when
     /// the description leaves state out (hashing with [`crate::StateHasher`], e.g. through
     /// [`crate::fingerprint_of`]).
     fn fingerprint(&self, store: &Self::Store) -> u64 {

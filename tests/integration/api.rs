@@ -69,7 +69,7 @@ fn run_panics_on_a_violation() {
 fn failures_are_kept_as_regressions_and_replayed_first() {
     use outside::Bank;
     let path = scratch_file("bank-regressions.txt");
-    let forgetful = Bank { dedup: false };
+    let forgetful = Bank::new(false);
     let first = Check::system("bank/one", forgetful)
         .seeds(0..2_000)
         .regressions(&path)
@@ -88,7 +88,7 @@ fn failures_are_kept_as_regressions_and_replayed_first() {
 #[test]
 fn a_check_replays_only_its_own_regressions() {
     use outside::Bank;
-    let forgetful = Bank { dedup: false };
+    let forgetful = Bank::new(false);
     // With one attempt and no fault, the forgetful bank is clean; one duplicated delivery
     // (a fault) applies its deposit twice. A stored line keeps that fault's budget.
     let one_attempt = Bounds {
@@ -124,7 +124,7 @@ fn a_check_replays_only_its_own_regressions() {
     // Another check sharing the file leaves the line alone: it is clean.
     check("bank/two", forgetful).unwrap();
     // A fixed handler passes; the line that no longer fails is reported, not dropped.
-    check("bank/one", Bank { dedup: true }).unwrap();
+    check("bank/one", Bank::new(true)).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), stored);
 }
 
@@ -143,7 +143,7 @@ fn bad_settings_are_errors_not_silent() {
         too_many.contains("clients_max is 5, but this system's workloads draw at most 3"),
         "{too_many}"
     );
-    let spaced = Check::system("my bank", outside::Bank { dedup: true })
+    let spaced = Check::system("my bank", outside::Bank::new(true))
         .verdict()
         .unwrap_err();
     assert!(spaced.contains("must be one word"), "{spaced}");
@@ -291,8 +291,8 @@ mod outside {
     //! apply once per request id.
 
     use retrysim::{
-        Bounds, ChoiceKind, Crash, Ctx, Decider, Intent, IntentId, IntentTag, Ledger, NoEvent,
-        Reply, Request, StoreCopy, System, Workload,
+        Bounds, ChoiceKind, Crash, Ctx, Deadline, Decider, Intent, IntentId, IntentTag, Ledger,
+        NoEvent, Reply, Request, StoreCopy, System, Workload,
     };
     use std::collections::BTreeMap;
     use std::hash::{Hash, Hasher};
@@ -319,18 +319,39 @@ mod outside {
         }
     }
 
-    /// The durable account: a balance, the deposits seen, and the harness's ledger.
+    /// The durable account: a balance, the deposits seen, when each one's record expires,
+    /// and the harness's ledger.
     pub struct Account {
         balance: i64,
         seen: BTreeMap<&'static str, i64>,
+        expires_ms: BTreeMap<&'static str, u64>,
         ledger: Ledger,
     }
 
     /// `dedup` chooses between a correct handler (remembers ids durably, with the balance)
-    /// and a faulty one (forgets them).
+    /// and a faulty one (forgets them). With `sliding_retention_ms`, a deposit's record
+    /// expires that long after it was last sent, and is purged then.
     #[derive(Clone, Copy)]
     pub struct Bank {
         pub dedup: bool,
+        pub sliding_retention_ms: Option<u64>,
+    }
+
+    impl Bank {
+        /// A bank whose records never expire.
+        pub fn new(dedup: bool) -> Self {
+            Bank {
+                dedup,
+                sliding_retention_ms: None,
+            }
+        }
+
+        /// Keeps (or refreshes) `id`'s record for the retention, from now.
+        fn retain(&self, ctx: &Ctx<'_>, account: &mut Account, id: &'static str) {
+            if let Some(retention_ms) = self.sliding_retention_ms {
+                account.expires_ms.insert(id, ctx.now_ms() + retention_ms);
+            }
+        }
     }
 
     impl System for Bank {
@@ -345,12 +366,14 @@ mod outside {
             Account {
                 balance: 0,
                 seen: BTreeMap::new(),
+                expires_ms: BTreeMap::new(),
                 ledger: Ledger::new(tag),
             }
         }
         fn reset(&self, account: &mut Account) {
             account.balance = 0;
             account.seen.clear();
+            account.expires_ms.clear();
             account.ledger.clear();
         }
         fn restart(&self, _account: &mut Account) {}
@@ -360,15 +383,40 @@ mod outside {
             Some(StoreCopy::new((
                 account.balance,
                 account.seen.clone(),
+                account.expires_ms.clone(),
                 effects,
             )))
         }
         fn restore(&self, account: &mut Account, copy: &StoreCopy) {
-            type Copy = (i64, BTreeMap<&'static str, i64>, Vec<IntentId>);
-            let (balance, seen, effects) = copy.get::<Copy>().expect("a copy of an account");
+            type Ids<T> = BTreeMap<&'static str, T>;
+            type Copy = (i64, Ids<i64>, Ids<u64>, Vec<IntentId>);
+            let (balance, seen, expires_ms, effects) =
+                copy.get::<Copy>().expect("a copy of an account");
             account.balance = *balance;
             account.seen.clone_from(seen);
+            account.expires_ms.clone_from(expires_ms);
             account.ledger.restore(effects);
+        }
+        fn deadlines(&self, account: &Account) -> Vec<Deadline> {
+            let expiries = account.expires_ms.iter();
+            expiries
+                .map(|(id, &at_ms)| Deadline {
+                    at_ms,
+                    what: format!("{id} expires"),
+                })
+                .collect()
+        }
+        fn pass_time(&self, account: &mut Account, now_ms: u64) {
+            let expired: Vec<&'static str> = account
+                .expires_ms
+                .iter()
+                .filter(|(_, &at_ms)| at_ms <= now_ms)
+                .map(|(&id, _)| id)
+                .collect();
+            for id in expired {
+                account.expires_ms.remove(id);
+                account.seen.remove(id);
+            }
         }
         fn workload(
             &self,
@@ -394,6 +442,7 @@ mod outside {
             deposit: &Deposit,
         ) -> Result<Reply<i64>, Crash> {
             if let Some(&balance) = account.seen.get(deposit.id) {
+                self.retain(ctx, account, deposit.id);
                 return Ok(Reply::Replayed(balance));
             }
             ctx.point("before-deposit")?;
@@ -401,6 +450,7 @@ mod outside {
             account.ledger.record();
             if self.dedup {
                 account.seen.insert(deposit.id, account.balance);
+                self.retain(ctx, account, deposit.id);
             }
             Ok(Reply::Applied(account.balance))
         }
@@ -410,7 +460,9 @@ mod outside {
         fn describe_store(&self, account: &Account) -> String {
             format!("balance={}", account.balance)
         }
-        // The description leaves the deposits seen out; exhaustive checks need them.
+        // The description leaves the deposits seen out; exhaustive checks need them. When a
+        // record expires matters only through its deadline, which the engine holds relative
+        // to now: it is left out.
         fn fingerprint(&self, account: &Account) -> u64 {
             let mut hasher = std::collections::hash_map::DefaultHasher::new();
             (account.balance, &account.seen, account.ledger.effects()).hash(&mut hasher);
@@ -420,37 +472,43 @@ mod outside {
 }
 
 /// A system written outside the crate that copies its store (and has no store version) gets
-/// the same exhaustive report resuming runs from checkpoints as replaying each from its start.
+/// the same exhaustive report resuming runs from checkpoints as replaying each from its start;
+/// so does one whose fingerprint leaves out when its records expire (a replay refreshes the
+/// expiry and nothing else, so two stores that differ only there have one fingerprint).
 #[test]
 fn a_system_outside_the_crate_resumes_runs_from_checkpoints() {
     use outside::Bank;
-    for dedup in [true, false] {
+    let sliding = Bank {
+        sliding_retention_ms: Some(1_500),
+        ..Bank::new(true)
+    };
+    for bank in [Bank::new(true), Bank::new(false), sliding] {
         let report = |checkpoints| {
             let options = CheckOptions {
                 checkpoints,
                 stop: StopAt::EndOfBound,
                 ..CheckOptions::new(small())
             };
-            exhaust(&mut Simulator::new(Bank { dedup }), &options)
+            exhaust(&mut Simulator::new(bank), &options)
         };
         let resumed = report(true);
         assert_eq!(resumed, report(false));
         assert!(resumed.runs() > 20, "{}", resumed.runs());
-        assert_eq!(resumed.clean(), dedup);
+        assert_eq!(resumed.clean(), bank.dedup);
     }
 }
 
 #[test]
 fn a_handler_written_outside_the_crate_is_checked_too() {
     use outside::Bank;
-    Check::system("bank/dedup", Bank { dedup: true })
+    Check::system("bank/dedup", Bank::new(true))
         .seeds(0..2_000)
         .run();
-    Check::system("bank/dedup", Bank { dedup: true })
+    Check::system("bank/dedup", Bank::new(true))
         .exhaustive()
         .bounds(small())
         .run();
-    let message = Check::system("bank/forgetful", Bank { dedup: false })
+    let message = Check::system("bank/forgetful", Bank::new(false))
         .seeds(0..2_000)
         .verdict()
         .unwrap_err();

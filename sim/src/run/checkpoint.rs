@@ -61,6 +61,9 @@ pub(super) struct Checkpoint<S: System> {
     /// The committed store's fingerprint ([`System::fingerprint`]): equal prints are equal
     /// stores, as state hashing assumes.
     pub(super) store_print: u64,
+    /// The store's identity ([`super::execution::Execution::store_identity`]): equal ones
+    /// are one store, deadlines included.
+    pub(super) store_identity: u64,
     /// The committed store, shared by the checkpoints between which it did not change.
     pub(super) store: Rc<SavedStore>,
 }
@@ -78,7 +81,7 @@ pub(super) struct Checkpoints<S: System> {
     stack: Vec<Checkpoint<S>>,
     /// The answers of the run that made the newest checkpoints.
     answers: Vec<u32>,
-    /// The fingerprint of the store's contents now.
+    /// The identity of the store as it is now, if known.
     pub(super) store_now: Option<u64>,
 }
 
@@ -91,10 +94,10 @@ impl<S: System> Checkpoints<S> {
         }
     }
 
-    /// The newest checkpoint's copy of the store, if the store's fingerprint is `print` there.
-    pub(super) fn store_at(&self, print: u64) -> Option<Rc<SavedStore>> {
+    /// The newest checkpoint's copy of the store, if the store's identity is `identity` there.
+    pub(super) fn store_at(&self, identity: u64) -> Option<Rc<SavedStore>> {
         let newest = self.stack.last()?;
-        (newest.store_print == print).then(|| Rc::clone(&newest.store))
+        (newest.store_identity == identity).then(|| Rc::clone(&newest.store))
     }
 
     /// Keeps `checkpoint` as the newest; one with as many answers as the newest replaces it
@@ -110,11 +113,12 @@ impl<S: System> Checkpoints<S> {
         self.stack.push(checkpoint);
     }
 
-    /// Notes the answers of the run that just ended (its tape, trailing zeros trimmed).
-    pub(super) fn ended(&mut self, answers: &[u32], store_print: u64) {
+    /// Notes the answers of the run that just ended (its tape, trailing zeros trimmed) and
+    /// the identity of the store it left, if known.
+    pub(super) fn ended(&mut self, answers: &[u32], store_identity: Option<u64>) {
         self.answers.clear();
         self.answers.extend_from_slice(answers);
-        self.store_now = Some(store_print);
+        self.store_now = store_identity;
     }
 
     /// The newest checkpoint before the answer at `changed` (the one the next run changes),

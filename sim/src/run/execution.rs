@@ -309,10 +309,11 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         let store_print = self.committed_print();
+        let store_identity = self.store_identity().expect("no invocation is in progress");
         let version = self.store_version();
         let (system, store_now, reads) = (self.system, &*self.store, self.reads);
         let checkpoints = self.checkpoints.as_deref_mut().expect("checked above");
-        let store = checkpoints.store_at(store_print).unwrap_or_else(|| {
+        let store = checkpoints.store_at(store_identity).unwrap_or_else(|| {
             Rc::new(SavedStore {
                 copy: system.save(store_now).expect("the store copies"),
                 reads: reads.at(version),
@@ -333,8 +334,24 @@ impl<S: System> Execution<'_, '_, S> {
             answers: self.points.decider.answers().len(),
             state,
             store_print,
+            store_identity,
             store,
         });
+    }
+
+    /// What tells the committed store apart when a run resumes from a checkpoint (whether it
+    /// must be put back): its fingerprint, and its deadlines as moments. A fingerprint may
+    /// leave out a time that a deadline tells (state hashing holds deadlines relative to
+    /// now), but a store whose records expire at other moments is another store to resume
+    /// from. Unknown (`None`) while an invocation is in progress.
+    pub(super) fn store_identity(&self) -> Option<u64> {
+        if !self.tasks.is_empty() {
+            return None;
+        }
+        let mut hasher = crate::StateHasher::default();
+        self.committed_print().hash(&mut hasher);
+        self.with_store_deadlines(|deadlines| deadlines.hash(&mut hasher));
+        Some(hasher.finish())
     }
 
     /// Hashes the whole state but the faults spent reaching it: everything that decides the

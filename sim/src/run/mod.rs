@@ -510,7 +510,7 @@ impl<S: System> Simulator<S> {
     ) -> Option<(usize, EngineState<S>, u64)> {
         let store_now = checkpoints.store_now;
         let checkpoint = checkpoints.before(changed)?;
-        if store_now != Some(checkpoint.store_print) {
+        if store_now != Some(checkpoint.store_identity) {
             self.system.restore(&mut self.store, &checkpoint.store.copy);
             let version = store_version(&self.system, &self.store, &self.commits);
             self.reads.adopt(version, &checkpoint.store.reads);
@@ -626,13 +626,13 @@ impl<S: System> Simulator<S> {
             execution.effects_read_at = version;
         }
         let end = execution.run_to_end();
-        let store_print = execution
+        let store_identity = execution
             .checkpoints
             .is_some()
-            .then(|| execution.committed_print());
+            .then(|| execution.store_identity());
         let outcome = execution.finish(end);
-        if let (Some(checkpoints), Some(store_print)) = (checkpoints, store_print) {
-            checkpoints.ended(outcome.tape.answers(), store_print);
+        if let (Some(checkpoints), Some(store_identity)) = (checkpoints, store_identity) {
+            checkpoints.ended(outcome.tape.answers(), store_identity);
         }
         outcome
     }

@@ -64,7 +64,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// Runs `read` on the store's deadlines, earliest first, read from the store again only
     /// when it may have changed; none while an invocation is in progress (its store jobs wait
     /// until the database is free).
-    fn with_store_deadlines<T>(&self, read: impl FnOnce(&[Deadline]) -> T) -> T {
+    pub(super) fn with_store_deadlines<T>(&self, read: impl FnOnce(&[Deadline]) -> T) -> T {
         if !self.tasks.is_empty() {
             return read(&[]);
         }
