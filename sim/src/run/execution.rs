@@ -34,7 +34,7 @@ pub(super) struct StoreReads {
 }
 
 /// A value read from the store, with the store's version then; `None` until read.
-pub(super) type Read<T> = Option<(Option<u64>, T)>;
+type Read<T> = Option<(Option<u64>, T)>;
 
 /// The reads of one store, kept with a copy of it ([`super::checkpoint::SavedStore`]).
 #[derive(Default)]
@@ -311,11 +311,11 @@ impl<S: System> Execution<'_, '_, S> {
         let store_print = self.committed_print();
         let store_identity = self.store_identity().expect("no invocation is in progress");
         let version = self.store_version();
-        let (system, store_now, reads) = (self.system, &*self.store, self.reads);
+        let (system, committed, reads) = (self.system, &*self.store, self.reads);
         let checkpoints = self.checkpoints.as_deref_mut().expect("checked above");
         let store = checkpoints.store_at(store_identity).unwrap_or_else(|| {
             Rc::new(SavedStore {
-                copy: system.save(store_now).expect("the store copies"),
+                copy: system.save(committed).expect("the store copies"),
                 reads: reads.at(version),
             })
         });
