@@ -146,6 +146,7 @@ impl HarnessDb {
         let number = DATABASES_OPENED.fetch_add(1, Ordering::Relaxed);
         let uri = format!("file:/retrysim-{number}?vfs=memdb");
         let keeper = open_connection(&uri, tag)?;
+        keeper.execute_batch(&format!("PRAGMA page_size = {PAGE_SIZE_BYTES}"))?;
         keeper.execute_batch(schema)?;
         keeper.execute_batch(EFFECTS_SCHEMA)?;
         for table in effect_tables {
@@ -452,6 +453,12 @@ fn configure_sqlite() {
         }
     });
 }
+
+/// The database's page size, set before its schema: SQLite's smallest. A transaction copies
+/// each page it first writes into its rollback journal, and the harness's databases are a
+/// few rows per table, so a smaller page is that much less to copy (the default 4096 bytes
+/// made a check spend an eighth of its time more).
+const PAGE_SIZE_BYTES: u32 = 512;
 
 /// Prepared statements each connection keeps (rusqlite keeps 16 by default).
 const STATEMENT_CACHE_CAPACITY: usize = 128;
