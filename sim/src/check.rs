@@ -36,6 +36,78 @@ impl<V: fmt::Display> fmt::Display for Verdict<V> {
     }
 }
 
+/// What the checks can still tell apart of one server answer, whatever else happens in the
+/// run: state hashing keeps this of a run's answers (as a set), not the answers themselves.
+/// `None` for an answer no check can tell from its absence. `original` is the intent's
+/// original result when the answer came (it never changes once set), and `shared` whether
+/// another intent of the workload has its request id with other arguments or under another
+/// scope (see [`shares_request_id`]).
+///
+/// The checks below read an intent's answers only as follows, so two runs whose answers agree
+/// in this, and that agree in everything else state hashing holds, are judged alike:
+/// - `pending` claims nothing ([`truthful_reply`]) and no other check reads it;
+/// - `applied` from an invocation that committed the intent's effect tells nothing its effect
+///   count does not; from one that committed nothing it breaks [`truthful_reply`] and
+///   [`replay_fidelity`], or [`silent_key_reuse`], whatever its value;
+/// - a replay is judged by its value against the original result ([`replay_fidelity`]), by
+///   whether there was one ([`silent_key_reuse`], [`scope_isolation`]) and by whether its
+///   invocation committed ([`truthful_reply`]); once the original result is known only
+///   whether the two differ matters: an intent with one has an effect, and the other two
+///   checks then no longer read its replays;
+/// - a key-reuse refusal by whether its invocation committed and, for an intent that shares
+///   its request id, by whether there was one ([`scope_isolation`]);
+/// - any other refusal only if its invocation committed ([`truthful_reply`]).
+pub(crate) fn reply_evidence<'v, V: PartialEq>(
+    reply: &'v Reply<V>,
+    committed: bool,
+    original: Option<&V>,
+    shared: bool,
+) -> Option<Evidence<'v, V>> {
+    match reply {
+        Reply::Pending => None,
+        Reply::Applied(_) => (!committed).then_some(Evidence::UncommittedApplied),
+        Reply::Replayed(value) if committed => Some(Evidence::Replayed(value, true)),
+        Reply::Replayed(value) => match original {
+            None => Some(Evidence::Replayed(value, false)),
+            Some(original) => (original != value).then_some(Evidence::UnfaithfulReplay),
+        },
+        Reply::KeyReuse => (committed || shared).then_some(Evidence::KeyReuse(committed)),
+        Reply::Refused(_) | Reply::Denied(_) | Reply::Unavailable(_) | Reply::RetryAfter { .. } => {
+            committed.then_some(Evidence::CommittedRefusal)
+        }
+    }
+}
+
+/// What [`reply_evidence`] keeps of an answer.
+#[derive(Hash)]
+pub(crate) enum Evidence<'v, V> {
+    /// `applied` from an invocation that committed nothing.
+    UncommittedApplied,
+    /// A replay of this value, before the original result was known, or from an invocation
+    /// that committed (the flag).
+    Replayed(&'v V, bool),
+    /// A replay of another value than the original result, known when it came.
+    UnfaithfulReplay,
+    /// A key-reuse refusal; whether its invocation committed an effect.
+    KeyReuse(bool),
+    /// A refusal (not key reuse) from an invocation that committed an effect.
+    CommittedRefusal,
+}
+
+/// Whether another intent of `intents` has the request id of the one at `index` with other
+/// arguments (the same key), or under another scope (another key with the same request id):
+/// only then can [`scope_isolation`] judge a key-reuse refusal it was given.
+pub(crate) fn shares_request_id<R: Request>(requests: &[&R], index: usize) -> bool {
+    let request = requests[index];
+    let key = request.key();
+    requests.iter().enumerate().any(|(other_index, other)| {
+        let other_key = other.key();
+        other_index != index
+            && ((other_key == key && *other != request)
+                || (other_key != key && other.request_id() == request.request_id()))
+    })
+}
+
 pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
     intents: &[IntentState<R, V>],
     effects: &[IntentId],
@@ -334,4 +406,191 @@ pub(crate) fn orphan_effects<R: Request, V>(
         });
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::world::{ServerReply, World};
+    use crate::system::{Intent, NoEvent, Workload};
+    use std::collections::BTreeSet;
+
+    /// A request under a scope: its key is the scope and the request id together.
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct Scoped {
+        scope: &'static str,
+        id: &'static str,
+        args: u32,
+    }
+
+    impl Request for Scoped {
+        type Key = String;
+
+        fn key(&self) -> String {
+            format!("{}/{}", self.scope, self.id)
+        }
+
+        fn request_id(&self) -> &str {
+            self.id
+        }
+
+        fn with_fresh_id(&self, _generation: u32) -> Self {
+            self.clone()
+        }
+
+        fn describe(&self) -> String {
+            format!("{} {}", self.key(), self.args)
+        }
+    }
+
+    const fn scoped(scope: &'static str, id: &'static str, args: u32) -> Scoped {
+        Scoped { scope, id, args }
+    }
+
+    /// The first intent's request, and the other's: the same key with other arguments, the
+    /// same request id in another scope, and nothing shared.
+    const WORKLOADS: [(Scoped, Scoped); 3] = [
+        (scoped("s", "r1", 1), scoped("s", "r1", 2)),
+        (scoped("s", "r1", 1), scoped("t", "r1", 1)),
+        (scoped("s", "r1", 1), scoped("s", "r2", 1)),
+    ];
+
+    /// Every answer an intent can get, by whether its invocation committed.
+    fn answers() -> Vec<(Reply<u32>, bool)> {
+        let replies = [
+            Reply::Applied(1),
+            Reply::Applied(2),
+            Reply::Replayed(1),
+            Reply::Replayed(2),
+            Reply::KeyReuse,
+            Reply::Refused("no".into()),
+            Reply::Pending,
+        ];
+        let committed = [false, true];
+        replies
+            .iter()
+            .flat_map(|reply| committed.map(|committed| (reply.clone(), committed)))
+            .collect()
+    }
+
+    /// Every list of at most three answers.
+    fn histories() -> Vec<Vec<(Reply<u32>, bool)>> {
+        let mut histories = vec![Vec::new()];
+        let mut last = vec![Vec::new()];
+        for _ in 0..3 {
+            last = last
+                .iter()
+                .flat_map(|history: &Vec<_>| {
+                    answers().into_iter().map(move |answer| {
+                        let mut longer = history.clone();
+                        longer.push(answer);
+                        longer
+                    })
+                })
+                .collect();
+            histories.extend(last.iter().cloned());
+        }
+        histories
+    }
+
+    /// The invariants `check` finds broken once the first intent of `workload` got `history`
+    /// (recorded as a run records answers: the first committed result is the original), with
+    /// `effects` (the first intent's, the other's, and whether the other's came first) and
+    /// `verdict`; and what state hashing keeps of the first intent.
+    fn judged(
+        workload: &(Scoped, Scoped),
+        history: &[(Reply<u32>, bool)],
+        (own, other, other_first): (u32, u32, bool),
+        verdict: &Option<Verdict<u32>>,
+    ) -> Option<(BTreeSet<Invariant>, Option<u32>, Vec<u64>)> {
+        if history.iter().any(|(_, committed)| *committed) && own == 0 {
+            return None;
+        }
+        let clients = vec![
+            vec![Intent::new(workload.0.clone())],
+            vec![Intent::new(workload.1.clone())],
+        ];
+        let mut world: World<Scoped, u32, NoEvent> =
+            World::new(Workload::of_clients(clients), false);
+        let intent = &mut world.intents[0];
+        for (reply, committed) in history {
+            if let (true, None, Reply::Applied(value) | Reply::Replayed(value)) =
+                (*committed, &intent.original, reply)
+            {
+                intent.original = Some(*value);
+            }
+            intent.add_reply(ServerReply {
+                reply: reply.clone(),
+                committed: *committed,
+                lookup: false,
+            });
+        }
+        intent.effects = own;
+        intent.verdict = verdict.clone();
+        world.intents[1].effects = other;
+        let mut effects = vec![IntentId(0); own as usize];
+        let others = vec![IntentId(1); other as usize];
+        if other_first {
+            effects.splice(0..0, others);
+        } else {
+            effects.extend(others);
+        }
+        let broken = check(&world.intents, &effects, Invariant::ALL)
+            .into_iter()
+            .map(|violation| violation.invariant)
+            .collect();
+        let intent = &world.intents[0];
+        Some((broken, intent.original, intent.evidence().to_vec()))
+    }
+
+    /// State hashing keeps of an intent's answers only what `reply_evidence` keeps: every two
+    /// lists of answers that agree in it (and in the original result) are judged alike, in
+    /// every workload, count of effects and verdict tried.
+    #[test]
+    fn answers_that_agree_in_their_evidence_are_judged_alike() {
+        let histories = histories();
+        let verdicts = [
+            None,
+            Some(Verdict::Succeeded(1)),
+            Some(Verdict::Failed("no".into())),
+        ];
+        let mut groups_merged = 0;
+        for workload in &WORKLOADS {
+            for effects in [
+                (0, 0, false),
+                (1, 0, false),
+                (2, 0, false),
+                (1, 1, false),
+                (1, 1, true),
+                (0, 1, false),
+            ] {
+                for verdict in &verdicts {
+                    let mut judgements: BTreeMap<
+                        (Option<u32>, Vec<u64>),
+                        (BTreeSet<Invariant>, usize),
+                    > = BTreeMap::new();
+                    for (index, history) in histories.iter().enumerate() {
+                        let Some((broken, original, evidence)) =
+                            judged(workload, history, effects, verdict)
+                        else {
+                            continue;
+                        };
+                        let (first, first_index) = judgements
+                            .entry((original, evidence))
+                            .or_insert_with(|| (broken.clone(), index));
+                        if *first_index != index {
+                            groups_merged += 1;
+                        }
+                        assert_eq!(
+                            *first, broken,
+                            "{workload:?} effects {effects:?} verdict {verdict:?}: {:?} and {:?}",
+                            histories[*first_index], history
+                        );
+                    }
+                }
+            }
+        }
+        // The evidence does merge answers (or the test would show nothing).
+        assert!(groups_merged > 100_000, "{groups_merged}");
+    }
 }

@@ -2,7 +2,7 @@
 //! clock, and the timeline being recorded.
 
 use super::Session;
-use crate::check::Verdict;
+use crate::check::{reply_evidence, shares_request_id, Verdict};
 use crate::clock::Timeouts;
 use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
 use crate::timeline::{IntentSummary, Lane, Row, Timeline};
@@ -26,6 +26,9 @@ pub(crate) struct IntentState<R, V> {
     sending_print: u64,
     /// Sent only if the client's previous intent succeeded.
     pub(crate) after_success: bool,
+    /// Whether another intent of the run has its request id with other arguments or under
+    /// another scope ([`crate::check::shares_request_id`]).
+    shares_request_id: bool,
     /// Sends so far (submissions and status lookups).
     pub(crate) attempts: u32,
     /// Sends the server answered *pending* (timed timeouts): answers, not failed attempts,
@@ -40,7 +43,9 @@ pub(crate) struct IntentState<R, V> {
     /// Every answer the server produced for this intent (delivered or not).
     /// Shared between the copies of a run's state, which add to it seldom.
     pub(crate) replies: Rc<Vec<ServerReply<V>>>,
-    /// The hashes of `replies`, sorted and without repeats: the set state hashing uses.
+    /// The hashes of what the checks can tell apart of `replies`
+    /// ([`crate::check::reply_evidence`]), sorted and without repeats: what state hashing
+    /// keeps of them.
     reply_hashes: Prints,
     /// Committed effects, by the ground truth.
     pub(crate) effects: u32,
@@ -49,6 +54,12 @@ pub(crate) struct IntentState<R, V> {
 }
 
 impl<R, V> IntentState<R, V> {
+    /// What state hashing keeps of the intent's answers (see [`IntentState::add_reply`]).
+    #[cfg(test)]
+    pub(crate) fn evidence(&self) -> &[u64] {
+        &self.reply_hashes.0
+    }
+
     /// Whether the intent is owed a definite verdict and has none yet (once it has one, being
     /// owed it no longer matters).
     pub(crate) fn owes_verdict(&self) -> bool {
@@ -68,12 +79,16 @@ impl<R: Hash, V> IntentState<R, V> {
     }
 }
 
-impl<R, V: Clone + Hash> IntentState<R, V> {
+impl<R, V: Clone + Hash + PartialEq> IntentState<R, V> {
     /// Records one more answer of the server for this intent.
     pub(crate) fn add_reply(&mut self, reply: ServerReply<V>) {
-        let hash = hash_of(&reply);
-        if let Err(position) = self.reply_hashes.0.binary_search(&hash) {
-            self.reply_hashes.0.insert(position, hash);
+        let original = self.original.as_ref();
+        let shared = self.shares_request_id;
+        if let Some(evidence) = reply_evidence(&reply.reply, reply.committed, original, shared) {
+            let hash = hash_of(&evidence);
+            if let Err(position) = self.reply_hashes.0.binary_search(&hash) {
+                self.reply_hashes.0.insert(position, hash);
+            }
         }
         Rc::make_mut(&mut self.replies).push(reply);
     }
@@ -302,6 +317,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     request_print,
                     sending_print: request_print,
                     after_success,
+                    shares_request_id: false,
                     attempts: 0,
                     polls: 0,
                     owed_verdict: true,
@@ -326,6 +342,13 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 next: NextSend::Submit,
                 generation: 0,
             });
+        }
+        let requests: Vec<&R> = intents.iter().map(|intent| &intent.request).collect();
+        let shared: Vec<bool> = (0..requests.len())
+            .map(|index| shares_request_id(&requests, index))
+            .collect();
+        for (intent, shared) in intents.iter_mut().zip(shared) {
+            intent.shares_request_id = shared;
         }
         World {
             intents,
@@ -368,7 +391,8 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             // record holds it (see `owed_verdicts`).
             intent.effects.hash(hasher);
             intent.original.hash(hasher);
-            // The checks ask whether some reply breaks a rule: a set of replies suffices.
+            // The checks ask whether some reply breaks a rule: a set of what they can tell
+            // apart of the replies suffices.
             intent.reply_hashes.hash(hasher);
             // How a concluded intent was sent no longer matters.
             if intent.verdict.is_none() {
