@@ -159,6 +159,11 @@ impl<H: SqlHandler> System for OnSql<H> {
 
     /// Its database's commits (and, for a provider, its charges) are all it changes
     /// durably, and the harness reports each.
+    /// A [`SqlHandler`]'s store tells no pending records and no records of outside effects.
+    fn judges_records(&self) -> bool {
+        false
+    }
+
     fn reports_durable_changes(&self) -> bool {
         true
     }

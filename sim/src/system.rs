@@ -588,6 +588,17 @@ pub trait System {
         None
     }
 
+    /// Whether [`System::is_pending`] or [`System::effect_records`] can tell anything of this
+    /// system's store. A run's end then judges the records of every intent that was open at
+    /// its last fault, even one its client concluded since (`eventual-verdict`,
+    /// `no-orphan-effect`), so an exhaustive check tells apart the states where such an intent
+    /// concluded before the last fault from those where it concluded after. A system that
+    /// overrides neither may say `false`: it explores fewer states. The default, `true`, is
+    /// right for every system.
+    fn judges_records(&self) -> bool {
+        true
+    }
+
     /// The intent whose invocation queued the store's next piece of background work (an
     /// outbox row a relay sends), by the harness's own record (e.g.
     /// [`crate::sqlite::HarnessDb::row_intent`]); `None`, the default, when nothing is queued.

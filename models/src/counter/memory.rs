@@ -62,6 +62,11 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         self.0.answers_only_verdicts()
     }
 
+    /// A total keeps no pending records and no records of outside effects.
+    fn judges_records(&self) -> bool {
+        false
+    }
+
     fn store_version(&self, store: &MemoryTotal) -> Option<u64> {
         Some(store.changes)
     }

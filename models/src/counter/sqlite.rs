@@ -121,6 +121,11 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         self.0.answers_only_verdicts()
     }
 
+    /// The counter's store keeps no pending records and no records of outside effects.
+    fn judges_records(&self) -> bool {
+        false
+    }
+
     fn store_version(&self, store: &SqliteCounter) -> Option<u64> {
         Some(store.db.version())
     }

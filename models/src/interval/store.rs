@@ -208,6 +208,11 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         self.0.answers_only_verdicts()
     }
 
+    /// The interval store keeps no pending records and no records of outside effects.
+    fn judges_records(&self) -> bool {
+        false
+    }
+
     fn store_version(&self, store: &IntervalStore) -> Option<u64> {
         // Both counts only grow, so their sum moves whenever either does.
         Some(store.db.version() + store.revocations_changed)

@@ -217,7 +217,7 @@ impl<S: System> Execution<'_, '_, S> {
         let visit = Visit {
             steps: self.world.steps,
             budget: FaultBudget::left(&self.points.bounds, &self.points.faults),
-            owed: self.world.owed_verdicts(),
+            owed: self.world.owed_verdicts(self.system.judges_records()),
             asleep: self.sleep.unwrap_or_default().ids(),
         };
         let pruning = self.pruning.as_mut().expect("hashing states");

@@ -88,8 +88,9 @@ impl Hasher for PrintHasher {
 struct Visit {
     steps: u32,
     budget: FaultBudget,
-    /// The intents owed a definite verdict (`eventual-verdict`), one bit each: a visit that
-    /// owes more can break it in every way one that owes less can.
+    /// The intents owed a definite verdict (`eventual-verdict`, and `no-orphan-effect`), one
+    /// bit each ([`World::owed_verdicts`]): a visit that owes more can break them in every way
+    /// one that owes less can.
     owed: u64,
     /// The steps asleep at the visit (sleep sets): a visit with fewer asleep explored more.
     asleep: SleepIds,

@@ -60,8 +60,9 @@ impl<R, V> IntentState<R, V> {
         &self.reply_hashes.0
     }
 
-    /// Whether the intent is owed a definite verdict and has none yet (once it has one, being
-    /// owed it no longer matters).
+    /// Whether the intent is owed a definite verdict and has none yet (once it has one, its
+    /// client's side of `eventual-verdict` holds; the store's, a record left pending, is judged
+    /// on [`IntentState::owed_verdict`] itself, see [`World::owed_verdicts`]).
     pub(crate) fn owes_verdict(&self) -> bool {
         self.owed_verdict
             && matches!(
@@ -381,6 +382,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         let ahead = |at_ms: u64| timed.then(|| at_ms.saturating_sub(self.now_ms));
         for (index, intent) in self.intents.iter().enumerate() {
             if index >= 64 {
+                intent.owed_verdict.hash(hasher);
                 intent.owes_verdict().hash(hasher);
             }
             intent.client.hash(hasher);
@@ -549,13 +551,20 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// The first 64 intents owed a definite verdict, one bit each (the fingerprint holds the
-    /// rest).
-    pub(crate) fn owed_verdicts(&self) -> u64 {
+    /// rest): those that have none yet, and with `records` (a system whose records a run's
+    /// end judges, [`crate::System::judges_records`]) every one open at the last fault.
+    pub(crate) fn owed_verdicts(&self, records: bool) -> u64 {
         self.intents
             .iter()
             .take(64)
             .enumerate()
-            .filter(|(_, intent)| intent.owes_verdict())
+            .filter(|(_, intent)| {
+                if records {
+                    intent.owed_verdict
+                } else {
+                    intent.owes_verdict()
+                }
+            })
             .fold(0, |mask, (index, _)| mask | 1u64 << index)
     }
 
