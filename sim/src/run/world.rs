@@ -723,6 +723,35 @@ mod tests {
         assert_eq!(print(&stale, untimed), print(&latest, untimed));
     }
 
+    /// Which intents a visit owes: for a system whose records a run's end judges, also one
+    /// concluded after the last fault, which those records are judged for; not one concluded
+    /// before it.
+    #[test]
+    fn an_intent_concluded_after_the_last_fault_is_owed_where_records_are_judged() {
+        let concluded = |fault_first: bool| {
+            let workload = Workload::of_clients(vec![vec![Intent::new(Keyed::new("a", 1))]]);
+            let mut world: Fixture = World::new(workload, false);
+            world.intents[0].attempts = 1;
+            if fault_first {
+                world.disturbed(3, 60_000);
+            }
+            world.intents[0].verdict = Some(Verdict::Succeeded(1));
+            if !fault_first {
+                world.disturbed(3, 60_000);
+            }
+            world
+        };
+        let (after, before) = (concluded(true), concluded(false));
+        assert_eq!(
+            (after.owed_verdicts(true), after.owed_verdicts(false)),
+            (1, 0)
+        );
+        assert_eq!(
+            (before.owed_verdicts(true), before.owed_verdicts(false)),
+            (0, 0)
+        );
+    }
+
     #[test]
     fn a_stale_send_and_the_latest_are_one_state_where_the_answer_is_a_verdict() {
         let applied = Body::Response(Reply::Applied(7));
