@@ -94,9 +94,10 @@ pub(crate) enum Evidence<'v, V> {
     CommittedRefusal,
 }
 
-/// Whether another intent of `intents` has the request id of the one at `index` with other
-/// arguments (the same key), or under another scope (another key with the same request id):
-/// only then can [`scope_isolation`] judge a key-reuse refusal it was given.
+/// Whether another of `requests` (one for each intent of a run) has the request id of the one
+/// at `index` with other arguments (the same key), or under another scope (another key with
+/// the same request id): only then can [`scope_isolation`] judge a key-reuse refusal given to
+/// that intent.
 pub(crate) fn shares_request_id<R: Request>(requests: &[&R], index: usize) -> bool {
     let request = requests[index];
     let key = request.key();
