@@ -4,15 +4,25 @@
 //! enumerator backtracks to the deepest choice with an untried alternative. Replaying a
 //! prefix also checks determinism: a choice that comes back with another number of options
 //! means the run is not a function of its tape.
+//!
+//! An enumerator that defers faults ([`Enumerator::deferring_faults`]) does not take at once
+//! the answers that spend a fault (see [`Choices::choose_fault`]): it sets each aside, as
+//! the path that leads to it, and takes them in turn once the runs without them are done. It
+//! goes through the same runs, by the number of faults they spend: every run without a
+//! fault first, then every run with one, and so on.
 
 use super::{ChoiceKind, Choices};
+use std::collections::VecDeque;
 
 /// One choice of the enumerator's path.
 #[derive(Clone, Copy, Debug)]
 struct Step {
     answer: u32,
+    /// The choice's options; 0 while a path given up front has not reached it.
     options: u32,
     redundant: u32,
+    /// The answers that spend a fault, set aside (deferring enumerators only).
+    deferred: u32,
 }
 
 /// Enumerates every tape of a bounded run, depth first, smallest answers first.
@@ -26,6 +36,14 @@ pub struct Enumerator {
     replayed: usize,
     /// Answers every run begins with; they are never changed.
     prefix: Vec<u32>,
+    /// Whether answers that spend a fault are set aside instead of taken.
+    defers_faults: bool,
+    /// The paths set aside, each ending with an answer that spends a fault: those that spend
+    /// one fault more than the runs being enumerated, then those that spend two more.
+    waiting: VecDeque<Vec<u32>>,
+    /// Whether the next run is the first of its path (the first run, or the first through a
+    /// path set aside).
+    path_begins: bool,
 }
 
 impl Enumerator {
@@ -44,10 +62,23 @@ impl Enumerator {
         }
     }
 
+    /// This enumerator, setting aside every answer past its prefix that spends a fault
+    /// instead of taking it: once every run it can take without them is done, it goes on
+    /// with the runs through each answer set aside, in turn, setting aside the faults they
+    /// could spend after it. So runs come by the faults they spend, fewest first.
+    pub fn deferring_faults(self) -> Self {
+        Enumerator {
+            defers_faults: true,
+            ..self
+        }
+    }
+
     /// The source for the next run; `None` once every run has been enumerated.
     pub fn next_run(&mut self) -> Option<EnumeratedRun<'_>> {
+        self.path_begins = !self.started;
         if self.started && !self.backtrack() {
-            return None;
+            let path = self.waiting.pop_front()?;
+            self.take_path(path);
         }
         self.started = true;
         // The path ends with the answer just changed: every state before that answer was
@@ -63,14 +94,42 @@ impl Enumerator {
     fn backtrack(&mut self) -> bool {
         while self.path.len() > self.prefix.len() {
             let step = self.path.last_mut().expect("a choice past the prefix");
-            let untried = (step.answer + 1..step.options).find(|&a| step.redundant >> a & 1 == 0);
+            let skipped = step.redundant | step.deferred;
+            let untried = (step.answer + 1..step.options).find(|&a| skipped >> a & 1 == 0);
             if let Some(answer) = untried {
                 step.answer = answer;
                 return true;
             }
-            self.path.pop();
+            let step = self.path.pop().expect("a choice past the prefix");
+            self.set_aside(step);
         }
         false
+    }
+
+    /// Sets aside the answers of `step` (just taken off the path) that spend a fault.
+    fn set_aside(&mut self, step: Step) {
+        for answer in (0..step.options).filter(|&a| step.deferred >> a & 1 == 1) {
+            let mut path: Vec<u32> = Vec::with_capacity(self.path.len() + 1);
+            path.extend(self.path.iter().map(|step| step.answer));
+            path.push(answer);
+            self.waiting.push_back(path);
+        }
+    }
+
+    /// Goes on with the runs through `path`, set aside: its answers become the prefix, each
+    /// the one its choice takes.
+    fn take_path(&mut self, path: Vec<u32>) {
+        self.path = path
+            .iter()
+            .map(|&answer| Step {
+                answer,
+                options: 0,
+                redundant: 0,
+                deferred: 0,
+            })
+            .collect();
+        self.prefix = path;
+        self.path_begins = true;
     }
 }
 
@@ -85,6 +144,18 @@ impl EnumeratedRun<'_> {
     /// were met by earlier runs.
     pub fn replayed_answers(&self) -> usize {
         self.enumerator.replayed
+    }
+
+    /// Whether this run is the first of its path: the first run, or the first through a path
+    /// set aside for its faults (see [`Enumerator::deferring_faults`]). Such a run shares
+    /// with the run before it only the answers their paths begin with alike.
+    pub fn begins_path(&self) -> bool {
+        self.enumerator.path_begins
+    }
+
+    /// The answers of this run's path as the enumerator knows it when the run begins.
+    pub(crate) fn path_answers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.enumerator.path.iter().map(|step| step.answer)
     }
 
     /// Goes on from the `position`th answer of the path: the run resumes from a state that
@@ -103,10 +174,36 @@ impl Choices for EnumeratedRun<'_> {
         self.choose_reduced(kind, options, 0)
     }
 
-    fn choose_reduced(&mut self, _kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
+    fn choose_reduced(&mut self, kind: ChoiceKind, options: u32, redundant: u32) -> u32 {
+        self.choose_fault(kind, options, redundant, 0)
+    }
+
+    fn choose_fault(
+        &mut self,
+        _kind: ChoiceKind,
+        options: u32,
+        redundant: u32,
+        faults: u32,
+    ) -> u32 {
+        let deferred = if self.enumerator.defers_faults {
+            faults & !redundant
+        } else {
+            0
+        };
         let path = &mut self.enumerator.path;
-        let answer = match path.get(self.position) {
-            Some(&Step {
+        let answer = match path.get_mut(self.position) {
+            Some(step) if step.options == 0 => {
+                // A path given up front reaches this choice for the first time.
+                assert!(
+                    step.answer < options,
+                    "a path given up front answers {} to choice {} of {options} options",
+                    step.answer,
+                    self.position + 1
+                );
+                step.options = options;
+                step.answer
+            }
+            Some(&mut Step {
                 answer,
                 options: known,
                 ..
@@ -120,7 +217,8 @@ impl Choices for EnumeratedRun<'_> {
             }
             None => {
                 let first = self.enumerator.prefix.get(self.position).copied();
-                let untried = (0..options).find(|&a| redundant >> a & 1 == 0);
+                let skipped = redundant | deferred;
+                let untried = (0..options).find(|&a| skipped >> a & 1 == 0);
                 let answer = first.map_or_else(
                     || untried.expect("some answer is not redundant"),
                     |answer| answer.min(options - 1),
@@ -129,6 +227,7 @@ impl Choices for EnumeratedRun<'_> {
                     answer,
                     options,
                     redundant,
+                    deferred,
                 });
                 answer
             }
@@ -142,5 +241,65 @@ impl Drop for EnumeratedRun<'_> {
     /// The run asked no more choices: the path ends here (a pruned or shorter run).
     fn drop(&mut self) {
         self.enumerator.path.truncate(self.position);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of a small tree of choices: up to four choices of three options, whose answer 2
+    /// spends a fault and whose answer 1 is redundant at the third choice after a 0; the tree
+    /// is shallower after a first answer of 1. Returns the answers and the faults spent.
+    fn run(source: &mut dyn Choices) -> (Vec<u32>, u32) {
+        let mut answers: Vec<u32> = Vec::new();
+        let depth = 4;
+        while answers.len() < depth - usize::from(answers.first() == Some(&1)) {
+            let redundant = if answers.len() == 2 && answers[0] == 0 {
+                0b010
+            } else {
+                0
+            };
+            answers.push(source.choose_fault(ChoiceKind::Fault, 3, redundant, 0b100));
+        }
+        let faults = answers.iter().filter(|&&answer| answer == 2).count() as u32;
+        (answers, faults)
+    }
+
+    fn every_run(mut enumerator: Enumerator) -> Vec<(Vec<u32>, u32)> {
+        let mut runs = Vec::new();
+        while let Some(mut source) = enumerator.next_run() {
+            runs.push(run(&mut source));
+        }
+        runs
+    }
+
+    #[test]
+    fn deferring_faults_takes_the_same_runs_by_the_faults_they_spend() {
+        let depth_first = every_run(Enumerator::new());
+        let by_faults = every_run(Enumerator::new().deferring_faults());
+        // 3^4 runs, less the redundant third answers after a 0, less the shallower tree
+        // after a 1.
+        assert_eq!(depth_first.len(), 81 - 9 - 18);
+        let mut sorted = by_faults.clone();
+        sorted.sort();
+        sorted.dedup();
+        let mut expected = depth_first.clone();
+        expected.sort();
+        assert_eq!(sorted, expected, "the same runs, each once");
+        let faults: Vec<u32> = by_faults.iter().map(|(_, faults)| *faults).collect();
+        assert!(
+            faults.windows(2).all(|pair| pair[0] <= pair[1]),
+            "fewest faults first: {faults:?}"
+        );
+        assert_ne!(by_faults, depth_first, "the order is not depth first");
+    }
+
+    #[test]
+    fn a_deferring_enumerator_keeps_its_prefix() {
+        let runs = every_run(Enumerator::with_prefix(&[2]).deferring_faults());
+        assert_eq!(runs.len(), 27);
+        assert!(runs.iter().all(|(answers, _)| answers[0] == 2));
+        assert_eq!(runs[0], (vec![2, 0, 0, 0], 1));
     }
 }

@@ -43,6 +43,15 @@ pub trait Choices {
         let _ = redundant;
         self.choose(kind, options)
     }
+
+    /// Answers a choice like [`Choices::choose_reduced`], told too which answers spend a
+    /// fault that counts toward the fault budget (`faults`, one bit per answer; never answer
+    /// 0): a source that enumerates runs by the faults they spend may set them aside for
+    /// later. Others answer as `choose_reduced` does.
+    fn choose_fault(&mut self, kind: ChoiceKind, options: u32, redundant: u32, faults: u32) -> u32 {
+        let _ = faults;
+        self.choose_reduced(kind, options, redundant)
+    }
 }
 
 /// Asks a [`Choices`] source and records every answer: the run's tape.
@@ -94,6 +103,29 @@ impl<'s> Decider<'s> {
             "some answer is not redundant"
         );
         let answer = self.source.choose_reduced(kind, options, redundant);
+        assert!(
+            answer < options,
+            "choice source answered {answer} of {options}"
+        );
+        self.answers.push(answer);
+        answer
+    }
+
+    /// Answers a choice among `options` alternatives of which those in `redundant` need not
+    /// be explored and those in `faults` spend a fault counted toward the fault budget (one
+    /// bit per answer each; see [`Choices::choose_fault`]); 0 when there is no alternative.
+    pub fn choose_fault(
+        &mut self,
+        kind: ChoiceKind,
+        options: u32,
+        redundant: u32,
+        faults: u32,
+    ) -> u32 {
+        if options <= 1 {
+            return 0;
+        }
+        debug_assert_eq!(faults & 1, 0, "answer 0 spends no fault");
+        let answer = self.source.choose_fault(kind, options, redundant, faults);
         assert!(
             answer < options,
             "choice source answered {answer} of {options}"

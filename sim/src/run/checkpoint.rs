@@ -134,6 +134,15 @@ impl<S: System> Checkpoints<S> {
         self.stack.last()
     }
 
+    /// How many answers `path` begins with that the previous run gave too.
+    pub(super) fn shared_with(&self, path: impl Iterator<Item = u32>) -> usize {
+        // The previous run's tape has its trailing zeros trimmed: zeros follow.
+        let previous = self.answers.iter().copied().chain(std::iter::repeat(0));
+        path.zip(previous)
+            .take_while(|(new, old)| new == old)
+            .count()
+    }
+
     /// The first `count` answers of the previous run.
     pub(super) fn answers_before(&self, count: usize) -> Vec<u32> {
         // Room for the answers the run goes on to give.

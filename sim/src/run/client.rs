@@ -148,7 +148,8 @@ impl<S: System> Execution<'_, '_, S> {
         if !points.fault_allowed() || points.faults.reconnects >= points.bounds.reconnects_max {
             return;
         }
-        if points.decider.choose(ChoiceKind::Fault, 2) == 0 {
+        // Answer 1, a reconnect, spends a fault.
+        if points.decider.choose_fault(ChoiceKind::Fault, 2, 0, 0b10) == 0 {
             return;
         }
         points.faults.reconnects += 1;

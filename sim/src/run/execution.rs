@@ -6,6 +6,7 @@ use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Body, Message, ServerReply, Staleness, World};
 use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
+use crate::bounds::Bounds;
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
@@ -472,22 +473,28 @@ impl<S: System> Execution<'_, '_, S> {
     fn delivery_kind(&mut self, is_request: bool) -> Delivery {
         let mut kinds = [Delivery::Deliver; 3];
         let mut options = 1;
+        // The answers that spend a fault counted toward the budget, one bit each.
+        let mut counted = 0;
         if self.points.fault_allowed() {
             let faults = self.points.faults;
             let bounds = self.points.bounds;
             if faults.drops < bounds.drops_max {
                 kinds[options] = Delivery::Drop;
+                if bounds.drops_max != Bounds::UNBOUNDED {
+                    counted |= 1 << options;
+                }
                 options += 1;
             }
             if is_request && faults.duplicates < bounds.duplicates_max {
                 kinds[options] = Delivery::Duplicate;
+                counted |= 1 << options;
                 options += 1;
             }
         }
-        let answer = self
-            .points
-            .decider
-            .choose(ChoiceKind::Fault, options as u32);
+        let answer =
+            self.points
+                .decider
+                .choose_fault(ChoiceKind::Fault, options as u32, 0, counted);
         kinds[answer as usize]
     }
 

@@ -449,7 +449,9 @@ impl<S: System> Simulator<S> {
     ///
     /// With `enumeration.visited`, a run stops (ends [`RunEnd::Pruned`], unchecked) at the
     /// first step past its replayed prefix whose whole state — clients, messages, server
-    /// memory, store, history — was explored before. With `enumeration.checkpoints` (and a
+    /// memory, store, history — was explored before, and runs go by the faults they spend,
+    /// fewest first ([`Enumerator::deferring_faults`]): a state is then first met with the
+    /// most budget left it can have, and not explored again for more. With `enumeration.checkpoints` (and a
     /// system whose store [`System::save`] can copy), each run resumes from the last step its
     /// path shares with the run before instead of replaying from its start; the runs and
     /// their outcomes are the same either way.
@@ -459,19 +461,52 @@ impl<S: System> Simulator<S> {
         enumeration: Enumeration<'_>,
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) {
-        let mut visited = enumeration.visited;
-        let mut enumerator = Enumerator::with_prefix(enumeration.prefix);
+        let visited = enumeration.visited;
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         self.reducing_crashes = enumeration.crash_points;
         self.reducing_orders = enumeration.sleep_sets;
         let mut checkpoints = copies.then(Checkpoints::new);
+        let mut enumerator = Enumerator::with_prefix(enumeration.prefix);
+        if visited.is_some() {
+            // Runs go by the faults they spend, fewest first, so that a state is first
+            // explored with the most budget left it can have.
+            enumerator = enumerator.deferring_faults();
+        }
+        self.enumerate_from(
+            &mut enumerator,
+            bounds,
+            (visited, checkpoints.as_mut()),
+            each,
+        );
+        self.reducing_crashes = false;
+        self.reducing_orders = false;
+    }
+
+    /// Runs every run `enumerator` gives, handing each outcome to `each` until it returns
+    /// `false`.
+    fn enumerate_from(
+        &mut self,
+        enumerator: &mut Enumerator,
+        bounds: &Bounds,
+        (mut visited, mut checkpoints): (Option<&mut Visited>, Option<&mut Checkpoints<S>>),
+        each: &mut dyn FnMut(&RunOutcome) -> bool,
+    ) {
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
             let pruning = visited.as_deref_mut().map(|visited| Pruning {
                 visited,
                 replayed_answers,
             });
-            let resumed = match (checkpoints.as_mut(), replayed_answers.checked_sub(1)) {
+            // The first run of a path handed over resumes where it parts from the run before;
+            // every other run, at the answer the enumerator changed.
+            let changed = match (checkpoints.as_deref(), source.begins_path()) {
+                (Some(checkpoints), true) => {
+                    let shared = checkpoints.shared_with(source.path_answers());
+                    replayed_answers.checked_sub(1).map(|last| last.min(shared))
+                }
+                _ => replayed_answers.checked_sub(1),
+            };
+            let resumed = match (checkpoints.as_deref_mut(), changed) {
                 (Some(checkpoints), Some(changed)) => self.resume(checkpoints, changed),
                 _ => None,
             };
@@ -487,19 +522,21 @@ impl<S: System> Simulator<S> {
                         state,
                         store_print: Some(store_print),
                     };
-                    self.run_from(start, bounds, pruning, checkpoints.as_mut())
+                    self.run_from(start, bounds, pruning, checkpoints.as_deref_mut())
                 }
-                None => {
-                    self.run_from_start(&mut source, bounds, false, pruning, checkpoints.as_mut())
-                }
+                None => self.run_from_start(
+                    &mut source,
+                    bounds,
+                    false,
+                    pruning,
+                    checkpoints.as_deref_mut(),
+                ),
             };
             drop(source);
             if !each(&outcome) {
                 break;
             }
         }
-        self.reducing_crashes = false;
-        self.reducing_orders = false;
     }
 
     /// The newest checkpoint before the answer at `changed`, with the store put back to it:
@@ -736,7 +773,16 @@ impl Points<'_, '_> {
     fn link_fate(&mut self) -> Link {
         let lossy = self.fault_allowed() && self.faults.drops < self.bounds.drops_max;
         let options = if lossy { 3 } else { 1 };
-        let fate = match self.decider.choose(ChoiceKind::Fault, options) {
+        // Answers 1 and 2 lose a message: a fault, when drops count toward the budget.
+        let faults = if self.bounds.drops_max == Bounds::UNBOUNDED {
+            0
+        } else {
+            0b110
+        };
+        let fate = match self
+            .decider
+            .choose_fault(ChoiceKind::Fault, options, 0, faults)
+        {
             0 => return Link::Answered,
             1 => Link::CallLost,
             _ => Link::AnswerLost,
@@ -780,9 +826,11 @@ impl CrashPoints for Points<'_, '_> {
             self.crashes_covered.push(point);
         }
         let redundant = if covered { 0b10 } else { 0 };
+        // Every answer but 0 (a crash, a storage fault) spends a fault.
+        let faults = (1 << options) - 2;
         let answer = self
             .decider
-            .choose_reduced(ChoiceKind::Crash, options, redundant);
+            .choose_fault(ChoiceKind::Crash, options, redundant, faults);
         self.quiet_since = if answer == 0 && crash { changed } else { None };
         if answer == 0 {
             return Ok(());
