@@ -4,16 +4,16 @@
 use crate::bounds::Bounds;
 use crate::choices::Tape;
 use crate::explore::SubjectFactory;
+use crate::phases::{explore_chunk, Chunk, ChunkDone, Part, WorkloadLevel};
 use crate::progress::Progress;
-use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
+use crate::run::Visited;
 use crate::shard::Shard;
 use crate::subject::Subject;
 use crate::workloads::workload_prefixes;
 use crate::{Invariant, Situation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{mpsc, Arc, Mutex};
 
 /// Runs an exhaustive check may spend before it stops, unless told otherwise.
 pub const CHECK_RUNS_MAX: u64 = 25_000_000;
@@ -160,7 +160,7 @@ pub struct Level {
 
 impl Level {
     /// A level with nothing explored yet.
-    fn nothing_at(faults_max: u32) -> Self {
+    pub(crate) fn nothing_at(faults_max: u32) -> Self {
         Level {
             faults_max,
             runs: 0,
@@ -401,15 +401,33 @@ fn exhaust_counting(
     while let Some((bounds, runs_left)) = search.next_level() {
         // Lazily: the workloads after the one that ends the level are not explored.
         let progress = Progress::new();
-        let parts = workloads.iter().zip(&mut visits).map(|(prefix, visited)| {
-            explore_part(
-                subject,
-                (&bounds, options),
-                (prefix, visited.as_mut()),
-                runs_left,
-                &progress,
-            )
-        });
+        let parts =
+            workloads
+                .iter()
+                .zip(&mut visits)
+                .enumerate()
+                .map(|(index, (prefix, visited))| {
+                    let mut level =
+                        WorkloadLevel::new(index, visited.take(), bounds.faults_max, runs_left);
+                    while !level.finished() {
+                        let done = level
+                            .chunks()
+                            .into_iter()
+                            .map(|chunk| {
+                                explore_chunk(
+                                    subject,
+                                    (&bounds, options),
+                                    (prefix, chunk),
+                                    &progress,
+                                )
+                            })
+                            .collect();
+                        level.take(done, options.stop);
+                    }
+                    let (part, explored) = level.end(subject, (prefix, &bounds));
+                    *visited = explored;
+                    part
+                });
         let kept = search.level_of(parts);
         search.merge(&bounds, kept);
         if search.take_forget_states() {
@@ -457,47 +475,40 @@ fn exhaust_on_counting(
     let (workloads, symmetric) = workloads_to_explore(&mut *factory(), options);
     let mut visits = fresh_visits(options, workloads.len(), steps_matter);
     let mut search = Search::new(options, workloads.len(), symmetric);
-    while let Some((bounds, runs_left)) = search.next_level() {
-        let visited = Mutex::new(std::mem::take(&mut visits));
-        let parts: Mutex<Vec<Option<Part>>> = Mutex::new(vec![None; workloads.len()]);
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..threads.clamp(1, workloads.len().max(1)) {
-                scope.spawn(|| {
-                    let mut subject = factory();
-                    loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(prefix) = workloads.get(index) else {
-                            break;
-                        };
-                        let mut own = lock(&visited)[index].take();
-                        let work = (prefix.as_slice(), own.as_mut());
-                        let part = explore_part(
-                            &mut *subject,
-                            (&bounds, options),
-                            work,
-                            runs_left,
-                            progress,
-                        );
-                        lock(&visited)[index] = own;
-                        lock(&parts)[index] = Some(part);
-                    }
-                });
+    std::thread::scope(|scope| {
+        let pool = Pool::start(scope, factory, (options, &workloads, progress), threads);
+        while let Some((bounds, runs_left)) = search.next_level() {
+            let mut levels: Vec<WorkloadLevel> = visits
+                .iter_mut()
+                .enumerate()
+                .map(|(index, visited)| {
+                    WorkloadLevel::new(index, visited.take(), bounds.faults_max, runs_left)
+                })
+                .collect();
+            pool.explore(&bounds, &mut levels, options.stop);
+            let subject = factory();
+            let parts: Vec<Part> = levels
+                .into_iter()
+                .zip(&workloads)
+                .zip(&mut visits)
+                .map(|((level, prefix), visited)| {
+                    let (part, explored) = level.end(&*subject, (prefix, &bounds));
+                    *visited = explored;
+                    part
+                })
+                .collect();
+            // The parts one thread would have explored: the others are dropped.
+            let kept = search.level_of(parts.into_iter());
+            let levels_before = search.report.levels.len();
+            search.merge(&bounds, kept);
+            if search.take_forget_states() {
+                visits = fresh_visits(options, workloads.len(), steps_matter);
             }
-        });
-        visits = visited.into_inner().expect("no exploring thread panicked");
-        let parts = parts.into_inner().expect("no exploring thread panicked");
-        // The parts one thread would have explored: the others are dropped.
-        let kept = search.level_of(parts.into_iter().flatten());
-        let levels_before = search.report.levels.len();
-        search.merge(&bounds, kept);
-        if search.take_forget_states() {
-            visits = fresh_visits(options, workloads.len(), steps_matter);
+            if search.report.levels.len() > levels_before {
+                level_done(search.report.levels.last().expect("a level was added"));
+            }
         }
-        if search.report.levels.len() > levels_before {
-            level_done(search.report.levels.last().expect("a level was added"));
-        }
-    }
+    });
     search.report
 }
 
@@ -539,8 +550,87 @@ fn fresh_visits(
     (0..workloads).map(|_| hashing.then(empty)).collect()
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().expect("no exploring thread panicked")
+/// Threads, each with a subject of its own, that explore chunks of workloads.
+struct Pool {
+    /// Chunks to explore, each with its number in the order they were sent.
+    chunks: mpsc::Sender<(usize, Bounds, Chunk)>,
+    /// Chunks explored, with their numbers.
+    done: mpsc::Receiver<(usize, ChunkDone)>,
+}
+
+impl Pool {
+    /// Starts `threads` threads in `scope`, exploring the check's `workloads`.
+    fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        factory: SubjectFactory<'scope>,
+        (options, workloads, progress): (
+            &'scope CheckOptions,
+            &'scope [Vec<u32>],
+            &'scope Progress,
+        ),
+        threads: usize,
+    ) -> Pool {
+        let (chunks, waiting) = mpsc::channel::<(usize, Bounds, Chunk)>();
+        let waiting = Arc::new(Mutex::new(waiting));
+        let (finished, done) = mpsc::channel();
+        for _ in 0..threads.max(1) {
+            let waiting = Arc::clone(&waiting);
+            let finished = finished.clone();
+            scope.spawn(move || {
+                let mut subject = factory();
+                loop {
+                    let next = waiting.lock().expect("no exploring thread panicked").recv();
+                    let Ok((number, bounds, chunk)) = next else {
+                        break;
+                    };
+                    let prefix = &workloads[chunk.workload];
+                    let work = (prefix.as_slice(), chunk);
+                    let explored = explore_chunk(&mut *subject, (&bounds, options), work, progress);
+                    if finished.send((number, explored)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Pool { chunks, done }
+    }
+
+    /// Explores every phase of every workload of `levels`, the chunks of each phase of every
+    /// workload not yet finished at once, each workload's taken in in their order.
+    fn explore(&self, bounds: &Bounds, levels: &mut [WorkloadLevel], stop: StopAt) {
+        loop {
+            // The workload of each chunk sent, by its number.
+            let mut workloads = Vec::new();
+            for (index, level) in levels.iter_mut().enumerate() {
+                if level.finished() {
+                    continue;
+                }
+                for chunk in level.chunks() {
+                    self.chunks
+                        .send((workloads.len(), *bounds, chunk))
+                        .expect("the exploring threads wait for chunks");
+                    workloads.push(index);
+                }
+            }
+            if workloads.is_empty() {
+                return;
+            }
+            let mut explored: Vec<Option<ChunkDone>> = workloads.iter().map(|_| None).collect();
+            for _ in 0..workloads.len() {
+                let (number, done) = self.done.recv().expect("no exploring thread panicked");
+                explored[number] = Some(done);
+            }
+            let mut by_workload: Vec<Vec<ChunkDone>> = levels.iter().map(|_| Vec::new()).collect();
+            for (index, done) in workloads.into_iter().zip(explored) {
+                by_workload[index].push(done.expect("every chunk sent came back"));
+            }
+            for (level, chunks) in levels.iter_mut().zip(by_workload) {
+                if !chunks.is_empty() {
+                    level.take(chunks, stop);
+                }
+            }
+        }
+    }
 }
 
 /// A check in progress: its report, the levels left and the runs left.
@@ -670,109 +760,5 @@ impl<'o> Search<'o> {
             report.stopped = Stopped::RunsMax;
             self.next_faults_max = None;
         }
-    }
-}
-
-/// One workload's share of one level.
-#[derive(Clone, Debug)]
-struct Part {
-    /// Its runs, pruned runs, new states and final states (the fault budget is the level's).
-    level: Level,
-    step_limited: u64,
-    coverage: Coverage,
-    /// The first counterexample of each invariant looked for, in the order found.
-    violations: Vec<Counterexample>,
-}
-
-/// Explores one workload (the runs beginning with `prefix`) at one level, with the states of
-/// lower levels in `visited`, for at most `runs_max` runs.
-fn explore_part(
-    subject: &mut dyn Subject,
-    (bounds, options): (&Bounds, &CheckOptions),
-    (prefix, visited): (&[u32], Option<&mut Visited>),
-    runs_max: u64,
-    progress: &Progress,
-) -> Part {
-    let mut part = Part {
-        level: Level::nothing_at(bounds.faults_max),
-        step_limited: 0,
-        coverage: Coverage::default(),
-        violations: Vec::new(),
-    };
-    if runs_max == 0 {
-        return part;
-    }
-    let mut finals = BTreeSet::new();
-    let states_before = visited.as_deref().map_or(0, Visited::len);
-    let mut visited = visited;
-    let enumeration = Enumeration {
-        visited: visited.as_deref_mut(),
-        checkpoints: options.checkpoints,
-        prefix,
-        crash_points: options.reduction.crash_points,
-        sleep_sets: options.reduction.sleep_sets,
-    };
-    let mut each = |outcome: &RunOutcome| {
-        progress.run_ended(!outcome.violations.is_empty());
-        part.level.runs += 1;
-        part.level.pruned += u64::from(outcome.end == RunEnd::Pruned);
-        part.step_limited += u64::from(outcome.end == RunEnd::StepLimit);
-        if let Some(state) = outcome.final_state {
-            finals.insert(state);
-        }
-        tally(&mut part.coverage, outcome);
-        for violation in &outcome.violations {
-            let wanted = options.only.is_none_or(|only| only == violation.invariant);
-            let known = part
-                .violations
-                .iter()
-                .any(|v| v.invariant == violation.invariant);
-            if wanted && !known {
-                part.violations.push(Counterexample {
-                    invariant: violation.invariant,
-                    tape: outcome.tape.clone(),
-                    faults: outcome.faults.total(),
-                    level_faults_max: bounds.faults_max,
-                });
-            }
-        }
-        let stop = options.stop == StopAt::FirstViolation && !part.violations.is_empty();
-        part.level.runs < runs_max && !stop
-    };
-    subject.enumerate(bounds, enumeration, &mut each);
-    let exercised = subject.exercised(prefix, bounds);
-    part.coverage.situations = subject
-        .situations()
-        .iter()
-        .map(|&situation| SituationRuns {
-            situation,
-            runs: if exercised.contains(&situation) {
-                part.level.runs
-            } else {
-                0
-            },
-        })
-        .collect();
-    let states_after = visited.as_deref().map_or(0, Visited::len);
-    part.level.unique_states = (states_after - states_before) as u64;
-    part.level.final_states = finals.len() as u64;
-    part
-}
-
-fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
-    let faults = outcome.faults;
-    coverage.drops += u64::from(faults.drops > 0);
-    coverage.duplicates += u64::from(faults.duplicates > 0);
-    coverage.crashes += u64::from(faults.crashes > 0);
-    coverage.reconnects += u64::from(faults.reconnects > 0);
-    coverage.storage += u64::from(faults.storage > 0);
-    for point in &outcome.points {
-        coverage.crash_points.entry(point).or_insert(0);
-    }
-    for point in &outcome.crashed_at {
-        *coverage.crash_points.entry(point).or_insert(0) += 1;
-    }
-    for point in &outcome.crashes_covered {
-        *coverage.crashes_covered.entry(point).or_insert(0) += 1;
     }
 }

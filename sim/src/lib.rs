@@ -19,6 +19,7 @@ mod determinism;
 mod explore;
 mod invariant;
 mod mermaid;
+mod phases;
 mod progress;
 mod provider;
 mod run;
@@ -40,8 +41,8 @@ pub use checker::{
     Counterexample, Coverage, Level, Reduction, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
-    ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, Odds, SeededChoices, Tape,
-    TapeChoices, TapeError,
+    ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds, SeededChoices,
+    SetAside, Tape, TapeChoices, TapeError,
 };
 pub use clock::{Clock, Deadline, Timeouts};
 pub use determinism::check_determinism;

@@ -12,7 +12,55 @@
 //! fault first, then every run with one, and so on.
 
 use super::{ChoiceKind, Choices};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+
+/// The faults a path spends that count toward the fault budget: paths set aside are gone
+/// through fewest first.
+pub type FaultsSpent = u32;
+
+/// Paths set aside because their last answer spends a fault, by the faults they spend, each
+/// class in the order its paths were set aside.
+#[derive(Debug, Default)]
+pub struct SetAside(BTreeMap<FaultsSpent, VecDeque<Vec<u32>>>);
+
+impl SetAside {
+    /// Whether no path is set aside.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds `later`'s paths after those of each class here.
+    pub fn append(&mut self, later: SetAside) {
+        for (spent, mut paths) in later.0 {
+            self.0.entry(spent).or_default().append(&mut paths);
+        }
+    }
+
+    /// Takes off the paths of the class that spends the fewest faults, with those faults.
+    pub fn take_fewest(&mut self) -> Option<(FaultsSpent, Vec<Vec<u32>>)> {
+        self.0
+            .pop_first()
+            .map(|(spent, paths)| (spent, paths.into()))
+    }
+
+    fn push(&mut self, spent: FaultsSpent, path: Vec<u32>) {
+        self.0.entry(spent).or_default().push_back(path);
+    }
+
+    /// Takes off the first path of the class that spends the fewest faults.
+    fn pop_fewest(&mut self) -> Option<(FaultsSpent, Vec<u32>)> {
+        let mut fewest = self.0.first_entry()?;
+        let path = fewest
+            .get_mut()
+            .pop_front()
+            .expect("no empty class is kept");
+        let spent = *fewest.key();
+        if fewest.get().is_empty() {
+            fewest.remove();
+        }
+        Some((spent, path))
+    }
+}
 
 /// One choice of the enumerator's path.
 #[derive(Clone, Copy, Debug)]
@@ -21,7 +69,8 @@ struct Step {
     /// The choice's options; 0 while a path given up front has not reached it.
     options: u32,
     redundant: u32,
-    /// The answers that spend a fault, set aside (deferring enumerators only).
+    /// The answers that spend a fault counted toward the budget, set aside (deferring
+    /// enumerators only).
     deferred: u32,
 }
 
@@ -38,12 +87,20 @@ pub struct Enumerator {
     prefix: Vec<u32>,
     /// Whether answers that spend a fault are set aside instead of taken.
     defers_faults: bool,
-    /// The paths set aside, each ending with an answer that spends a fault: those that spend
-    /// one fault more than the runs being enumerated, then those that spend two more.
-    waiting: VecDeque<Vec<u32>>,
+    /// The faults the runs of the current path spend (deferring enumerators, which take no
+    /// answer that spends a fault past a path).
+    spent: FaultsSpent,
+    /// The paths set aside, each ending with an answer that spends a fault, by the faults
+    /// they spend, in the order they were set aside.
+    waiting: SetAside,
     /// Whether the next run is the first of its path (the first run, or the first through a
     /// path set aside).
     path_begins: bool,
+    /// Paths given up front to go through after the current one.
+    given: VecDeque<Vec<u32>>,
+    /// Whether the paths set aside are handed over ([`Enumerator::take_set_aside`]) instead
+    /// of gone through.
+    hands_over: bool,
 }
 
 impl Enumerator {
@@ -73,12 +130,52 @@ impl Enumerator {
         }
     }
 
+    /// An enumerator of the runs through each of `paths` in turn (paths set aside by
+    /// another, see [`Enumerator::take_set_aside`]), each answer of which is the one its
+    /// choice takes, and each of which spends `spent` faults.
+    pub fn through_paths(paths: Vec<Vec<u32>>, spent: FaultsSpent) -> Self {
+        let mut given = VecDeque::from(paths);
+        let mut enumerator = Enumerator {
+            spent,
+            ..Enumerator::default()
+        };
+        match given.pop_front() {
+            Some(first) => enumerator.take_path(first),
+            // No runs: the first backtrack finds nothing to go on with.
+            None => enumerator.started = true,
+        }
+        enumerator.given = given;
+        enumerator
+    }
+
+    /// This enumerator, setting aside every answer past its prefix that spends a fault and
+    /// handing the paths to them over ([`Enumerator::take_set_aside`]) instead of going
+    /// through them.
+    pub fn handing_over_faults(self) -> Self {
+        Enumerator {
+            defers_faults: true,
+            hands_over: true,
+            ..self
+        }
+    }
+
+    /// The paths set aside and not gone through, each the answers of a run up to and
+    /// including an answer that spends a fault, by the faults they spend, in the order they
+    /// were set aside; taking them clears them.
+    pub fn take_set_aside(&mut self) -> SetAside {
+        std::mem::take(&mut self.waiting)
+    }
+
     /// The source for the next run; `None` once every run has been enumerated.
     pub fn next_run(&mut self) -> Option<EnumeratedRun<'_>> {
         self.path_begins = !self.started;
         if self.started && !self.backtrack() {
-            let path = self.waiting.pop_front()?;
-            self.take_path(path);
+            let next = match self.given.pop_front() {
+                Some(path) => Some(path),
+                None if self.hands_over => None,
+                None => self.next_set_aside(),
+            };
+            self.take_path(next?);
         }
         self.started = true;
         // The path ends with the answer just changed: every state before that answer was
@@ -108,12 +205,20 @@ impl Enumerator {
 
     /// Sets aside the answers of `step` (just taken off the path) that spend a fault.
     fn set_aside(&mut self, step: Step) {
+        let spent = self.spent + 1;
         for answer in (0..step.options).filter(|&a| step.deferred >> a & 1 == 1) {
             let mut path: Vec<u32> = Vec::with_capacity(self.path.len() + 1);
             path.extend(self.path.iter().map(|step| step.answer));
             path.push(answer);
-            self.waiting.push_back(path);
+            self.waiting.push(spent, path);
         }
+    }
+
+    /// The first path set aside of those that spend the fewest faults, taken off.
+    fn next_set_aside(&mut self) -> Option<Vec<u32>> {
+        let (spent, path) = self.waiting.pop_fewest()?;
+        self.spent = spent;
+        Some(path)
     }
 
     /// Goes on with the runs through `path`, set aside: its answers become the prefix, each

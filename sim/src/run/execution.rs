@@ -222,7 +222,7 @@ impl<S: System> Execution<'_, '_, S> {
             asleep: self.sleep.unwrap_or_default().ids(),
         };
         let pruning = self.pruning.as_mut().expect("hashing states");
-        match pruning.visited.seen(state, visit) {
+        match pruning.visited.seen(pruning.explored, state, visit) {
             Seen::Covered => true,
             Seen::Partly(left) => {
                 self.revisit = Some(left);
@@ -474,27 +474,27 @@ impl<S: System> Execution<'_, '_, S> {
         let mut kinds = [Delivery::Deliver; 3];
         let mut options = 1;
         // The answers that spend a fault counted toward the budget, one bit each.
-        let mut counted = 0;
+        let mut faults = 0;
         if self.points.fault_allowed() {
-            let faults = self.points.faults;
+            let spent = self.points.faults;
             let bounds = self.points.bounds;
-            if faults.drops < bounds.drops_max {
+            if spent.drops < bounds.drops_max {
                 kinds[options] = Delivery::Drop;
                 if bounds.drops_max != Bounds::UNBOUNDED {
-                    counted |= 1 << options;
+                    faults |= 1 << options;
                 }
                 options += 1;
             }
-            if is_request && faults.duplicates < bounds.duplicates_max {
+            if is_request && spent.duplicates < bounds.duplicates_max {
                 kinds[options] = Delivery::Duplicate;
-                counted |= 1 << options;
+                faults |= 1 << options;
                 options += 1;
             }
         }
-        let answer =
-            self.points
-                .decider
-                .choose_fault(ChoiceKind::Fault, options as u32, 0, counted);
+        let answer = self
+            .points
+            .decider
+            .choose_fault(ChoiceKind::Fault, options as u32, 0, faults);
         kinds[answer as usize]
     }
 

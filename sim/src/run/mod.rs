@@ -13,7 +13,7 @@ pub(crate) mod world;
 pub use client::ClientPolicy;
 
 use crate::bounds::Bounds;
-use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, Tape};
+use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, FaultsSpent, SetAside, Tape};
 use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, StorageFault, System};
 use crate::timeline::{Lane, Timeline};
@@ -35,6 +35,8 @@ use world::World;
 struct Pruning<'v> {
     /// The states explored so far.
     pub visited: &'v mut Visited,
+    /// States explored before those, read only.
+    pub explored: Option<&'v Visited>,
     /// How many answers the run's path fixes; the states it meets before it has given them
     /// all were explored by earlier runs, so pruning starts after that.
     pub replayed_answers: usize,
@@ -187,27 +189,74 @@ impl Visited {
         self.states.is_empty()
     }
 
-    /// Whether `visit`'s state was explored before with at least as much ahead, or with at
-    /// least as much ahead in all but some steps left asleep; records the visit unless it is
-    /// covered.
-    fn seen(&mut self, state: u64, visit: Visit) -> Seen {
-        let visits = self.states.entry(state).or_default();
+    /// Whether `visit`'s state was explored before (here, or in `earlier`, states explored
+    /// before these, read only) with at least as much ahead, or with at least as much ahead
+    /// in all but some steps left asleep; records the visit here unless it is covered.
+    fn seen(&mut self, earlier: Option<&Visited>, state: u64, visit: Visit) -> Seen {
         let steps_matter = self.steps_matter;
         let mut asleep_in_all: Option<SleepIds> = None;
-        for earlier in visits.iter() {
-            if !earlier.covers_awake(&visit, steps_matter) {
-                continue;
-            }
-            let asleep = asleep_in_all.map_or(earlier.asleep, |all| all.and(&earlier.asleep));
-            if asleep.within(&visit.asleep) {
+        let before = earlier.and_then(|earlier| earlier.states.get(&state));
+        if let Some(visits) = before {
+            if covering(visits, &visit, steps_matter, &mut asleep_in_all) {
                 return Seen::Covered;
             }
-            asleep_in_all = Some(asleep);
+        }
+        let visits = self.states.entry(state).or_default();
+        if covering(visits, &visit, steps_matter, &mut asleep_in_all) {
+            return Seen::Covered;
         }
         visits.retain(|earlier| !visit.covers(earlier, steps_matter));
         visits.push(visit);
         asleep_in_all.map_or(Seen::New, Seen::Partly)
     }
+
+    /// Takes in the visits of `later`, recorded over these (with these as the states explored
+    /// before); returns how many of its states are new here.
+    pub fn absorb(&mut self, later: Visited) -> usize {
+        let mut new = 0;
+        let steps_matter = self.steps_matter;
+        // In any order: each state's visits are taken in alone, in the order recorded, and
+        // nothing else changes, so the order of the states cannot reach a run.
+        for (state, later_visits) in later.states {
+            let visits = self.states.entry(state).or_default();
+            new += usize::from(visits.is_empty());
+            for visit in later_visits {
+                visits.retain(|earlier| !visit.covers(earlier, steps_matter));
+                visits.push(visit);
+            }
+        }
+        new
+    }
+
+    /// An empty set that counts steps as this one does, for the visits of a part explored
+    /// over this one ([`Visited::absorb`]).
+    pub fn empty_like(&self) -> Visited {
+        Visited {
+            steps_matter: self.steps_matter,
+            ..Visited::default()
+        }
+    }
+}
+
+/// Whether `visits` together cover `visit` in every step, gathering into `asleep_in_all` the
+/// steps asleep in each that covers it in every step it took.
+fn covering(
+    visits: &[Visit],
+    visit: &Visit,
+    steps_matter: bool,
+    asleep_in_all: &mut Option<SleepIds>,
+) -> bool {
+    for earlier in visits {
+        if !earlier.covers_awake(visit, steps_matter) {
+            continue;
+        }
+        let asleep = asleep_in_all.map_or(earlier.asleep, |all| all.and(&earlier.asleep));
+        if asleep.within(&visit.asleep) {
+            return true;
+        }
+        *asleep_in_all = Some(asleep);
+    }
+    false
 }
 
 /// A client's session with the server: which client, and how many times it has reconnected.
@@ -461,23 +510,43 @@ impl<S: System> Simulator<S> {
         enumeration: Enumeration<'_>,
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) {
-        let visited = enumeration.visited;
+        let Enumeration {
+            visited,
+            explored,
+            prefix,
+            paths,
+            set_aside,
+            ..
+        } = enumeration;
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         self.reducing_crashes = enumeration.crash_points;
         self.reducing_orders = enumeration.sleep_sets;
         let mut checkpoints = copies.then(Checkpoints::new);
-        let mut enumerator = Enumerator::with_prefix(enumeration.prefix);
+        let mut enumerator = match paths {
+            Some((paths, spent)) => Enumerator::through_paths(paths, spent),
+            None => Enumerator::with_prefix(prefix),
+        };
         if visited.is_some() {
             // Runs go by the faults they spend, fewest first, so that a state is first
             // explored with the most budget left it can have.
-            enumerator = enumerator.deferring_faults();
+            enumerator = if set_aside.is_some() {
+                enumerator.handing_over_faults()
+            } else {
+                enumerator.deferring_faults()
+            };
         }
         self.enumerate_from(
             &mut enumerator,
             bounds,
-            (visited, checkpoints.as_mut()),
+            (
+                visited.map(|visited| (visited, explored)),
+                checkpoints.as_mut(),
+            ),
             each,
         );
+        if let Some(set_aside) = set_aside {
+            set_aside.append(enumerator.take_set_aside());
+        }
         self.reducing_crashes = false;
         self.reducing_orders = false;
     }
@@ -488,13 +557,14 @@ impl<S: System> Simulator<S> {
         &mut self,
         enumerator: &mut Enumerator,
         bounds: &Bounds,
-        (mut visited, mut checkpoints): (Option<&mut Visited>, Option<&mut Checkpoints<S>>),
+        (mut visited, mut checkpoints): (Option<Layers<'_>>, Option<&mut Checkpoints<S>>),
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) {
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
-            let pruning = visited.as_deref_mut().map(|visited| Pruning {
+            let pruning = visited.as_mut().map(|(visited, explored)| Pruning {
                 visited,
+                explored: *explored,
                 replayed_answers,
             });
             // The first run of a path handed over resumes where it parts from the run before;
@@ -686,6 +756,9 @@ fn store_version<S: System>(system: &S, store: &S::Store, commits: &AtomicU64) -
         .map(|version| version.wrapping_add(own))
 }
 
+/// The states a run records its visits in, over those explored before (read only).
+type Layers<'v> = (&'v mut Visited, Option<&'v Visited>);
+
 /// How [`Simulator::enumerate`] goes through the runs within a bound.
 #[derive(Debug)]
 pub struct Enumeration<'v> {
@@ -694,8 +767,21 @@ pub struct Enumeration<'v> {
     pub visited: Option<&'v mut Visited>,
     /// Resume each run from a checkpoint instead of replaying it from its start.
     pub checkpoints: bool,
+    /// States explored before, read only: with `visited`, a run stops at a state explored
+    /// in either, and records its new visits in `visited` (to be taken in with
+    /// [`Visited::absorb`]).
+    pub explored: Option<&'v Visited>,
     /// Answers every run begins with ([`Enumerator::with_prefix`]).
     pub prefix: &'v [u32],
+    /// Paths to go through in turn instead of the runs that begin with `prefix`, and the
+    /// faults each spends: paths set aside by an enumeration before
+    /// ([`Enumerator::through_paths`]).
+    pub paths: Option<(Vec<Vec<u32>>, FaultsSpent)>,
+    /// With `visited`: where the paths to the answers that spend a fault are handed over,
+    /// instead of gone through after the runs that spend fewer (see
+    /// [`Enumerator::handing_over_faults`]). Going through them in turn, and theirs after
+    /// them, gives the runs an enumeration without it gives, in the same order.
+    pub set_aside: Option<&'v mut SetAside>,
     /// Explore a crash once where crashes at several points of one invocation lead to the
     /// same state (nothing durable changed between them), for a system that reports its
     /// durable changes ([`System::reports_durable_changes`]); the others are reported in
