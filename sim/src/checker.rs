@@ -401,33 +401,19 @@ fn exhaust_counting(
     while let Some((bounds, runs_left)) = search.next_level() {
         // Lazily: the workloads after the one that ends the level are not explored.
         let progress = Progress::new();
-        let parts =
-            workloads
-                .iter()
-                .zip(&mut visits)
-                .enumerate()
-                .map(|(index, (prefix, visited))| {
-                    let mut level =
-                        WorkloadLevel::new(index, visited.take(), bounds.faults_max, runs_left);
-                    while !level.finished() {
-                        let done = level
-                            .chunks()
-                            .into_iter()
-                            .map(|chunk| {
-                                explore_chunk(
-                                    subject,
-                                    (&bounds, options),
-                                    (prefix, chunk),
-                                    &progress,
-                                )
-                            })
-                            .collect();
-                        level.take(done, options.stop);
-                    }
-                    let (part, explored) = level.end(subject, (prefix, &bounds));
-                    *visited = explored;
-                    part
-                });
+        let parts = workloads
+            .iter()
+            .zip(&mut visits)
+            .enumerate()
+            .map(|(index, work)| {
+                explore_alone(
+                    subject,
+                    (&bounds, options),
+                    (index, work),
+                    runs_left,
+                    &progress,
+                )
+            });
         let kept = search.level_of(parts);
         search.merge(&bounds, kept);
         if search.take_forget_states() {
@@ -437,10 +423,34 @@ fn exhaust_counting(
     search.report
 }
 
+/// Explores the workload at `index` (whose runs begin with `prefix`) at one level, over the
+/// states of lower levels in `visited`, for at most `runs_max` runs, on the caller's thread;
+/// leaves in `visited` the states explored so far.
+fn explore_alone(
+    subject: &mut dyn Subject,
+    (bounds, options): (&Bounds, &CheckOptions),
+    (index, (prefix, visited)): (usize, (&Vec<u32>, &mut Option<Visited>)),
+    runs_max: u64,
+    progress: &Progress,
+) -> Part {
+    let mut level = WorkloadLevel::new(index, visited.take(), bounds.faults_max, runs_max);
+    while !level.finished() {
+        let explore = |chunk| explore_chunk(subject, (bounds, options), (prefix, chunk), progress);
+        let done = level.chunks().into_iter().map(explore).collect();
+        level.take(done, options.stop);
+    }
+    let (part, explored) = level.end(subject, (prefix, bounds));
+    *visited = explored;
+    part
+}
+
 /// Explores like [`exhaust`] on `threads` threads, each with a subject of its own from
 /// `factory`. A check's workloads (the answers a run begins with, which draw its clients and
-/// intents) share no state, so each thread explores whole workloads; the parts are put
-/// together in workload order, and the report is the same for any thread count.
+/// intents) share no state, and each workload's runs go in phases by the faults they spend,
+/// each phase in rounds of parts that threads share (see the `phases` module: a part depends
+/// only on the rounds before it). The parts are put together in their order and the
+/// workloads' in workload order, so the report is the same for any thread count, and one
+/// big workload uses every thread.
 pub fn exhaust_on(
     factory: SubjectFactory<'_>,
     options: &CheckOptions,
@@ -475,6 +485,8 @@ fn exhaust_on_counting(
     let (workloads, symmetric) = workloads_to_explore(&mut *factory(), options);
     let mut visits = fresh_visits(options, workloads.len(), steps_matter);
     let mut search = Search::new(options, workloads.len(), symmetric);
+    // Fills in each part's situations.
+    let describer = factory();
     std::thread::scope(|scope| {
         let pool = Pool::start(scope, factory, (options, &workloads, progress), threads);
         while let Some((bounds, runs_left)) = search.next_level() {
@@ -486,13 +498,12 @@ fn exhaust_on_counting(
                 })
                 .collect();
             pool.explore(&bounds, &mut levels, options.stop);
-            let subject = factory();
             let parts: Vec<Part> = levels
                 .into_iter()
                 .zip(&workloads)
                 .zip(&mut visits)
                 .map(|((level, prefix), visited)| {
-                    let (part, explored) = level.end(&*subject, (prefix, &bounds));
+                    let (part, explored) = level.end(&*describer, (prefix, &bounds));
                     *visited = explored;
                     part
                 })
@@ -552,10 +563,10 @@ fn fresh_visits(
 
 /// Threads, each with a subject of its own, that explore chunks of workloads.
 struct Pool {
-    /// Chunks to explore, each with its number in the order they were sent.
-    chunks: mpsc::Sender<(usize, Bounds, Chunk)>,
-    /// Chunks explored, with their numbers.
-    done: mpsc::Receiver<(usize, ChunkDone)>,
+    /// Chunks to explore, each with its workload and its place in the workload's round.
+    chunks: mpsc::Sender<((usize, usize), Bounds, Chunk)>,
+    /// Chunks explored, with their workloads and places.
+    done: mpsc::Receiver<((usize, usize), ChunkDone)>,
 }
 
 impl Pool {
@@ -570,7 +581,7 @@ impl Pool {
         ),
         threads: usize,
     ) -> Pool {
-        let (chunks, waiting) = mpsc::channel::<(usize, Bounds, Chunk)>();
+        let (chunks, waiting) = mpsc::channel::<((usize, usize), Bounds, Chunk)>();
         let waiting = Arc::new(Mutex::new(waiting));
         let (finished, done) = mpsc::channel();
         for _ in 0..threads.max(1) {
@@ -598,38 +609,51 @@ impl Pool {
     /// Explores every phase of every workload of `levels`, the chunks of each phase of every
     /// workload not yet finished at once, each workload's taken in in their order.
     fn explore(&self, bounds: &Bounds, levels: &mut [WorkloadLevel], stop: StopAt) {
-        loop {
-            // The workload of each chunk sent, by its number.
-            let mut workloads = Vec::new();
-            for (index, level) in levels.iter_mut().enumerate() {
-                if level.finished() {
-                    continue;
-                }
-                for chunk in level.chunks() {
-                    self.chunks
-                        .send((workloads.len(), *bounds, chunk))
-                        .expect("the exploring threads wait for chunks");
-                    workloads.push(index);
-                }
-            }
-            if workloads.is_empty() {
-                return;
-            }
-            let mut explored: Vec<Option<ChunkDone>> = workloads.iter().map(|_| None).collect();
-            for _ in 0..workloads.len() {
-                let (number, done) = self.done.recv().expect("no exploring thread panicked");
-                explored[number] = Some(done);
-            }
-            let mut by_workload: Vec<Vec<ChunkDone>> = levels.iter().map(|_| Vec::new()).collect();
-            for (index, done) in workloads.into_iter().zip(explored) {
-                by_workload[index].push(done.expect("every chunk sent came back"));
-            }
-            for (level, chunks) in levels.iter_mut().zip(by_workload) {
-                if !chunks.is_empty() {
-                    level.take(chunks, stop);
-                }
+        // For each workload, the chunks of its round explored so far, by their place.
+        let mut rounds: Vec<Vec<Option<ChunkDone>>> = levels.iter().map(|_| Vec::new()).collect();
+        let mut out = 0;
+        for (workload, level) in levels.iter_mut().enumerate() {
+            out += self.send_round(bounds, (workload, level), &mut rounds[workload], stop);
+        }
+        while out > 0 {
+            let ((workload, place), done) = self.done.recv().expect("no exploring thread panicked");
+            out -= 1;
+            let round = &mut rounds[workload];
+            round[place] = Some(done);
+            if round.iter().all(Option::is_some) {
+                let chunks = round.drain(..).map(|done| done.expect("all came back"));
+                levels[workload].take(chunks.collect(), stop);
+                let level = (workload, &mut levels[workload]);
+                out += self.send_round(bounds, level, round, stop);
             }
         }
+    }
+
+    /// Sends the chunks of the next round of `workload`'s level, unless it is finished;
+    /// returns how many.
+    fn send_round(
+        &self,
+        bounds: &Bounds,
+        (workload, level): (usize, &mut WorkloadLevel),
+        round: &mut Vec<Option<ChunkDone>>,
+        stop: StopAt,
+    ) -> usize {
+        while !level.finished() {
+            let chunks = level.chunks();
+            if chunks.is_empty() {
+                level.take(Vec::new(), stop);
+                continue;
+            }
+            round.clear();
+            round.resize_with(chunks.len(), || None);
+            for (place, chunk) in chunks.into_iter().enumerate() {
+                self.chunks
+                    .send(((workload, place), *bounds, chunk))
+                    .expect("the exploring threads wait for chunks");
+            }
+            return round.len();
+        }
+        0
     }
 }
 

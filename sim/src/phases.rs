@@ -2,14 +2,17 @@
 //! that threads can share.
 //!
 //! With state hashing a workload's runs go by the faults they spend, fewest first: the runs
-//! without a fault (a *phase*), then the runs through each answer those set aside because
-//! it spends a fault, and so on (see [`crate::Enumerator::handing_over_faults`]). The paths
-//! of a phase are cut into [`PARTS_PER_PHASE`] parts, the same for any number of threads.
-//! Each part is explored over the states of the phases before it, read only, recording its
-//! own; once every part of a phase is done, their states are taken in, in part order, and
-//! the next phase begins. So what a part explores depends only on the phases before it, and
-//! the report is the same for any number of threads; the parts of one phase may explore a
-//! state more than once between them.
+//! without a fault (the first *phase*), then the runs through each answer those set aside
+//! because it spends a fault, and so on (see [`crate::Enumerator::handing_over_faults`]).
+//! Each phase after the first is explored in *rounds*: its paths are cut into up to
+//! [`PARTS_PER_ROUND`] shares, each share into up to [`ROUNDS_PER_PHASE_MAX`] runs of paths,
+//! and round `i` takes the `i`th of each share, one part each: parts far apart in the order
+//! of paths, which meet few states in common. Each part is explored over the states of the
+//! rounds before it, read only, recording its own; once every part of a round is done, their
+//! states are taken in, in part order, and the next round begins. So what a part explores
+//! depends only on the rounds before it, never on which thread took it or when, and the
+//! report is the same for any number of threads; the parts of one round may explore a state
+//! more than once between them. The cuts depend only on the number of paths.
 
 use crate::bounds::Bounds;
 use crate::checker::{CheckOptions, Counterexample, Coverage, Level, StopAt};
@@ -20,17 +23,17 @@ use crate::subject::Subject;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-/// The rounds each phase of a workload (after the first, which is one path) is explored in:
-/// after each, the states its parts explored are taken in, so the later rounds need not
-/// explore them again.
+/// The most rounds a phase of a workload (after the first, which is one path) is explored
+/// in: after each, the states its parts explored are taken in, so the later rounds need not
+/// explore them again, and the threads wait for the round's last part.
 pub(crate) const ROUNDS_PER_PHASE_MAX: usize = 64;
 
 /// The fewest paths a part of a round goes through, unless the phase has fewer: a part
 /// begins with a run from the start, and each round ends by taking in its parts' states.
 pub(crate) const PATHS_PER_PART_MIN: usize = 64;
 
-/// The parts each round is cut into, each for a thread: one from the first half of the
-/// phase's paths, one from the second, so that they share few states.
+/// The most parts a round is cut into, each for a thread: one from each share (quarter) of
+/// the phase's paths, so that they meet few states in common.
 pub(crate) const PARTS_PER_ROUND: usize = 4;
 
 /// One workload's share of one level, or of a part of it.
@@ -219,14 +222,16 @@ impl WorkloadLevel {
     }
 }
 
-/// The rounds of a phase of `paths`: [`ROUNDS_PER_PHASE`] rounds, each of
-/// [`PARTS_PER_ROUND`] parts, the `r`th part of round `i` the `i`th of the runs of paths the
-/// `r`th of the parts of `paths` (in order, as even as can be) is cut into.
+/// The rounds of a phase of `paths`: up to [`ROUNDS_PER_PHASE_MAX`] rounds of up to
+/// [`PARTS_PER_ROUND`] parts, each of at least [`PATHS_PER_PART_MIN`] paths where the phase
+/// has them; the `r`th part of round `i` is the `i`th of the runs of paths that the `r`th
+/// share of `paths` (in order, as even as can be) is cut into.
 fn rounds_of(paths: Vec<Vec<u32>>) -> VecDeque<Vec<Vec<Vec<u32>>>> {
-    let per_round = PARTS_PER_ROUND * PATHS_PER_PART_MIN;
+    let part_count = (paths.len() / PATHS_PER_PART_MIN).clamp(1, PARTS_PER_ROUND);
+    let per_round = part_count * PATHS_PER_PART_MIN;
     let round_count = (paths.len() / per_round).clamp(1, ROUNDS_PER_PHASE_MAX);
     let mut rounds: VecDeque<Vec<Vec<Vec<u32>>>> = VecDeque::new();
-    for share in cut(paths, PARTS_PER_ROUND) {
+    for share in cut(paths, part_count) {
         for (index, part) in cut(share, round_count).into_iter().enumerate() {
             if rounds.len() <= index {
                 rounds.push_back(Vec::new());
@@ -338,7 +343,25 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
 
 #[cfg(test)]
 mod tests {
-    use super::cut;
+    use super::{cut, rounds_of};
+
+    #[test]
+    fn a_phase_is_cut_into_rounds_of_parts_far_apart() {
+        let paths: Vec<Vec<u32>> = (0..1000).map(|n| vec![n]).collect();
+        let rounds = rounds_of(paths.clone());
+        // 1000 paths: four shares of 250, each cut into three runs of paths.
+        assert_eq!(rounds.len(), 3);
+        assert!(rounds.iter().all(|round| round.len() == 4));
+        assert_eq!(rounds[0][0][0], vec![0]);
+        assert_eq!(rounds[0][1][0], vec![250]);
+        assert_eq!(rounds[1][0][0], vec![83]);
+        let mut every: Vec<Vec<u32>> = rounds.iter().flatten().flatten().cloned().collect();
+        every.sort();
+        assert_eq!(every, paths, "each path once");
+        // Too few paths for two parts: one round of one part.
+        let few = rounds_of(paths[..100].to_vec());
+        assert_eq!((few.len(), few[0].len()), (1, 1));
+    }
 
     #[test]
     fn paths_are_cut_into_even_runs_in_order() {

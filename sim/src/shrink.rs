@@ -16,7 +16,7 @@ use crate::Invariant;
 pub const SHRINK_RUNS_MAX: u32 = 5_000;
 
 /// How many runs the search for a counterexample with fewer faults may spend.
-pub const SHRINK_SEARCH_RUNS_MAX: u64 = 200_000;
+pub const SHRINK_SEARCH_RUNS_MAX: u64 = 300_000;
 
 /// A shrunk counterexample.
 #[derive(Clone, Debug)]
