@@ -375,7 +375,26 @@ fn peer_bound() {
         runs_max: 25_000_000,
         ..CheckOptions::new(three)
     };
-    timed_check("counter", "keyed-atomic", &one_workload, "three clients");
+    let alone = timed_check("counter", "keyed-atomic", &one_workload, "three clients");
+    // The same workload, its rounds shared by two threads: the same report.
+    let started = Instant::now();
+    let shared = exhaust_on(&entry.build, &one_workload, 2);
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(shared, alone, "two threads report what one reports");
+    println!(
+        "  {:<28} ({}, {}, {}, {}) {:<24} {:>9} runs {:>8} states {:>8.2} s {:>8.0} runs/s  {:?}",
+        "counter/keyed-atomic",
+        three.clients_max,
+        three.intents_max,
+        three.attempts_max,
+        three.faults_max,
+        "three clients, 2 threads",
+        shared.runs(),
+        shared.unique_states(),
+        elapsed,
+        shared.runs() as f64 / elapsed,
+        shared.stopped,
+    );
 }
 
 fn timed_check(domain: &str, handler: &str, options: &CheckOptions, label: &str) -> CheckReport {
