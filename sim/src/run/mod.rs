@@ -500,10 +500,10 @@ impl<S: System> Simulator<S> {
     /// first step past its replayed prefix whose whole state — clients, messages, server
     /// memory, store, history — was explored before, and runs go by the faults they spend,
     /// fewest first ([`Enumerator::deferring_faults`]): a state is then first met with the
-    /// most budget left it can have, and not explored again for more. With `enumeration.checkpoints` (and a
-    /// system whose store [`System::save`] can copy), each run resumes from the last step its
-    /// path shares with the run before instead of replaying from its start; the runs and
-    /// their outcomes are the same either way.
+    /// most budget left it can have, and not explored again for more. With
+    /// `enumeration.checkpoints` (and a system whose store [`System::save`] can copy), each
+    /// run resumes from the last step its path shares with the run before instead of
+    /// replaying from its start; the runs and their outcomes are the same either way.
     pub fn enumerate(
         &mut self,
         bounds: &Bounds,
