@@ -3,8 +3,9 @@
 //!
 //! - **check**: the fewest faults any shard needed is the whole check's; among the
 //!   counterexamples found at that fault level, the first in the order one machine explores
-//!   (workloads, then runs, in depth-first order, which is the order of their tapes) is the
-//!   whole check's. Runs, states and coverage are the shards' sums: for a check that exhausted
+//!   is the whole check's: workloads come in the order of their tapes (the answers that draw
+//!   them come first), and each workload is one shard's, whose first counterexample is the
+//!   one machine's. Runs, states and coverage are the shards' sums: for a check that exhausted
 //!   its bound they are one machine's, run for run; a shard that found a violation stopped at
 //!   its own first violating level, so then they may differ.
 //! - **explore**: seeds, runs and per-invariant counts are summed; each invariant's lowest
@@ -208,8 +209,9 @@ fn merge_checks(shards: &[ShardReport]) -> Result<Merged, MergeError> {
 }
 
 /// The whole check's counterexamples: those of the lowest fault level any shard found one at,
-/// and of those the first in depth-first order (the order of their tapes), as one machine
-/// stopping as `stop` says would report them.
+/// and of those the first in the order of their tapes (which is the order of their
+/// workloads: each shard's are of its own workloads), as one machine stopping as `stop` says
+/// would report them.
 fn whole_check_violations(reports: &[&Value], stop: &str) -> Vec<Value> {
     let found: Vec<&Value> = reports
         .iter()

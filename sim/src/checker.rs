@@ -293,7 +293,9 @@ impl Coverage {
 pub struct Counterexample {
     /// The invariant broken.
     pub invariant: Invariant,
-    /// The tape, the first in depth-first order at the lowest fault level.
+    /// The tape: of the lowest fault level, the first workload's, and in it the first run
+    /// the check met (by the faults runs spend, then depth first; see
+    /// [`crate::Enumerator::deferring_faults`]).
     pub tape: Tape,
     /// Its faults.
     pub faults: u32,

@@ -14,8 +14,9 @@ pub trait Subject {
     /// Runs once, asking every choice of `source`; with `trace` the outcome has a timeline.
     fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome;
 
-    /// Enumerates every run within `bounds`, depth first, handing each outcome to `each` until
-    /// it returns `false` (see [`Simulator::enumerate`]).
+    /// Enumerates every run within `bounds` (depth first, or by the faults they spend with
+    /// state hashing), handing each outcome to `each` until it returns `false` (see
+    /// [`Simulator::enumerate`]).
     fn enumerate(
         &mut self,
         bounds: &Bounds,

@@ -74,7 +74,8 @@ struct Step {
     deferred: u32,
 }
 
-/// Enumerates every tape of a bounded run, depth first, smallest answers first.
+/// Enumerates every tape of a bounded run, depth first, smallest answers first (or, deferring
+/// faults, by the faults they spend and depth first within each path set aside).
 #[derive(Debug, Default)]
 pub struct Enumerator {
     /// The current path: for each choice, its answer, its options and the answers it need
