@@ -82,7 +82,7 @@ pub(crate) struct Chunk {
     /// The paths to go through and the faults each spends, or none: the runs that begin
     /// with the workload's answers.
     paths: Option<(Vec<Vec<u32>>, FaultsSpent)>,
-    /// The states explored before this phase (state hashing), read only.
+    /// The states explored before this round (state hashing), read only.
     explored: Option<Arc<Visited>>,
     /// The runs it may take.
     runs_max: u64,
@@ -98,7 +98,8 @@ pub(crate) struct ChunkDone {
     set_aside: SetAside,
 }
 
-/// A workload's share of a level in progress: the phases done, and the next.
+/// A workload's share of a level in progress: what its rounds so far explored, and the
+/// rounds left.
 pub(crate) struct WorkloadLevel {
     workload: usize,
     /// The states explored so far (state hashing).
@@ -111,6 +112,7 @@ pub(crate) struct WorkloadLevel {
     rounds: VecDeque<Vec<Vec<Vec<u32>>>>,
     /// The paths of later phases set aside so far.
     later: SetAside,
+    /// Whether the first phase (the runs that begin with the workload's answers) was given.
     started: bool,
     runs_max: u64,
     done: bool,
@@ -171,7 +173,7 @@ impl WorkloadLevel {
             self.part.add(chunk.part);
             self.finals.extend(chunk.finals);
             if let (Some(visited), Some(own)) = (self.visited.as_mut(), chunk.visited) {
-                let visited = Arc::get_mut(visited).expect("every chunk of the phase is done");
+                let visited = Arc::get_mut(visited).expect("every chunk of the round is done");
                 self.part.level.unique_states += visited.absorb(own) as u64;
             }
             self.later.append(chunk.set_aside);
