@@ -13,6 +13,7 @@ use crate::workloads::workload_prefixes;
 use crate::{Invariant, Situation};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::{mpsc, Arc, Mutex};
 
 /// Runs an exhaustive check may spend before it stops, unless told otherwise.
@@ -567,8 +568,8 @@ fn fresh_visits(
 struct Pool {
     /// Chunks to explore, each with its workload and its place in the workload's round.
     chunks: mpsc::Sender<((usize, usize), Bounds, Chunk)>,
-    /// Chunks explored, with their workloads and places.
-    done: mpsc::Receiver<((usize, usize), ChunkDone)>,
+    /// Chunks explored (or the panic that ended one), with their workloads and places.
+    done: mpsc::Receiver<((usize, usize), std::thread::Result<ChunkDone>)>,
 }
 
 impl Pool {
@@ -598,8 +599,13 @@ impl Pool {
                     };
                     let prefix = &workloads[chunk.workload];
                     let work = (prefix.as_slice(), chunk);
-                    let explored = explore_chunk(&mut *subject, (&bounds, options), work, progress);
-                    if finished.send((number, explored)).is_err() {
+                    // A panic (a handler's, or a nondeterministic run's) goes to the thread
+                    // that waits for the chunk, which raises it again.
+                    let explored = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        explore_chunk(&mut *subject, (&bounds, options), work, progress)
+                    }));
+                    let panicked = explored.is_err();
+                    if finished.send((number, explored)).is_err() || panicked {
                         break;
                     }
                 }
@@ -618,7 +624,8 @@ impl Pool {
             out += self.send_round(bounds, (workload, level), &mut rounds[workload], stop);
         }
         while out > 0 {
-            let ((workload, place), done) = self.done.recv().expect("no exploring thread panicked");
+            let ((workload, place), done) = self.done.recv().expect("a thread waits for chunks");
+            let done = done.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             out -= 1;
             let round = &mut rounds[workload];
             round[place] = Some(done);

@@ -5,7 +5,8 @@
 use retrysim::models::{self, interval, Declared, HandlerEntry};
 use retrysim::{
     exhaust, exhaust_on, explore, shrink, workload_answers, Bounds, CheckOptions, CheckReport,
-    Invariant, Reduction, Shard, Situation, StopAt, Stopped, Tape,
+    Choices, Enumeration, Invariant, Reduction, RunOutcome, Shard, Situation, StopAt, Stopped,
+    Subject, Tape, WorkloadLimits,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -734,6 +735,65 @@ fn one_workload_on_threads_reports_what_one_thread_reports() {
             assert_eq!(split, alone, "{entry:?} on {threads} threads");
         }
     }
+}
+
+/// A subject whose enumerations panic after a hundred runs, as a handler's bug would.
+struct PanicsAfterAHundredRuns(Box<dyn Subject>);
+
+impl Subject for PanicsAfterAHundredRuns {
+    fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome {
+        self.0.run(source, bounds, trace)
+    }
+    fn enumerate(
+        &mut self,
+        bounds: &Bounds,
+        enumeration: Enumeration<'_>,
+        each: &mut dyn FnMut(&RunOutcome) -> bool,
+    ) {
+        let mut runs = 0;
+        self.0.enumerate(bounds, enumeration, &mut |outcome| {
+            runs += 1;
+            assert!(runs < 100, "the handler panicked");
+            each(outcome)
+        })
+    }
+    fn invariants(&self) -> &'static [Invariant] {
+        self.0.invariants()
+    }
+    fn situations(&self) -> &'static [Situation] {
+        self.0.situations()
+    }
+    fn exercised(&self, workload_answers: &[u32], bounds: &Bounds) -> Vec<Situation> {
+        self.0.exercised(workload_answers, bounds)
+    }
+    fn workload_limits(&self) -> WorkloadLimits {
+        self.0.workload_limits()
+    }
+    fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {
+        self.0.workload_class(workload_answers, bounds)
+    }
+}
+
+/// A panic in one of a check's threads ends the check with that panic, instead of leaving
+/// the others waiting.
+#[test]
+fn a_panic_on_a_checking_thread_ends_the_check() {
+    let (ended, ending) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let entry = models::find("counter", "keyed-atomic").unwrap();
+        let factory = || -> Box<dyn Subject> { Box::new(PanicsAfterAHundredRuns((entry.build)())) };
+        let options = CheckOptions::new(entry.bounds_from(small(2, 1)));
+        let checked = std::panic::catch_unwind(|| exhaust_on(&factory, &options, 2));
+        let message = checked.err().map(|panic| {
+            let text = panic.downcast_ref::<&str>().map(|text| text.to_string());
+            text.or_else(|| panic.downcast_ref::<String>().cloned())
+        });
+        ended.send(message).unwrap();
+    });
+    let message = ending
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the check ended");
+    assert_eq!(message, Some(Some("the handler panicked".to_string())));
 }
 
 /// Every faulty handler's counterexamples, found by a check that explores the whole bound
