@@ -594,7 +594,7 @@ impl Pool {
                 let mut subject = factory();
                 loop {
                     let next = waiting.lock().expect("no exploring thread panicked").recv();
-                    let Ok((number, bounds, chunk)) = next else {
+                    let Ok((place, bounds, chunk)) = next else {
                         break;
                     };
                     let prefix = &workloads[chunk.workload];
@@ -605,7 +605,7 @@ impl Pool {
                         explore_chunk(&mut *subject, (&bounds, options), work, progress)
                     }));
                     let panicked = explored.is_err();
-                    if finished.send((number, explored)).is_err() || panicked {
+                    if finished.send((place, explored)).is_err() || panicked {
                         break;
                     }
                 }
@@ -614,8 +614,8 @@ impl Pool {
         Pool { chunks, done }
     }
 
-    /// Explores every phase of every workload of `levels`, the chunks of each phase of every
-    /// workload not yet finished at once, each workload's taken in in their order.
+    /// Explores every round of every workload of `levels`: the first round of each at once,
+    /// then each workload's next as soon as its own is done and taken in, in part order.
     fn explore(&self, bounds: &Bounds, levels: &mut [WorkloadLevel], stop: StopAt) {
         // For each workload, the chunks of its round explored so far, by their place.
         let mut rounds: Vec<Vec<Option<ChunkDone>>> = levels.iter().map(|_| Vec::new()).collect();
