@@ -92,13 +92,18 @@ impl Bounds {
     /// A per-kind fault limit meaning "no limit".
     pub const UNBOUNDED: u32 = u32::MAX;
 
+    /// Whether drops count toward `faults_max`: unless they are unbounded.
+    pub fn drops_counted(&self) -> bool {
+        self.drops_max != Self::UNBOUNDED
+    }
+
     /// The most faults that count toward `faults_max` a run can have, whatever `faults_max`:
     /// the sum of the per-kind budgets (drops left out when unbounded, as they do not count).
     pub fn faults_reachable(&self) -> u32 {
-        let drops = if self.drops_max == Self::UNBOUNDED {
-            0
-        } else {
+        let drops = if self.drops_counted() {
             self.drops_max
+        } else {
+            0
         };
         [
             drops,

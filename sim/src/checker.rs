@@ -760,20 +760,18 @@ impl<'o> Search<'o> {
             return;
         }
         let report = &mut self.report;
-        let mut level = Level::nothing_at(bounds.faults_max);
+        let mut whole = Part::nothing_at(bounds.faults_max);
         for part in parts {
-            level.runs += part.level.runs;
-            level.pruned += part.level.pruned;
-            level.unique_states += part.level.unique_states;
-            level.final_states += part.level.final_states;
-            report.step_limited += part.step_limited;
-            report.coverage.add(&part.coverage);
-            for found in part.violations {
-                if report.violation(found.invariant).is_none() {
-                    report.violations.push(found);
-                }
+            whole.add(part);
+        }
+        report.step_limited += whole.step_limited;
+        report.coverage.add(&whole.coverage);
+        for found in whole.violations {
+            if report.violation(found.invariant).is_none() {
+                report.violations.push(found);
             }
         }
+        let level = whole.level;
         self.runs_left = self.runs_left.saturating_sub(level.runs);
         report.levels.push(level);
         self.next_faults_max =

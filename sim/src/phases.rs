@@ -48,7 +48,8 @@ pub(crate) struct Part {
 }
 
 impl Part {
-    fn nothing_at(faults_max: u32) -> Self {
+    /// A part with nothing explored yet.
+    pub(crate) fn nothing_at(faults_max: u32) -> Self {
         Part {
             level: Level::nothing_at(faults_max),
             step_limited: 0,
@@ -57,10 +58,13 @@ impl Part {
         }
     }
 
-    /// Adds a later part's runs and the counterexamples of invariants not yet broken.
-    fn add(&mut self, later: Part) {
+    /// Adds a later part's runs and states (a chunk's states are counted by the workload's
+    /// part, as they are taken in) and the counterexamples of invariants not yet broken.
+    pub(crate) fn add(&mut self, later: Part) {
         self.level.runs += later.level.runs;
         self.level.pruned += later.level.pruned;
+        self.level.unique_states += later.level.unique_states;
+        self.level.final_states += later.level.final_states;
         self.step_limited += later.step_limited;
         self.coverage.add(&later.coverage);
         for found in later.violations {

@@ -6,7 +6,6 @@ use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Body, Message, ServerReply, Staleness, World};
 use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
-use crate::bounds::Bounds;
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
@@ -480,7 +479,7 @@ impl<S: System> Execution<'_, '_, S> {
             let bounds = self.points.bounds;
             if spent.drops < bounds.drops_max {
                 kinds[options] = Delivery::Drop;
-                if bounds.drops_max != Bounds::UNBOUNDED {
+                if bounds.drops_counted() {
                     faults |= 1 << options;
                 }
                 options += 1;

@@ -380,10 +380,10 @@ impl FaultCounts {
 
     /// The faults that count toward `faults_max` (all but drops when drops are unbounded).
     pub fn counted(&self, bounds: &Bounds) -> u32 {
-        let drops = if bounds.drops_max == Bounds::UNBOUNDED {
-            0
-        } else {
+        let drops = if bounds.drops_counted() {
             self.drops
+        } else {
+            0
         };
         drops + self.duplicates + self.crashes + self.reconnects + self.storage
     }
@@ -860,10 +860,10 @@ impl Points<'_, '_> {
         let lossy = self.fault_allowed() && self.faults.drops < self.bounds.drops_max;
         let options = if lossy { 3 } else { 1 };
         // Answers 1 and 2 lose a message: a fault, when drops count toward the budget.
-        let faults = if self.bounds.drops_max == Bounds::UNBOUNDED {
-            0
-        } else {
+        let faults = if self.bounds.drops_counted() {
             0b110
+        } else {
+            0
         };
         let fate = match self
             .decider
