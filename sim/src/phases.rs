@@ -88,6 +88,8 @@ pub(crate) struct Chunk {
     paths: Option<(Vec<Vec<u32>>, FaultsSpent)>,
     /// The states explored before this round (state hashing), read only.
     explored: Option<Arc<Visited>>,
+    /// An empty set to record its visits in, with room left by an earlier chunk's.
+    room: Option<Visited>,
     /// The runs it may take.
     runs_max: u64,
 }
@@ -116,6 +118,9 @@ pub(crate) struct WorkloadLevel {
     rounds: VecDeque<Vec<Vec<Vec<u32>>>>,
     /// The paths of later phases set aside so far.
     later: SetAside,
+    /// Empty sets with room, left by the chunks taken in, for the next round's to record
+    /// their visits in: a part's set need not grow from nothing.
+    rooms: Vec<Visited>,
     /// Whether the first phase (the runs that begin with the workload's answers) was given.
     started: bool,
     runs_max: u64,
@@ -139,6 +144,7 @@ impl WorkloadLevel {
             spent: 0,
             rounds: VecDeque::new(),
             later: SetAside::default(),
+            rooms: Vec::new(),
             started: false,
             runs_max,
             done: runs_max == 0,
@@ -153,10 +159,11 @@ impl WorkloadLevel {
     /// The chunks of the next round.
     pub(crate) fn chunks(&mut self) -> Vec<Chunk> {
         let runs_max = self.runs_max - self.part.level.runs;
-        let chunk = |paths| Chunk {
+        let mut chunk = |paths| Chunk {
             workload: self.workload,
             paths,
             explored: self.visited.clone(),
+            room: self.rooms.pop(),
             runs_max,
         };
         if !std::mem::replace(&mut self.started, true) {
@@ -176,9 +183,10 @@ impl WorkloadLevel {
         for chunk in chunks {
             self.part.add(chunk.part);
             self.finals.extend(chunk.finals);
-            if let (Some(visited), Some(own)) = (self.visited.as_mut(), chunk.visited) {
+            if let (Some(visited), Some(mut own)) = (self.visited.as_mut(), chunk.visited) {
                 let visited = Arc::get_mut(visited).expect("every chunk of the round is done");
-                self.part.level.unique_states += visited.absorb(own) as u64;
+                self.part.level.unique_states += visited.absorb(&mut own) as u64;
+                self.rooms.push(own);
             }
             self.later.append(chunk.set_aside);
             let first_violation =
@@ -270,12 +278,13 @@ pub(crate) fn explore_chunk(
     let Chunk {
         paths,
         explored,
+        room,
         runs_max,
         ..
     } = chunk;
     let mut part = Part::nothing_at(bounds.faults_max);
     let mut finals = BTreeSet::new();
-    let mut visited = explored.as_deref().map(Visited::empty_like);
+    let mut visited = room.or_else(|| explored.as_deref().map(Visited::empty_like));
     let mut set_aside = SetAside::default();
     let hashing = visited.is_some();
     let enumeration = Enumeration {

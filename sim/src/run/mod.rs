@@ -211,13 +211,14 @@ impl Visited {
     }
 
     /// Takes in the visits of `later`, recorded over these (with these as the states explored
-    /// before); returns how many of its states are new here.
-    pub fn absorb(&mut self, later: Visited) -> usize {
+    /// before), and leaves it empty with its room kept, to record another part's visits in;
+    /// returns how many of its states are new here.
+    pub fn absorb(&mut self, later: &mut Visited) -> usize {
         let mut new = 0;
         let steps_matter = self.steps_matter;
         // In any order: each state's visits are taken in alone, in the order recorded, and
         // nothing else changes, so the order of the states cannot reach a run.
-        for (state, later_visits) in later.states {
+        for (state, later_visits) in later.states.drain() {
             let visits = self.states.entry(state).or_default();
             new += usize::from(visits.is_empty());
             for visit in later_visits {
