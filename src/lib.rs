@@ -149,7 +149,7 @@ pub use retrysim_sim::{
     BoundsError, Charge, ChargeId, Charged, CheckOptions, CheckReport, ChoiceKind, Choices,
     ClientPolicy, Clock, Counterexample, Coverage, Crash, Ctx, Deadline, Decider, Enumeration,
     Exploration, Failure, FaultCounts, FaultsSpent, Intent, IntentId, IntentSummary, IntentTag,
-    Invariant, Keyed, Lane, Ledger, Level, Link, NoAnswer, NoEvent, Odds, OnSql, Progress,
+    Invariant, Keyed, Lane, Ledger, Level, Link, NoAnswer, NoEvent, Odds, OnSql, Paths, Progress,
     Provider, Reduction, Reply, Request, Row, RunEnd, RunOutcome, Sandbox, SeededChoices, Session,
     SetAside, Shard, Shrunk, Simulator, Situation, SituationRuns, SqlHandler, SqlStore,
     StateHasher, Status, StopAt, Stopped, StoreCopy, Subject, SubjectFactory, System, Tape,

@@ -41,8 +41,8 @@ pub use checker::{
     Counterexample, Coverage, Level, Reduction, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
 };
 pub use choices::{
-    ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds, SeededChoices,
-    SetAside, Tape, TapeChoices, TapeError,
+    ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds, Paths,
+    SeededChoices, SetAside, Tape, TapeChoices, TapeError,
 };
 pub use clock::{Clock, Deadline, Timeouts};
 pub use determinism::check_determinism;

@@ -4,36 +4,40 @@
 //! With state hashing a workload's runs go by the faults they spend, fewest first: the runs
 //! without a fault (the first *phase*), then the runs through each answer those set aside
 //! because it spends a fault, and so on (see [`crate::Enumerator::handing_over_faults`]).
-//! Each phase after the first is explored in *rounds*: its paths are cut into up to
-//! [`PARTS_PER_ROUND`] shares, each share into up to [`ROUNDS_PER_PHASE_MAX`] runs of paths,
-//! and round `i` takes the `i`th of each share, one part each: parts far apart in the order
-//! of paths, which meet few states in common. Each part is explored over the states of the
-//! rounds before it, read only, recording its own; once every part of a round is done, their
-//! states are taken in, in part order, and the next round begins. So what a part explores
-//! depends only on the rounds before it, never on which thread took it or when, and the
-//! report is the same for any number of threads; the parts of one round may explore a state
-//! more than once between them. The cuts depend only on the number of paths.
+//! A phase's paths are cut into up to [`PARTS_PER_ROUND`] *shares*, in order, and explored
+//! in *rounds*: in each, a part for each share goes through its paths until it has taken
+//! [`RUNS_PER_PART_MAX`] runs, and what it has not reached (the untried answers of its last
+//! path, and the paths after it, see [`crate::Enumerator::leftover`]) is the share's for
+//! the next round; a share left with nothing, the largest left is cut in two. Each part is
+//! explored over the states of the rounds before it, read only, recording its own; once
+//! every part of a round is done, their states are taken in, in part order, and the next
+//! round begins. So what a part explores depends only on the rounds before it, never on
+//! which thread took it or when, and the report is the same for any number of threads; the
+//! parts of one round may explore a state more than once between them. Parts far apart in
+//! the order of paths meet few states in common, and no part is much longer than another,
+//! however the runs of a phase lie along its paths.
 
 use crate::bounds::Bounds;
 use crate::checker::{CheckOptions, Counterexample, Coverage, Level, StopAt};
-use crate::choices::{FaultsSpent, SetAside};
+use crate::choices::{FaultsSpent, Paths, SetAside};
 use crate::progress::Progress;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// The most rounds a phase of a workload (after the first, which is one path) is explored
-/// in: after each, the states its parts explored are taken in, so the later rounds need not
-/// explore them again, and the threads wait for the round's last part.
-pub(crate) const ROUNDS_PER_PHASE_MAX: usize = 64;
+/// The most runs a part of a round takes: then what it has not reached goes on in the next
+/// round, after its round's states are taken in, so that the parts of a round end near one
+/// another and threads do not wait long for the last.
+pub(crate) const RUNS_PER_PART_MAX: u64 = 2_000;
 
-/// The fewest paths a part of a round goes through, unless the phase has fewer: a part
-/// begins with a run from the start, and each round ends by taking in its parts' states.
-pub(crate) const PATHS_PER_PART_MIN: usize = 64;
+/// The runs a workload's level takes before its rounds have two parts, and between each
+/// further part and the next: the parts of a round may explore a state more than once
+/// between them, which costs most where there are few states to explore.
+pub(crate) const RUNS_PER_MORE_PART: u64 = 100_000;
 
-/// The most parts a round is cut into, each for a thread: one from each share (quarter) of
-/// the phase's paths, so that they meet few states in common.
+/// The most parts a round is cut into, each for a thread: one for each share of the phase's
+/// paths, far apart in their order, so that they meet few states in common.
 pub(crate) const PARTS_PER_ROUND: usize = 4;
 
 /// One workload's share of one level, or of a part of it.
@@ -85,7 +89,7 @@ pub(crate) struct Chunk {
     pub(crate) workload: usize,
     /// The paths to go through and the faults each spends, or none: the runs that begin
     /// with the workload's answers.
-    paths: Option<(Vec<Vec<u32>>, FaultsSpent)>,
+    paths: Option<(Paths, FaultsSpent)>,
     /// The states explored before this round (state hashing), read only.
     explored: Option<Arc<Visited>>,
     /// An empty set to record its visits in, with room left by an earlier chunk's.
@@ -102,20 +106,26 @@ pub(crate) struct ChunkDone {
     visited: Option<Visited>,
     /// The paths it set aside for later phases.
     set_aside: SetAside,
+    /// The paths of its phase it did not reach, in order, for the next round.
+    leftover: Paths,
 }
 
 /// A workload's share of a level in progress: what its rounds so far explored, and the
 /// rounds left.
 pub(crate) struct WorkloadLevel {
     workload: usize,
-    /// The states explored so far (state hashing).
+    /// The states explored so far (state hashing), unless lent to the chunk of a round of
+    /// one part.
     visited: Option<Arc<Visited>>,
+    /// How many states they held when lent.
+    lent_with: Option<usize>,
     part: Part,
     finals: BTreeSet<u64>,
     /// The faults the paths of the phase spend.
     spent: FaultsSpent,
-    /// The rounds of the phase not yet explored, each its parts' paths.
-    rounds: VecDeque<Vec<Vec<Vec<u32>>>>,
+    /// The paths of the phase not yet gone through, in shares, in order: the next round
+    /// explores a part of each.
+    shares: Vec<Paths>,
     /// The paths of later phases set aside so far.
     later: SetAside,
     /// Empty sets with room, left by the chunks taken in, for the next round's to record
@@ -139,10 +149,11 @@ impl WorkloadLevel {
         WorkloadLevel {
             workload,
             visited: visited.map(Arc::new),
+            lent_with: None,
             part: Part::nothing_at(faults_max),
             finals: BTreeSet::new(),
             spent: 0,
-            rounds: VecDeque::new(),
+            shares: Vec::new(),
             later: SetAside::default(),
             rooms: Vec::new(),
             started: false,
@@ -156,25 +167,55 @@ impl WorkloadLevel {
         self.done
     }
 
-    /// The chunks of the next round.
+    /// The chunks of the next round. A round of one part records its visits in the states
+    /// explored so far, lent to it: there is nothing to take in after it.
     pub(crate) fn chunks(&mut self) -> Vec<Chunk> {
         let runs_max = self.runs_max - self.part.level.runs;
-        let mut chunk = |paths| Chunk {
-            workload: self.workload,
-            paths,
-            explored: self.visited.clone(),
-            room: self.rooms.pop(),
-            runs_max,
-        };
-        if !std::mem::replace(&mut self.started, true) {
-            return vec![chunk(None)];
+        let paths: Vec<Option<(Paths, FaultsSpent)>> =
+            if !std::mem::replace(&mut self.started, true) {
+                vec![None]
+            } else {
+                let parts = self.parts_allowed();
+                even_out(&mut self.shares, parts);
+                let spent = self.spent;
+                let shares = std::mem::take(&mut self.shares);
+                shares
+                    .into_iter()
+                    .map(|paths| Some((paths, spent)))
+                    .collect()
+            };
+        if let (1, Some(visited)) = (paths.len(), self.visited.as_mut()) {
+            let visited = Arc::get_mut(visited).expect("every chunk of the last round is done");
+            let visited = std::mem::take(visited);
+            self.visited = None;
+            self.lent_with = Some(visited.len());
+            let paths = paths.into_iter().next().expect("one part");
+            return vec![Chunk {
+                workload: self.workload,
+                paths,
+                explored: None,
+                room: Some(visited),
+                runs_max,
+            }];
         }
-        let round = self.rounds.pop_front().unwrap_or_default();
-        let spent = self.spent;
-        round
+        paths
             .into_iter()
-            .map(|paths| chunk(Some((paths, spent))))
+            .map(|paths| Chunk {
+                workload: self.workload,
+                paths,
+                explored: self.visited.clone(),
+                room: self.rooms.pop(),
+                runs_max,
+            })
             .collect()
+    }
+
+    /// How many parts a round may have: one until the level has taken
+    /// [`RUNS_PER_MORE_PART`] runs, then one more for each as many more, up to
+    /// [`PARTS_PER_ROUND`].
+    fn parts_allowed(&self) -> usize {
+        let more = self.part.level.runs / RUNS_PER_MORE_PART;
+        usize::try_from(more).map_or(PARTS_PER_ROUND, |more| (1 + more).min(PARTS_PER_ROUND))
     }
 
     /// Takes in the chunks of the round, in their order, up to the one that ends the part:
@@ -183,12 +224,22 @@ impl WorkloadLevel {
         for chunk in chunks {
             self.part.add(chunk.part);
             self.finals.extend(chunk.finals);
-            if let (Some(visited), Some(mut own)) = (self.visited.as_mut(), chunk.visited) {
-                let visited = Arc::get_mut(visited).expect("every chunk of the round is done");
-                self.part.level.unique_states += visited.absorb(&mut own) as u64;
-                self.rooms.push(own);
+            match (self.lent_with.take(), self.visited.as_mut(), chunk.visited) {
+                (Some(before), _, Some(visited)) => {
+                    self.part.level.unique_states += (visited.len() - before) as u64;
+                    self.visited = Some(Arc::new(visited));
+                }
+                (None, Some(visited), Some(mut own)) => {
+                    let visited = Arc::get_mut(visited).expect("every chunk of the round is done");
+                    self.part.level.unique_states += visited.absorb(&mut own) as u64;
+                    self.rooms.push(own);
+                }
+                _ => {}
             }
             self.later.append(chunk.set_aside);
+            if !chunk.leftover.is_empty() {
+                self.shares.push(chunk.leftover);
+            }
             let first_violation =
                 stop == StopAt::FirstViolation && !self.part.violations.is_empty();
             if first_violation || self.part.level.runs >= self.runs_max {
@@ -196,11 +247,12 @@ impl WorkloadLevel {
                 return;
             }
         }
-        if self.rounds.is_empty() {
+        if self.shares.is_empty() {
             match self.later.take_fewest() {
                 Some((spent, paths)) => {
                     self.spent = spent;
-                    self.rounds = rounds_of(paths);
+                    let parts = self.parts_allowed();
+                    self.shares = cut(paths, parts);
                 }
                 None => self.done = true,
             }
@@ -236,28 +288,24 @@ impl WorkloadLevel {
     }
 }
 
-/// The rounds of a phase of `paths`: up to [`ROUNDS_PER_PHASE_MAX`] rounds of up to
-/// [`PARTS_PER_ROUND`] parts, each of at least [`PATHS_PER_PART_MIN`] paths where the phase
-/// has them; the `r`th part of round `i` is the `i`th of the runs of paths that the `r`th
-/// share of `paths` (in order, as even as can be) is cut into.
-fn rounds_of(paths: Vec<Vec<u32>>) -> VecDeque<Vec<Vec<Vec<u32>>>> {
-    let part_count = (paths.len() / PATHS_PER_PART_MIN).clamp(1, PARTS_PER_ROUND);
-    let per_round = part_count * PATHS_PER_PART_MIN;
-    let round_count = (paths.len() / per_round).clamp(1, ROUNDS_PER_PHASE_MAX);
-    let mut rounds: VecDeque<Vec<Vec<Vec<u32>>>> = VecDeque::new();
-    for share in cut(paths, part_count) {
-        for (index, part) in cut(share, round_count).into_iter().enumerate() {
-            if rounds.len() <= index {
-                rounds.push_back(Vec::new());
-            }
-            rounds[index].push(part);
-        }
+/// Cuts the largest of `shares` (the first of the largest) in two, in order, while there are
+/// fewer than `parts` and it has two paths or more.
+fn even_out(shares: &mut Vec<Paths>, parts: usize) {
+    while shares.len() < parts {
+        let largest = (0..shares.len())
+            .rev()
+            .max_by_key(|&share| shares[share].len());
+        let Some(largest) = largest.filter(|&share| shares[share].len() >= 2) else {
+            return;
+        };
+        let back = shares[largest].len() / 2;
+        let back = shares[largest].split_off(back);
+        shares.insert(largest + 1, back);
     }
-    rounds
 }
 
 /// `paths` cut into at most `parts` runs of paths one after another, as even as can be.
-fn cut(paths: Vec<Vec<u32>>, parts: usize) -> Vec<Vec<Vec<u32>>> {
+fn cut(paths: Paths, parts: usize) -> Vec<Paths> {
     let count = paths.len();
     let mut paths = paths.into_iter();
     (0..parts.min(count))
@@ -286,6 +334,8 @@ pub(crate) fn explore_chunk(
     let mut finals = BTreeSet::new();
     let mut visited = room.or_else(|| explored.as_deref().map(Visited::empty_like));
     let mut set_aside = SetAside::default();
+    let mut leftover = Paths::new();
+    let runs_max = runs_max.min(RUNS_PER_PART_MAX);
     let hashing = visited.is_some();
     let enumeration = Enumeration {
         visited: visited.as_mut(),
@@ -294,6 +344,7 @@ pub(crate) fn explore_chunk(
         prefix,
         paths,
         set_aside: hashing.then_some(&mut set_aside),
+        leftover: Some(&mut leftover),
         crash_points: options.reduction.crash_points,
         sleep_sets: options.reduction.sleep_sets,
     };
@@ -312,6 +363,7 @@ pub(crate) fn explore_chunk(
         finals,
         visited,
         set_aside,
+        leftover,
     }
 }
 
@@ -358,34 +410,50 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
 
 #[cfg(test)]
 mod tests {
-    use super::{cut, rounds_of};
+    use super::{cut, even_out, Paths, PARTS_PER_ROUND};
+
+    fn paths(range: std::ops::Range<u32>) -> Paths {
+        range.map(|n| vec![n]).collect()
+    }
+
+    fn sizes(shares: &[Paths]) -> Vec<usize> {
+        shares.iter().map(Paths::len).collect()
+    }
+
+    fn joined(shares: Vec<Paths>) -> Paths {
+        shares.into_iter().flatten().collect()
+    }
 
     #[test]
-    fn a_phase_is_cut_into_rounds_of_parts_far_apart() {
-        let paths: Vec<Vec<u32>> = (0..1000).map(|n| vec![n]).collect();
-        let rounds = rounds_of(paths.clone());
-        // 1000 paths: four shares of 250, each cut into three runs of paths.
-        assert_eq!(rounds.len(), 3);
-        assert!(rounds.iter().all(|round| round.len() == 4));
-        assert_eq!(rounds[0][0][0], vec![0]);
-        assert_eq!(rounds[0][1][0], vec![250]);
-        assert_eq!(rounds[1][0][0], vec![83]);
-        let mut every: Vec<Vec<u32>> = rounds.iter().flatten().flatten().cloned().collect();
-        every.sort();
-        assert_eq!(every, paths, "each path once");
-        // Too few paths for two parts: one round of one part.
-        let few = rounds_of(paths[..100].to_vec());
-        assert_eq!((few.len(), few[0].len()), (1, 1));
+    fn a_phase_is_cut_into_shares_in_order() {
+        let shares = cut(paths(0..1000), PARTS_PER_ROUND);
+        assert_eq!(sizes(&shares), [250; 4]);
+        assert_eq!(joined(shares), paths(0..1000), "each path once, in order");
+    }
+
+    #[test]
+    fn the_largest_share_is_cut_while_there_are_too_few() {
+        // A share of 10 and one of 3: the 10 is cut in two, then the first of the two 5s.
+        let mut shares = vec![paths(0..10), paths(10..13)];
+        even_out(&mut shares, PARTS_PER_ROUND);
+        assert_eq!(sizes(&shares), [2, 3, 5, 3]);
+        assert_eq!(joined(shares), paths(0..13), "in order");
+        // One path cannot be cut: it stays one share.
+        let mut one = vec![paths(0..1)];
+        even_out(&mut one, PARTS_PER_ROUND);
+        assert_eq!(one.len(), 1);
+        // Enough shares: none is cut.
+        let mut four = vec![paths(0..9), paths(9..10), paths(10..11), paths(11..12)];
+        even_out(&mut four, PARTS_PER_ROUND);
+        assert_eq!(sizes(&four), [9, 1, 1, 1]);
     }
 
     #[test]
     fn paths_are_cut_into_even_runs_in_order() {
-        let paths: Vec<Vec<u32>> = (0..10).map(|n| vec![n]).collect();
-        let parts = cut(paths.clone(), 4);
-        let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [2, 3, 2, 3]);
-        assert_eq!(parts.concat(), paths);
-        assert_eq!(cut(paths[..2].to_vec(), 4).len(), 2);
-        assert!(cut(Vec::new(), 4).is_empty());
+        let parts = cut(paths(0..10), 4);
+        assert_eq!(sizes(&parts), [2, 3, 2, 3]);
+        assert_eq!(joined(parts), paths(0..10));
+        assert_eq!(cut(paths(0..2), 4).len(), 2);
+        assert!(cut(Paths::new(), 4).is_empty());
     }
 }

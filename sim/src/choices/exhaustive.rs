@@ -18,10 +18,14 @@ use std::collections::{BTreeMap, VecDeque};
 /// through fewest first.
 pub type FaultsSpent = u32;
 
+/// Paths through the tree of choices, in the order to go through them: each the answers of a
+/// run's first choices, up to one the run takes.
+pub type Paths = VecDeque<Vec<u32>>;
+
 /// Paths set aside because their last answer spends a fault, by the faults they spend, each
 /// class in the order its paths were set aside.
 #[derive(Debug, Default)]
-pub struct SetAside(BTreeMap<FaultsSpent, VecDeque<Vec<u32>>>);
+pub struct SetAside(BTreeMap<FaultsSpent, Paths>);
 
 impl SetAside {
     /// Whether no path is set aside.
@@ -37,10 +41,8 @@ impl SetAside {
     }
 
     /// Takes off the paths of the class that spends the fewest faults, with those faults.
-    pub fn take_fewest(&mut self) -> Option<(FaultsSpent, Vec<Vec<u32>>)> {
-        self.0
-            .pop_first()
-            .map(|(spent, paths)| (spent, paths.into()))
+    pub fn take_fewest(&mut self) -> Option<(FaultsSpent, Paths)> {
+        self.0.pop_first()
     }
 
     fn push(&mut self, spent: FaultsSpent, path: Vec<u32>) {
@@ -98,7 +100,7 @@ pub struct Enumerator {
     /// path set aside).
     path_begins: bool,
     /// Paths given up front to go through after the current one.
-    given: VecDeque<Vec<u32>>,
+    given: Paths,
     /// Whether the paths set aside are handed over ([`Enumerator::take_set_aside`]) instead
     /// of gone through.
     hands_over: bool,
@@ -134,8 +136,8 @@ impl Enumerator {
     /// An enumerator of the runs through each of `paths` in turn (paths set aside by
     /// another, see [`Enumerator::take_set_aside`]), each answer of which is the one its
     /// choice takes, and each of which spends `spent` faults.
-    pub fn through_paths(paths: Vec<Vec<u32>>, spent: FaultsSpent) -> Self {
-        let mut given = VecDeque::from(paths);
+    pub fn through_paths(paths: impl Into<Paths>, spent: FaultsSpent) -> Self {
+        let mut given = paths.into();
         let mut enumerator = Enumerator {
             spent,
             ..Enumerator::default()
@@ -165,6 +167,40 @@ impl Enumerator {
     /// were set aside; taking them clears them.
     pub fn take_set_aside(&mut self) -> SetAside {
         std::mem::take(&mut self.waiting)
+    }
+
+    /// The paths of the runs not yet given, for an enumeration stopped before its last run
+    /// (after one at least): the untried answers of each choice of the last run's path past
+    /// its prefix, deepest first, each as the path that leads to it, then the paths given up
+    /// front not yet gone through. Going through them in turn
+    /// ([`Enumerator::through_paths`]) gives the runs this enumerator would have given next,
+    /// in the same order. The answers on the path that spend a fault are set aside, as
+    /// backtracking past them would have set them aside ([`Enumerator::take_set_aside`]).
+    /// The enumerator has no runs left after it, but what it had set aside.
+    pub fn leftover(&mut self) -> Paths {
+        assert!(self.started, "an enumeration stops after a run");
+        // The paths given are kept where they are; the untried answers go before them, the
+        // shallowest first in, so that the deepest comes first out.
+        let mut paths = std::mem::take(&mut self.given);
+        let mut depth = self.prefix.len();
+        while depth < self.path.len() {
+            let step = self.path[depth];
+            let skipped = step.redundant | step.deferred;
+            let untried = (step.answer + 1..step.options).filter(|&a| skipped >> a & 1 == 0);
+            for answer in untried.rev() {
+                let mut path: Vec<u32> = Vec::with_capacity(depth + 1);
+                path.extend(self.path[..depth].iter().map(|step| step.answer));
+                path.push(answer);
+                paths.push_front(path);
+            }
+            depth += 1;
+        }
+        while self.path.len() > self.prefix.len() {
+            let step = self.path.pop().expect("a choice past the prefix");
+            self.set_aside(step);
+        }
+        self.path.clear();
+        paths
     }
 
     /// The source for the next run; `None` once every run has been enumerated.
@@ -399,6 +435,79 @@ mod tests {
             "fewest faults first: {faults:?}"
         );
         assert_ne!(by_faults, depth_first, "the order is not depth first");
+    }
+
+    /// The runs through `paths` (each spending `spent` faults) and through the paths they set
+    /// aside, by faults.
+    fn every_run_through(paths: Paths, spent: FaultsSpent) -> Vec<(Vec<u32>, u32)> {
+        let mut enumerator = Enumerator::through_paths(paths, spent).handing_over_faults();
+        let mut runs = every_run_of(&mut enumerator);
+        let mut set_aside = enumerator.take_set_aside();
+        while let Some((spent, paths)) = set_aside.take_fewest() {
+            let mut enumerator = Enumerator::through_paths(paths, spent).handing_over_faults();
+            runs.extend(every_run_of(&mut enumerator));
+            set_aside.append(enumerator.take_set_aside());
+        }
+        runs
+    }
+
+    fn every_run_of(enumerator: &mut Enumerator) -> Vec<(Vec<u32>, u32)> {
+        let mut runs = Vec::new();
+        while let Some(mut source) = enumerator.next_run() {
+            runs.push(run(&mut source));
+        }
+        runs
+    }
+
+    #[test]
+    fn the_runs_left_over_go_on_where_an_enumeration_stopped() {
+        let whole = every_run(Enumerator::new());
+        for taken in 1..whole.len() {
+            // Stopped after `taken` runs: the paths left over give the rest, in order.
+            let mut enumerator = Enumerator::new();
+            let mut runs = Vec::new();
+            while runs.len() < taken {
+                let mut source = enumerator.next_run().expect("runs are left");
+                runs.push(run(&mut source));
+            }
+            let leftover = enumerator.leftover();
+            assert!(
+                enumerator.next_run().is_none(),
+                "no runs left after {taken}"
+            );
+            runs.extend(every_run_of(&mut Enumerator::through_paths(leftover, 0)));
+            assert_eq!(runs, whole, "stopped after {taken} runs");
+        }
+    }
+
+    #[test]
+    fn the_runs_left_over_by_a_handing_over_enumerator_keep_their_faults() {
+        let whole = every_run(Enumerator::new());
+        let mut expected = whole.clone();
+        expected.sort();
+        for taken in 1..=20 {
+            let mut enumerator = Enumerator::new().handing_over_faults();
+            let mut runs = Vec::new();
+            while runs.len() < taken {
+                let Some(mut source) = enumerator.next_run() else {
+                    break;
+                };
+                runs.push(run(&mut source));
+            }
+            let leftover = enumerator.leftover();
+            let mut set_aside = enumerator.take_set_aside();
+            assert!(runs.iter().all(|(_, faults)| *faults == 0));
+            runs.extend(every_run_through(leftover, 0));
+            while let Some((spent, paths)) = set_aside.take_fewest() {
+                runs.extend(every_run_through(paths, spent));
+            }
+            let mut sorted = runs.clone();
+            sorted.sort();
+            assert_eq!(
+                sorted, expected,
+                "the same runs, each once, stopped after {taken}"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod exhaustive;
 mod seeded;
 mod tape;
 
-pub use exhaustive::{EnumeratedRun, Enumerator, FaultsSpent, SetAside};
+pub use exhaustive::{EnumeratedRun, Enumerator, FaultsSpent, Paths, SetAside};
 pub use seeded::{Odds, SeededChoices};
 pub use tape::{Tape, TapeChoices, TapeError};
 

@@ -13,7 +13,9 @@ pub(crate) mod world;
 pub use client::ClientPolicy;
 
 use crate::bounds::Bounds;
-use crate::choices::{ChoiceKind, Choices, Decider, Enumerator, FaultsSpent, SetAside, Tape};
+use crate::choices::{
+    ChoiceKind, Choices, Decider, Enumerator, FaultsSpent, Paths, SetAside, Tape,
+};
 use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, StorageFault, System};
 use crate::timeline::{Lane, Timeline};
@@ -517,6 +519,7 @@ impl<S: System> Simulator<S> {
             prefix,
             paths,
             set_aside,
+            leftover,
             ..
         } = enumeration;
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
@@ -536,7 +539,7 @@ impl<S: System> Simulator<S> {
                 enumerator.deferring_faults()
             };
         }
-        self.enumerate_from(
+        let stopped = self.enumerate_from(
             &mut enumerator,
             bounds,
             (
@@ -545,6 +548,9 @@ impl<S: System> Simulator<S> {
             ),
             each,
         );
+        if let (Some(leftover), true) = (leftover, stopped) {
+            *leftover = enumerator.leftover();
+        }
         if let Some(set_aside) = set_aside {
             set_aside.append(enumerator.take_set_aside());
         }
@@ -553,14 +559,14 @@ impl<S: System> Simulator<S> {
     }
 
     /// Runs every run `enumerator` gives, handing each outcome to `each` until it returns
-    /// `false`.
+    /// `false`; returns whether it did.
     fn enumerate_from(
         &mut self,
         enumerator: &mut Enumerator,
         bounds: &Bounds,
         (mut visited, mut checkpoints): (Option<Layers<'_>>, Option<&mut Checkpoints<S>>),
         each: &mut dyn FnMut(&RunOutcome) -> bool,
-    ) {
+    ) -> bool {
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
             let pruning = visited.as_mut().map(|(visited, explored)| Pruning {
@@ -605,9 +611,10 @@ impl<S: System> Simulator<S> {
             };
             drop(source);
             if !each(&outcome) {
-                break;
+                return true;
             }
         }
+        false
     }
 
     /// The newest checkpoint before the answer at `changed`, with the store put back to it:
@@ -777,12 +784,16 @@ pub struct Enumeration<'v> {
     /// Paths to go through in turn instead of the runs that begin with `prefix`, and the
     /// faults each spends: paths set aside by an enumeration before
     /// ([`Enumerator::through_paths`]).
-    pub paths: Option<(Vec<Vec<u32>>, FaultsSpent)>,
+    pub paths: Option<(Paths, FaultsSpent)>,
     /// With `visited`: where the paths to the answers that spend a fault are handed over,
     /// instead of gone through after the runs that spend fewer (see
     /// [`Enumerator::handing_over_faults`]). Going through them in turn, and theirs after
     /// them, gives the runs an enumeration without it gives, in the same order.
     pub set_aside: Option<&'v mut SetAside>,
+    /// Where the paths of the runs not taken are put (in place of what it held) when `each`
+    /// stops the enumeration before its last run ([`Enumerator::leftover`]): going through them later, with the paths set
+    /// aside, gives the rest of the runs.
+    pub leftover: Option<&'v mut Paths>,
     /// Explore a crash once where crashes at several points of one invocation lead to the
     /// same state (nothing durable changed between them), for a system that reports its
     /// durable changes ([`System::reports_durable_changes`]); the others are reported in
