@@ -8,7 +8,7 @@ use crate::report::{self, MatrixRow, Schedule};
 use crate::{
     check_determinism, exhaust_on_reporting, explore_with_progress, replay, run_seed, shrink,
     workload_answers, Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant,
-    Level, Progress, Reduction, Shard, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX,
+    Level, Progress, Reduction, Rounds, Shard, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX,
     THREADS_MAX,
 };
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -744,6 +744,7 @@ fn check_options(
         checkpoints: !search.no_checkpoints,
         prefix,
         shard: search.shard,
+        rounds: Rounds::DEFAULT,
     })
 }
 

@@ -4,7 +4,7 @@
 use crate::bounds::Bounds;
 use crate::choices::Tape;
 use crate::explore::SubjectFactory;
-use crate::phases::{explore_chunk, Chunk, ChunkDone, Part, WorkloadLevel};
+use crate::phases::{explore_chunk, Chunk, ChunkDone, Part, Rounds, WorkloadLevel};
 use crate::progress::Progress;
 use crate::run::Visited;
 use crate::shard::Shard;
@@ -111,6 +111,9 @@ pub struct CheckOptions {
     /// The part of the check to explore: every `count`th workload (after symmetry), so that
     /// shards on several machines together explore every workload once.
     pub shard: Shard,
+    /// How each workload's levels are cut into rounds of parts that threads share; the
+    /// report depends on it, never on the number of threads.
+    pub rounds: Rounds,
 }
 
 impl CheckOptions {
@@ -125,6 +128,7 @@ impl CheckOptions {
             checkpoints: true,
             prefix: Vec::new(),
             shard: Shard::WHOLE,
+            rounds: Rounds::DEFAULT,
         }
     }
 }
@@ -436,7 +440,12 @@ fn explore_alone(
     runs_max: u64,
     progress: &Progress,
 ) -> Part {
-    let mut level = WorkloadLevel::new(index, visited.take(), bounds.faults_max, runs_max);
+    let mut level = WorkloadLevel::new(
+        index,
+        visited.take(),
+        bounds.faults_max,
+        (runs_max, options.rounds),
+    );
     while !level.finished() {
         let explore = |chunk| explore_chunk(subject, (bounds, options), (prefix, chunk), progress);
         let done = level.chunks().into_iter().map(explore).collect();
@@ -497,7 +506,8 @@ fn exhaust_on_counting(
                 .iter_mut()
                 .enumerate()
                 .map(|(index, visited)| {
-                    WorkloadLevel::new(index, visited.take(), bounds.faults_max, runs_left)
+                    let budget = (runs_left, options.rounds);
+                    WorkloadLevel::new(index, visited.take(), bounds.faults_max, budget)
                 })
                 .collect();
             pool.explore(&bounds, &mut levels, options.stop);

@@ -50,6 +50,7 @@ pub use explore::{
     explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
 };
 pub use invariant::{Invariant, Violation};
+pub use phases::Rounds;
 pub use progress::Progress;
 pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};
 pub use run::{

@@ -4,9 +4,9 @@
 //! With state hashing a workload's runs go by the faults they spend, fewest first: the runs
 //! without a fault (the first *phase*), then the runs through each answer those set aside
 //! because it spends a fault, and so on (see [`crate::Enumerator::handing_over_faults`]).
-//! A phase's paths are cut into up to [`PARTS_PER_ROUND`] *shares*, in order, and explored
-//! in *rounds*: in each, a part for each share goes through its paths until it has taken
-//! [`RUNS_PER_PART_MAX`] runs, and what it has not reached (the untried answers of its last
+//! A phase's paths are cut into *shares*, in order, and explored in *rounds* (see
+//! [`Rounds`]): in each, a part for each share goes through its paths until it has taken
+//! [`Rounds::runs_per_part_max`] runs, and what it has not reached (the untried answers of its last
 //! path, and the paths after it, see [`crate::Enumerator::leftover`]) is the share's for
 //! the next round; a share left with nothing, the largest left is cut in two. Each part is
 //! explored over the states of the rounds before it, read only, recording its own; once
@@ -23,22 +23,51 @@ use crate::choices::{FaultsSpent, Paths, SetAside};
 use crate::progress::Progress;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
+use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// The most runs a part of a round takes: then what it has not reached goes on in the next
-/// round, after its round's states are taken in, so that the parts of a round end near one
-/// another and threads do not wait long for the last.
-pub(crate) const RUNS_PER_PART_MAX: u64 = 2_000;
+/// How a workload's level is cut into rounds of parts that threads share (see the module
+/// documentation). What a part explores depends on these and on the rounds before it only, so
+/// the report depends on these (its runs, and which counterexample comes first), never on the
+/// number of threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Rounds {
+    /// The most runs a part of a round takes: then what it has not reached goes on in the
+    /// next round, after its round's states are taken in, so that the parts of a round end
+    /// near one another and threads do not wait long for the last.
+    pub runs_per_part_max: u64,
+    /// The runs a level takes before its rounds have two parts, and between each further
+    /// part and the next: the parts of a round may explore a state more than once between
+    /// them, which costs most where there are few states to explore. A round of one part
+    /// records its visits with the states explored before, with nothing to take in after.
+    pub runs_per_more_part: u64,
+    /// The most parts a round has, each for a thread: one for each share of the phase's
+    /// paths, far apart in their order, so that they meet few states in common.
+    pub parts_max: usize,
+}
 
-/// The runs a workload's level takes before its rounds have two parts, and between each
-/// further part and the next: the parts of a round may explore a state more than once
-/// between them, which costs most where there are few states to explore.
-pub(crate) const RUNS_PER_MORE_PART: u64 = 100_000;
+impl Rounds {
+    /// Parts of at most 2,000 runs; one a round for a level's first 100,000 runs, then one
+    /// more for each 100,000 more, up to four.
+    pub const DEFAULT: Rounds = Rounds {
+        runs_per_part_max: 2_000,
+        runs_per_more_part: 100_000,
+        parts_max: 4,
+    };
 
-/// The most parts a round is cut into, each for a thread: one for each share of the phase's
-/// paths, far apart in their order, so that they meet few states in common.
-pub(crate) const PARTS_PER_ROUND: usize = 4;
+    /// How many parts a round of a level that has taken `runs` runs may have.
+    fn parts_after(&self, runs: u64) -> usize {
+        let more = runs / self.runs_per_more_part.max(1);
+        usize::try_from(more).map_or(self.parts_max, |more| (1 + more).min(self.parts_max))
+    }
+}
+
+impl Default for Rounds {
+    fn default() -> Self {
+        Rounds::DEFAULT
+    }
+}
 
 /// One workload's share of one level, or of a part of it.
 #[derive(Clone, Debug)]
@@ -134,17 +163,18 @@ pub(crate) struct WorkloadLevel {
     /// Whether the first phase (the runs that begin with the workload's answers) was given.
     started: bool,
     runs_max: u64,
+    rounds: Rounds,
     done: bool,
 }
 
 impl WorkloadLevel {
     /// The level of `faults_max` for the workload at `workload`, over the states of lower
-    /// levels in `visited`, for at most `runs_max` runs.
+    /// levels in `visited`, for at most `runs_max` runs, in `rounds`.
     pub(crate) fn new(
         workload: usize,
         visited: Option<Visited>,
         faults_max: u32,
-        runs_max: u64,
+        (runs_max, rounds): (u64, Rounds),
     ) -> Self {
         WorkloadLevel {
             workload,
@@ -158,6 +188,7 @@ impl WorkloadLevel {
             rooms: Vec::new(),
             started: false,
             runs_max,
+            rounds,
             done: runs_max == 0,
         }
     }
@@ -210,12 +241,9 @@ impl WorkloadLevel {
             .collect()
     }
 
-    /// How many parts a round may have: one until the level has taken
-    /// [`RUNS_PER_MORE_PART`] runs, then one more for each as many more, up to
-    /// [`PARTS_PER_ROUND`].
+    /// How many parts the next round may have ([`Rounds::parts_after`]).
     fn parts_allowed(&self) -> usize {
-        let more = self.part.level.runs / RUNS_PER_MORE_PART;
-        usize::try_from(more).map_or(PARTS_PER_ROUND, |more| (1 + more).min(PARTS_PER_ROUND))
+        self.rounds.parts_after(self.part.level.runs)
     }
 
     /// Takes in the chunks of the round, in their order, up to the one that ends the part:
@@ -335,7 +363,7 @@ pub(crate) fn explore_chunk(
     let mut visited = room.or_else(|| explored.as_deref().map(Visited::empty_like));
     let mut set_aside = SetAside::default();
     let mut leftover = Paths::new();
-    let runs_max = runs_max.min(RUNS_PER_PART_MAX);
+    let runs_max = runs_max.min(options.rounds.runs_per_part_max.max(1));
     let hashing = visited.is_some();
     let enumeration = Enumeration {
         visited: visited.as_mut(),
@@ -410,7 +438,7 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
 
 #[cfg(test)]
 mod tests {
-    use super::{cut, even_out, Paths, PARTS_PER_ROUND};
+    use super::{cut, even_out, Paths, Rounds};
 
     fn paths(range: std::ops::Range<u32>) -> Paths {
         range.map(|n| vec![n]).collect()
@@ -426,7 +454,7 @@ mod tests {
 
     #[test]
     fn a_phase_is_cut_into_shares_in_order() {
-        let shares = cut(paths(0..1000), PARTS_PER_ROUND);
+        let shares = cut(paths(0..1000), Rounds::DEFAULT.parts_max);
         assert_eq!(sizes(&shares), [250; 4]);
         assert_eq!(joined(shares), paths(0..1000), "each path once, in order");
     }
@@ -435,17 +463,27 @@ mod tests {
     fn the_largest_share_is_cut_while_there_are_too_few() {
         // A share of 10 and one of 3: the 10 is cut in two, then the first of the two 5s.
         let mut shares = vec![paths(0..10), paths(10..13)];
-        even_out(&mut shares, PARTS_PER_ROUND);
+        even_out(&mut shares, Rounds::DEFAULT.parts_max);
         assert_eq!(sizes(&shares), [2, 3, 5, 3]);
         assert_eq!(joined(shares), paths(0..13), "in order");
         // One path cannot be cut: it stays one share.
         let mut one = vec![paths(0..1)];
-        even_out(&mut one, PARTS_PER_ROUND);
+        even_out(&mut one, Rounds::DEFAULT.parts_max);
         assert_eq!(one.len(), 1);
         // Enough shares: none is cut.
         let mut four = vec![paths(0..9), paths(9..10), paths(10..11), paths(11..12)];
-        even_out(&mut four, PARTS_PER_ROUND);
+        even_out(&mut four, Rounds::DEFAULT.parts_max);
         assert_eq!(sizes(&four), [9, 1, 1, 1]);
+    }
+
+    #[test]
+    fn rounds_have_more_parts_as_a_level_takes_more_runs() {
+        let rounds = Rounds::DEFAULT;
+        let parts: Vec<usize> = [0, 99_999, 100_000, 250_000, 399_999, 10_000_000]
+            .iter()
+            .map(|&runs| rounds.parts_after(runs))
+            .collect();
+        assert_eq!(parts, [1, 1, 2, 3, 4, 4]);
     }
 
     #[test]

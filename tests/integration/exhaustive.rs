@@ -5,8 +5,8 @@
 use retrysim::models::{self, interval, Declared, HandlerEntry};
 use retrysim::{
     exhaust, exhaust_on, explore, shrink, workload_answers, Bounds, CheckOptions, CheckReport,
-    Choices, Enumeration, Invariant, Reduction, RunOutcome, Shard, Situation, StopAt, Stopped,
-    Subject, Tape, WorkloadLimits,
+    Choices, Enumeration, Invariant, Reduction, Rounds, RunOutcome, Shard, Situation, StopAt,
+    Stopped, Subject, Tape, WorkloadLimits,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -719,20 +719,36 @@ fn one_workload_on_threads_reports_what_one_thread_reports() {
             ..entry.bounds_from(small(2, 1))
         };
         let tape: Tape = "1".parse().unwrap();
-        let options = CheckOptions {
-            stop,
-            runs_max,
-            prefix: workload_answers(&mut *(entry.build)(), &tape, &bounds).unwrap(),
-            ..CheckOptions::new(bounds)
+        // Small rounds, so that these checks have rounds of four parts, and the default ones.
+        let small_rounds = Rounds {
+            runs_per_part_max: 100,
+            runs_per_more_part: 300,
+            parts_max: 4,
         };
-        let alone = exhaust(&mut *(entry.build)(), &options);
-        assert_eq!(alone.workloads, 1, "{entry:?}");
-        assert_eq!(alone.stopped, stopped, "{entry:?}");
-        assert_eq!(!alone.violations.is_empty(), caught, "{entry:?}");
-        assert!(alone.runs() > 1_000, "{entry:?}: too small to share");
-        for threads in [1, 2, 3] {
-            let split = exhaust_on(&entry.build, &options, threads);
-            assert_eq!(split, alone, "{entry:?} on {threads} threads");
+        for rounds in [small_rounds, Rounds::DEFAULT] {
+            let options = CheckOptions {
+                stop,
+                runs_max,
+                prefix: workload_answers(&mut *(entry.build)(), &tape, &bounds).unwrap(),
+                rounds,
+                ..CheckOptions::new(bounds)
+            };
+            let alone = exhaust(&mut *(entry.build)(), &options);
+            assert_eq!(alone.workloads, 1, "{entry:?}");
+            assert_eq!(alone.stopped, stopped, "{entry:?} in {rounds:?}");
+            assert_eq!(
+                !alone.violations.is_empty(),
+                caught,
+                "{entry:?} in {rounds:?}"
+            );
+            assert!(
+                alone.runs() > 4 * small_rounds.runs_per_more_part,
+                "{entry:?}: too small"
+            );
+            for threads in [1, 2, 3] {
+                let split = exhaust_on(&entry.build, &options, threads);
+                assert_eq!(split, alone, "{entry:?} on {threads} threads in {rounds:?}");
+            }
         }
     }
 }
