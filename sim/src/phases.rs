@@ -376,9 +376,10 @@ pub(crate) fn explore_chunk(
         crash_points: options.reduction.crash_points,
         sleep_sets: options.reduction.sleep_sets,
     };
+    let mut points = PointTally::default();
     let mut each = |outcome: &RunOutcome| {
         progress.run_ended(!outcome.violations.is_empty());
-        count_run(&mut part, outcome, (bounds, options));
+        count_run((&mut part, &mut points), outcome, (bounds, options));
         if let Some(state) = outcome.final_state {
             finals.insert(state);
         }
@@ -386,6 +387,7 @@ pub(crate) fn explore_chunk(
         part.level.runs < runs_max && !stop
     };
     subject.enumerate(bounds, enumeration, &mut each);
+    points.add_to(&mut part.coverage);
     ChunkDone {
         part,
         finals,
@@ -395,12 +397,17 @@ pub(crate) fn explore_chunk(
     }
 }
 
-/// Counts one run's outcome into `part`.
-fn count_run(part: &mut Part, outcome: &RunOutcome, (bounds, options): (&Bounds, &CheckOptions)) {
+/// Counts one run's outcome into `part`, its crash points into `points`.
+fn count_run(
+    (part, points): (&mut Part, &mut PointTally),
+    outcome: &RunOutcome,
+    (bounds, options): (&Bounds, &CheckOptions),
+) {
     part.level.runs += 1;
     part.level.pruned += u64::from(outcome.end == RunEnd::Pruned);
     part.step_limited += u64::from(outcome.end == RunEnd::StepLimit);
     tally(&mut part.coverage, outcome);
+    points.count(outcome);
     for violation in &outcome.violations {
         let wanted = options.only.is_none_or(|only| only == violation.invariant);
         let known = part
@@ -425,14 +432,67 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
     coverage.crashes += u64::from(faults.crashes > 0);
     coverage.reconnects += u64::from(faults.reconnects > 0);
     coverage.storage += u64::from(faults.storage > 0);
-    for point in &outcome.points {
-        coverage.crash_points.entry(point).or_insert(0);
+}
+
+/// The crash points a chunk's runs passed, with the runs that crashed at each and those in
+/// which a crash there was covered, in first-seen order, until they go into the chunk's
+/// [`Coverage`]: a handler names the same few points run after run, found here by the
+/// address of their names before their text, where a map of names would compare text at
+/// every run.
+#[derive(Default)]
+struct PointTally(Vec<PointRuns>);
+
+struct PointRuns {
+    point: &'static str,
+    crashed: u64,
+    covered: u64,
+}
+
+impl PointTally {
+    fn count(&mut self, outcome: &RunOutcome) {
+        for &point in &outcome.points {
+            self.of(point);
+        }
+        for &point in &outcome.crashed_at {
+            self.of(point).crashed += 1;
+        }
+        for &point in &outcome.crashes_covered {
+            self.of(point).covered += 1;
+        }
     }
-    for point in &outcome.crashed_at {
-        *coverage.crash_points.entry(point).or_insert(0) += 1;
+
+    /// The counts of `point`, new ones at 0.
+    fn of(&mut self, point: &'static str) -> &mut PointRuns {
+        let known = self
+            .0
+            .iter()
+            .position(|known| std::ptr::eq(known.point, point));
+        let found = known.or_else(|| self.0.iter().position(|known| known.point == point));
+        let index = found.unwrap_or_else(|| {
+            self.0.push(PointRuns {
+                point,
+                crashed: 0,
+                covered: 0,
+            });
+            self.0.len() - 1
+        });
+        &mut self.0[index]
     }
-    for point in &outcome.crashes_covered {
-        *coverage.crashes_covered.entry(point).or_insert(0) += 1;
+
+    /// Adds the counts to `coverage`: every point passed with the runs that crashed there,
+    /// and the points whose crashes were covered with those runs.
+    fn add_to(self, coverage: &mut Coverage) {
+        for PointRuns {
+            point,
+            crashed,
+            covered,
+        } in self.0
+        {
+            *coverage.crash_points.entry(point).or_insert(0) += crashed;
+            if covered > 0 {
+                *coverage.crashes_covered.entry(point).or_insert(0) += covered;
+            }
+        }
     }
 }
 

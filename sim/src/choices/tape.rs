@@ -25,6 +25,11 @@ impl Tape {
         &self.answers
     }
 
+    /// The answers (without trailing zeros), taken out: their room can hold another run's.
+    pub fn into_answers(self) -> Vec<u32> {
+        self.answers
+    }
+
     /// How many answers the tape holds.
     pub fn len(&self) -> usize {
         self.answers.len()

@@ -143,10 +143,12 @@ impl<S: System> Checkpoints<S> {
             .count()
     }
 
-    /// The first `count` answers of the previous run.
-    pub(super) fn answers_before(&self, count: usize) -> Vec<u32> {
+    /// The first `count` answers of the previous run, in `room` (emptied first).
+    pub(super) fn answers_before(&self, count: usize, room: Vec<u32>) -> Vec<u32> {
+        let mut answers = room;
+        answers.clear();
         // Room for the answers the run goes on to give.
-        let mut answers = Vec::with_capacity(count + 32);
+        answers.reserve(count + 32);
         answers.extend(self.answers.iter().copied().take(count));
         answers.resize(count, 0);
         answers

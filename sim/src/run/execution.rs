@@ -4,7 +4,7 @@
 use super::checkpoint::{Checkpoint, Checkpoints, EngineState, SavedStore};
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
-use super::world::{Action, Body, Message, ServerReply, Staleness, World};
+use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, World};
 use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
@@ -146,7 +146,7 @@ pub(crate) struct Execution<'a, 's, S: System> {
 
 impl<S: System> Execution<'_, '_, S> {
     pub(super) fn run_to_end(&mut self) -> RunEnd {
-        let mut actions = Vec::with_capacity(16);
+        let mut actions = Actions::new();
         loop {
             if self.world.finished() && self.tasks.is_empty() && self.job_due().is_none() {
                 return RunEnd::Completed;

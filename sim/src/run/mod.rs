@@ -567,6 +567,8 @@ impl<S: System> Simulator<S> {
         (mut visited, mut checkpoints): (Option<Layers<'_>>, Option<&mut Checkpoints<S>>),
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) -> bool {
+        // The room of the last run's answers, for the next run's.
+        let mut room = Vec::new();
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
             let pruning = visited.as_mut().map(|(visited, explored)| Pruning {
@@ -593,7 +595,7 @@ impl<S: System> Simulator<S> {
                     let answers = checkpoints
                         .as_ref()
                         .expect("resumed")
-                        .answers_before(answered);
+                        .answers_before(answered, std::mem::take(&mut room));
                     let start = Start {
                         decider: Decider::resumed(&mut source, answers),
                         state,
@@ -613,6 +615,7 @@ impl<S: System> Simulator<S> {
             if !each(&outcome) {
                 return true;
             }
+            room = outcome.tape.into_answers();
         }
         false
     }

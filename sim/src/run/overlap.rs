@@ -10,7 +10,7 @@
 
 use super::execution::Execution;
 use super::tasks::{prepare_connection, Go, Pause, Task, Turn};
-use super::world::{hash_of, Action, Body};
+use super::world::{hash_of, Action, Actions, Body};
 use super::{CrashPoints, RunEnd, Session};
 use crate::system::{Crash, IntentId, System};
 use crate::timeline::Lane;
@@ -133,7 +133,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// Adjusts the enabled actions of an overlapping run: requests reach the server only
     /// while it has room and nobody is writing, lookups and outside events only while no
     /// invocation is in progress; each invocation that can go on is a choice, first.
-    pub(super) fn overlap_actions(&self, actions: &mut Vec<Action>) {
+    pub(super) fn overlap_actions(&self, actions: &mut Actions) {
         if !self.overlapping {
             return;
         }
@@ -159,8 +159,7 @@ impl<S: System> Execution<'_, '_, S> {
             .enumerate()
             .filter(|(_, invocation)| invocation.blocked_since != Some(self.progress))
             .map(|(index, _)| Action::Resume(index));
-        let resumable: Vec<Action> = resumable.collect();
-        actions.splice(0..0, resumable);
+        actions.insert_many(0, resumable);
     }
 
     /// Starts an invocation of `request` and runs it to its first pause.

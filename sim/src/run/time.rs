@@ -5,7 +5,7 @@
 //! run ([`System::pass_time`]); then backoffs end, and waiting clients time out.
 
 use super::execution::Execution;
-use super::world::{Action, Phase};
+use super::world::{Action, Actions, Phase};
 use crate::clock::{Deadline, Timeouts};
 use crate::system::System;
 use crate::timeline::Lane;
@@ -21,7 +21,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// flight would be lost and only the store's own jobs would run, which commit no effect
     /// for any intent, so that can break no invariant; the run ends by delivering what is in
     /// flight instead.
-    pub(super) fn time_actions(&self, actions: &mut Vec<Action>) {
+    pub(super) fn time_actions(&self, actions: &mut Actions) {
         let clients = &self.world.clients;
         let sending = clients.iter().any(|client| client.phase == Phase::Ready);
         let waiting = clients

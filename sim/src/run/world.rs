@@ -251,6 +251,9 @@ impl<R, V> Message<R, V> {
     }
 }
 
+/// The steps enabled in a state, kept inline: a run asks for them at every step.
+pub(crate) type Actions = SmallVec<[Action; 16]>;
+
 #[derive(Clone, Copy)]
 pub(crate) enum Action {
     /// Let an invocation in progress go on (runs whose invocations overlap).
@@ -467,7 +470,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     /// events, then, with untimed timeouts, timeouts of waiting clients: when a client times
     /// out is then the schedule's choice, not the clock's, and any waiting client may time
     /// out before any delivery. (With timed timeouts, time passing is a step of its own.)
-    pub(crate) fn enabled(&self, actions: &mut Vec<Action>, timeouts: Timeouts) {
+    pub(crate) fn enabled(&self, actions: &mut Actions, timeouts: Timeouts) {
         actions.clear();
         actions.extend((0..self.network.len()).map(Action::Deliver));
         for (index, client) in self.clients.iter().enumerate() {
