@@ -375,7 +375,9 @@ fn peer_bound() {
         runs_max: 25_000_000,
         ..CheckOptions::new(three)
     };
+    let started = Instant::now();
     let alone = timed_check("counter", "keyed-atomic", &one_workload, "three clients");
+    let alone_elapsed = started.elapsed().as_secs_f64();
     // The same workload, its rounds shared by two threads: the same report.
     let started = Instant::now();
     let shared = exhaust_on(&entry.build, &one_workload, 2);
@@ -394,6 +396,10 @@ fn peer_bound() {
         elapsed,
         shared.runs() as f64 / elapsed,
         shared.stopped,
+    );
+    println!(
+        "  two threads on one workload: {:.2} times one thread",
+        alone_elapsed / elapsed
     );
 }
 

@@ -5,8 +5,8 @@
 use retrysim::models::{self, interval, Declared, HandlerEntry};
 use retrysim::{
     exhaust, exhaust_on, explore, shrink, workload_answers, Bounds, CheckOptions, CheckReport,
-    Choices, Enumeration, Invariant, Reduction, Rounds, RunOutcome, Shard, Situation, StopAt,
-    Stopped, Subject, Tape, WorkloadLimits,
+    Choices, Enumeration, Invariant, Paths, Reduction, Rounds, RunEnd, RunOutcome, Shard,
+    Situation, StopAt, Stopped, Subject, Tape, TapeChoices, WorkloadLimits,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -515,18 +515,28 @@ fn resumed_runs_are_the_runs_replays_give_for_every_correct_handler() {
             invocations_max: bounds.invocations_max,
             ..entry.bounds_from(bounds)
         };
-        let resumed = CheckOptions {
-            stop: StopAt::EndOfBound,
-            ..CheckOptions::new(bounds)
+        // Small rounds too: a part's first run resumes from the checkpoints its subject kept
+        // from the part before, of another share or workload.
+        let small_rounds = Rounds {
+            runs_per_part_max: 50,
+            runs_per_more_part: 200,
+            parts_max: 4,
         };
-        let replayed = CheckOptions {
-            checkpoints: false,
-            ..resumed.clone()
-        };
-        let report = exhaust(&mut *(entry.build)(), &resumed);
-        let which = format!("{}/{} {bounds}", entry.domain, entry.handler);
-        assert!(report.runs() > 100, "{which}: {} runs", report.runs());
-        assert_eq!(report, exhaust(&mut *(entry.build)(), &replayed), "{which}");
+        for rounds in [Rounds::DEFAULT, small_rounds] {
+            let resumed = CheckOptions {
+                stop: StopAt::EndOfBound,
+                rounds,
+                ..CheckOptions::new(bounds)
+            };
+            let replayed = CheckOptions {
+                checkpoints: false,
+                ..resumed.clone()
+            };
+            let report = exhaust(&mut *(entry.build)(), &resumed);
+            let which = format!("{}/{} {bounds} in {rounds:?}", entry.domain, entry.handler);
+            assert!(report.runs() > 100, "{which}: {} runs", report.runs());
+            assert_eq!(report, exhaust(&mut *(entry.build)(), &replayed), "{which}");
+        }
     }
 }
 
@@ -999,4 +1009,69 @@ fn the_in_memory_and_sqlite_counters_meet_the_same_states() {
         report.unique_states()
     };
     assert_eq!(states("keyed-atomic"), states("keyed-sqlite"));
+}
+
+/// What an enumeration's runs gave, to compare: each run's answers, end, steps and the
+/// invariants it broke.
+fn run_summaries(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    (prefix, paths): (&[u32], Option<Paths>),
+    (runs_max, leftover): (usize, Option<&mut Paths>),
+) -> Vec<(Vec<u32>, RunEnd, u32, Vec<Invariant>)> {
+    let mut runs = Vec::new();
+    let enumeration = Enumeration {
+        visited: None,
+        checkpoints: true,
+        explored: None,
+        prefix,
+        paths: paths.map(|paths| (paths, 0)),
+        set_aside: None,
+        leftover,
+        crash_points: true,
+        sleep_sets: false,
+    };
+    subject.enumerate(bounds, enumeration, &mut |outcome| {
+        let broken = outcome.violations.iter().map(|v| v.invariant).collect();
+        runs.push((
+            outcome.tape.answers().to_vec(),
+            outcome.end,
+            outcome.steps,
+            broken,
+        ));
+        runs.len() < runs_max
+    });
+    runs
+}
+
+/// A simulator keeps its checkpoints from one enumeration to the next, so that the next one's
+/// first run resumes where its path meets the last run's; a run between them (a replay, say)
+/// leaves the store elsewhere, and the next enumeration's runs are still the runs a fresh
+/// simulator gives.
+#[test]
+fn a_run_between_enumerations_leaves_their_runs_as_they_are() {
+    let entry = models::find("counter", "keyed-sqlite").unwrap();
+    let bounds = entry.bounds_from(small(2, 1));
+    let mut subject = (entry.build)();
+    let prefix = workload_answers(&mut *subject, &"1".parse().unwrap(), &bounds).unwrap();
+    let mut leftover = Paths::new();
+    let first = run_summaries(
+        &mut *subject,
+        &bounds,
+        (&prefix, None),
+        (300, Some(&mut leftover)),
+    );
+    assert_eq!(first.len(), 300);
+    assert!(
+        !leftover.is_empty(),
+        "the enumeration stopped before its end"
+    );
+    // A run of another workload (the tape 0 draws one client): the store as it left it.
+    let replay = subject.run(&mut TapeChoices::lenient(&[0]), &bounds, false);
+    assert!(replay.steps > 0, "the replay ran");
+    let rest = (&prefix[..], Some(leftover.clone()));
+    let kept = run_summaries(&mut *subject, &bounds, rest.clone(), (2_000, None));
+    let fresh = run_summaries(&mut *(entry.build)(), &bounds, rest, (2_000, None));
+    assert_eq!(kept.len(), 2_000);
+    assert_eq!(kept, fresh);
 }

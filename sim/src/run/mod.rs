@@ -464,7 +464,16 @@ pub struct Simulator<S: System> {
     reducing_orders: bool,
     /// What runs read from the committed store, kept from run to run while its version stays.
     reads: StoreReads,
+    /// The checkpoints of the last enumeration, and what they were taken under (its bounds,
+    /// and whether it reduced crash points and orders): the first run of the next
+    /// enumeration under the same resumes from one where its path shares the last run's
+    /// answers, instead of from its start.
+    kept: Option<(KeptUnder, Checkpoints<S>)>,
 }
+
+/// What an enumeration's checkpoints were taken under: the same answers lead to the same
+/// state only under the same bounds and reductions.
+type KeptUnder = (Bounds, bool, bool);
 
 impl<S: System> Simulator<S> {
     /// Opens the system's store.
@@ -483,6 +492,7 @@ impl<S: System> Simulator<S> {
             reducing_crashes: false,
             reducing_orders: false,
             reads: StoreReads::default(),
+            kept: None,
         }
     }
 
@@ -525,7 +535,8 @@ impl<S: System> Simulator<S> {
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         self.reducing_crashes = enumeration.crash_points;
         self.reducing_orders = enumeration.sleep_sets;
-        let mut checkpoints = copies.then(Checkpoints::new);
+        let under = (*bounds, enumeration.crash_points, enumeration.sleep_sets);
+        let mut checkpoints = copies.then(|| self.checkpoints_kept_under(under));
         let mut enumerator = match paths {
             Some((paths, spent)) => Enumerator::through_paths(paths, spent),
             None => Enumerator::with_prefix(prefix),
@@ -551,11 +562,25 @@ impl<S: System> Simulator<S> {
         if let (Some(leftover), true) = (leftover, stopped) {
             *leftover = enumerator.leftover();
         }
+        self.kept = checkpoints.map(|checkpoints| (under, checkpoints));
         if let Some(set_aside) = set_aside {
             set_aside.append(enumerator.take_set_aside());
         }
         self.reducing_crashes = false;
         self.reducing_orders = false;
+    }
+
+    /// The checkpoints of the last enumeration if it was under `under`, else none. The store
+    /// may have changed since (a run outside an enumeration): the first resumed run restores
+    /// it.
+    fn checkpoints_kept_under(&mut self, under: KeptUnder) -> Checkpoints<S> {
+        match self.kept.take() {
+            Some((kept_under, mut checkpoints)) if kept_under == under => {
+                checkpoints.store_now = None;
+                checkpoints
+            }
+            _ => Checkpoints::new(),
+        }
     }
 
     /// Runs every run `enumerator` gives, handing each outcome to `each` until it returns
