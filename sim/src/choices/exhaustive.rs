@@ -409,11 +409,7 @@ mod tests {
     }
 
     fn every_run(mut enumerator: Enumerator) -> Vec<(Vec<u32>, u32)> {
-        let mut runs = Vec::new();
-        while let Some(mut source) = enumerator.next_run() {
-            runs.push(run(&mut source));
-        }
-        runs
+        every_run_of(&mut enumerator)
     }
 
     #[test]
