@@ -1074,4 +1074,16 @@ fn a_run_between_enumerations_leaves_their_runs_as_they_are() {
     let fresh = run_summaries(&mut *(entry.build)(), &bounds, rest, (2_000, None));
     assert_eq!(kept.len(), 2_000);
     assert_eq!(kept, fresh);
+    // Then another workload from its start: its first run starts from the beginning, and the
+    // checkpoints of the last one's path must not be resumed from.
+    let other = workload_answers(&mut *subject, &"1,1".parse().unwrap(), &bounds).unwrap();
+    assert_ne!(other, prefix);
+    let kept = run_summaries(&mut *subject, &bounds, (&other, None), (2_000, None));
+    let fresh = run_summaries(
+        &mut *(entry.build)(),
+        &bounds,
+        (&other, None),
+        (2_000, None),
+    );
+    assert_eq!(kept, fresh);
 }

@@ -37,10 +37,11 @@ pub(super) struct EngineState<S: System> {
     pub(super) asleep: super::sleep::SleepSet,
 }
 
-impl<S: System> Clone for EngineState<S> {
-    fn clone(&self) -> Self {
+impl<S: System> EngineState<S> {
+    /// A copy, its world copied into `room` (another run's world) if there is one.
+    pub(super) fn clone_into_room(&self, room: Option<WorldOf<S>>) -> Self {
         EngineState {
-            world: self.world.clone(),
+            world: copy_into_room(&self.world, room),
             memory: self.memory.clone(),
             faults: self.faults,
             points_seen: self.points_seen.clone(),
@@ -50,6 +51,24 @@ impl<S: System> Clone for EngineState<S> {
             progress: self.progress,
             asleep: self.asleep,
         }
+    }
+}
+
+/// A copy of `world`, made in `room` (another world, whose vectors' room it reuses) if there
+/// is one.
+pub(super) fn copy_into_room<W: Clone>(world: &W, room: Option<W>) -> W {
+    match room {
+        Some(mut room) => {
+            room.clone_from(world);
+            room
+        }
+        None => world.clone(),
+    }
+}
+
+impl<S: System> Clone for EngineState<S> {
+    fn clone(&self) -> Self {
+        self.clone_into_room(None)
     }
 }
 
@@ -83,7 +102,12 @@ pub(super) struct Checkpoints<S: System> {
     answers: Vec<u32>,
     /// The identity of the store as it is now, if known.
     pub(super) store_now: Option<u64>,
+    /// The worlds of checkpoints dropped, whose room new checkpoints copy theirs into.
+    rooms: Vec<WorldOf<S>>,
 }
+
+/// The most worlds of dropped checkpoints kept for their room.
+const ROOMS_MAX: usize = 8;
 
 impl<S: System> Checkpoints<S> {
     pub(super) fn new() -> Self {
@@ -91,6 +115,21 @@ impl<S: System> Checkpoints<S> {
             stack: Vec::new(),
             answers: Vec::new(),
             store_now: None,
+            rooms: Vec::new(),
+        }
+    }
+
+    /// The world of a dropped checkpoint, for its room, if one is kept.
+    pub(super) fn room(&mut self) -> Option<WorldOf<S>> {
+        self.rooms.pop()
+    }
+
+    /// Drops the newest checkpoint, keeping its world's room.
+    fn pop(&mut self) {
+        if let Some(dropped) = self.stack.pop() {
+            if self.rooms.len() < ROOMS_MAX {
+                self.rooms.push(dropped.state.world);
+            }
         }
     }
 
@@ -98,6 +137,14 @@ impl<S: System> Checkpoints<S> {
     pub(super) fn store_at(&self, identity: u64) -> Option<Rc<SavedStore>> {
         let newest = self.stack.last()?;
         (newest.store_identity == identity).then(|| Rc::clone(&newest.store))
+    }
+
+    /// Drops every checkpoint, for a run that starts from the beginning: the checkpoints it
+    /// takes are of its own path.
+    pub(super) fn start_again(&mut self) {
+        while !self.stack.is_empty() {
+            self.pop();
+        }
     }
 
     /// Keeps `checkpoint` as the newest; one with as many answers as the newest replaces it
@@ -108,8 +155,14 @@ impl<S: System> Checkpoints<S> {
             .last()
             .is_some_and(|newest| newest.answers == checkpoint.answers)
         {
-            self.stack.pop();
+            self.pop();
         }
+        debug_assert!(
+            self.stack
+                .last()
+                .is_none_or(|newest| newest.answers < checkpoint.answers),
+            "checkpoints lie along one path, in order"
+        );
         self.stack.push(checkpoint);
     }
 
@@ -129,7 +182,7 @@ impl<S: System> Checkpoints<S> {
             .last()
             .is_some_and(|newest| newest.answers > changed)
         {
-            self.stack.pop();
+            self.pop();
         }
         self.stack.last()
     }

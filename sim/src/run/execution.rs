@@ -1,7 +1,9 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
-use super::checkpoint::{Checkpoint, Checkpoints, EngineState, SavedStore};
+use super::checkpoint::{
+    copy_into_room, Checkpoint, Checkpoints, EngineState, SavedStore, WorldOf,
+};
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, World};
@@ -320,7 +322,7 @@ impl<S: System> Execution<'_, '_, S> {
             })
         });
         let state = EngineState {
-            world: self.world.clone(),
+            world: copy_into_room(&self.world, checkpoints.room()),
             memory: self.memory.clone(),
             faults: self.points.faults,
             points_seen: self.points.seen.clone(),
@@ -398,7 +400,9 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    pub(super) fn finish(mut self, end: RunEnd) -> RunOutcome {
+    /// The run's outcome, and its world (without its timeline), whose room the next run can
+    /// use.
+    pub(super) fn finish(mut self, end: RunEnd) -> (RunOutcome, WorldOf<S>) {
         let final_state =
             (self.pruning.is_some() && end != RunEnd::Pruned).then(|| self.state_fingerprint());
         let applicable = self.system.invariants();
@@ -433,12 +437,12 @@ impl<S: System> Execution<'_, '_, S> {
         } else {
             String::new()
         };
-        let mut timeline = self.world.into_timeline(store);
+        let mut timeline = self.world.take_timeline(store);
         if let Some(timeline) = timeline.as_mut() {
             timeline.violations = violations.clone();
         }
         let tape = self.points.decider.into_tape();
-        RunOutcome {
+        let outcome = RunOutcome {
             tape,
             violations,
             steps,
@@ -449,7 +453,8 @@ impl<S: System> Execution<'_, '_, S> {
             crashes_covered: self.points.crashes_covered,
             final_state,
             timeline,
-        }
+        };
+        (outcome, self.world)
     }
 
     /// `eventual-verdict`, on the store: no intent owed a verdict leaves its record pending.

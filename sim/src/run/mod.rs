@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, StorageFault, System};
 use crate::timeline::{Lane, Timeline};
 use crate::{Invariant, Violation};
-use checkpoint::{Checkpoints, EngineState};
+use checkpoint::{Checkpoints, EngineState, WorldOf};
 use corosensei::stack::DefaultStack;
 use execution::{Execution, StoreReads};
 use serde::Serialize;
@@ -469,6 +469,8 @@ pub struct Simulator<S: System> {
     /// enumeration under the same resumes from one where its path shares the last run's
     /// answers, instead of from its start.
     kept: Option<(KeptUnder, Checkpoints<S>)>,
+    /// The world of the last run, whose room a resumed run copies its checkpoint's into.
+    spare_world: Option<WorldOf<S>>,
 }
 
 /// What an enumeration's checkpoints were taken under: the same answers lead to the same
@@ -493,6 +495,7 @@ impl<S: System> Simulator<S> {
             reducing_orders: false,
             reads: StoreReads::default(),
             kept: None,
+            spare_world: None,
         }
     }
 
@@ -628,13 +631,18 @@ impl<S: System> Simulator<S> {
                     };
                     self.run_from(start, bounds, pruning, checkpoints.as_deref_mut())
                 }
-                None => self.run_from_start(
-                    &mut source,
-                    bounds,
-                    false,
-                    pruning,
-                    checkpoints.as_deref_mut(),
-                ),
+                None => {
+                    if let Some(checkpoints) = checkpoints.as_deref_mut() {
+                        checkpoints.start_again();
+                    }
+                    self.run_from_start(
+                        &mut source,
+                        bounds,
+                        false,
+                        pruning,
+                        checkpoints.as_deref_mut(),
+                    )
+                }
             };
             drop(source);
             if !each(&outcome) {
@@ -659,7 +667,7 @@ impl<S: System> Simulator<S> {
             let version = store_version(&self.system, &self.store, &self.commits);
             self.reads.adopt(version, &checkpoint.store.reads);
         }
-        let state = checkpoint.state.clone();
+        let state = checkpoint.state.clone_into_room(self.spare_world.take());
         Some((checkpoint.answers, state, checkpoint.store_print))
     }
 
@@ -774,7 +782,8 @@ impl<S: System> Simulator<S> {
             .checkpoints
             .is_some()
             .then(|| execution.store_identity());
-        let outcome = execution.finish(end);
+        let (outcome, world) = execution.finish(end);
+        self.spare_world = Some(world);
         if let (Some(checkpoints), Some(store_identity)) = (checkpoints, store_identity) {
             checkpoints.ended(outcome.tape.answers(), store_identity);
         }

@@ -271,7 +271,6 @@ pub(crate) enum Action {
 
 /// The engine-side state of a run: clients, intents, outside events, the network and the
 /// clock.
-#[derive(Clone)]
 pub(crate) struct World<R, V, E> {
     pub(crate) intents: Vec<IntentState<R, V>>,
     pub(crate) clients: Vec<ClientState>,
@@ -284,6 +283,36 @@ pub(crate) struct World<R, V, E> {
     pub(crate) now_ms: u64,
     pub(crate) steps: u32,
     pub(crate) rows: Option<Vec<Row>>,
+}
+
+impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
+    fn clone(&self) -> Self {
+        World {
+            intents: self.intents.clone(),
+            clients: self.clients.clone(),
+            events: self.events.clone(),
+            network: self.network.clone(),
+            audit: self.audit.clone(),
+            effects_seen: self.effects_seen,
+            now_ms: self.now_ms,
+            steps: self.steps,
+            rows: self.rows.clone(),
+        }
+    }
+
+    /// Becomes a copy of `source` in the room this one has: a resumed run's world is a
+    /// checkpoint's, copied into the last run's.
+    fn clone_from(&mut self, source: &Self) {
+        self.intents.clone_from(&source.intents);
+        self.clients.clone_from(&source.clients);
+        self.events.clone_from(&source.events);
+        self.network.clone_from(&source.network);
+        self.audit.clone_from(&source.audit);
+        self.effects_seen = source.effects_seen;
+        self.now_ms = source.now_ms;
+        self.steps = source.steps;
+        self.rows.clone_from(&source.rows);
+    }
 }
 
 /// The hash of one value, for fingerprints.
@@ -639,8 +668,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         parts.join("; ")
     }
 
-    pub(crate) fn into_timeline(self, store: String) -> Option<Timeline> {
-        let rows = self.rows?;
+    /// The timeline recorded, if the run was traced, with `store` as the store at its end;
+    /// the world is left without it.
+    pub(crate) fn take_timeline(&mut self, store: String) -> Option<Timeline> {
+        let rows = self.rows.take()?;
         let intents = self
             .intents
             .iter()
