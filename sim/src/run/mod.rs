@@ -519,7 +519,9 @@ impl<S: System> Simulator<S> {
     /// most budget left it can have, and not explored again for more. With
     /// `enumeration.checkpoints` (and a system whose store [`System::save`] can copy), each
     /// run resumes from the last step its path shares with the run before instead of
-    /// replaying from its start; the runs and their outcomes are the same either way.
+    /// replaying from its start (the first run, with the last run of the enumeration before,
+    /// if that was under the same bounds and reductions); the runs and their outcomes are the
+    /// same either way.
     pub fn enumerate(
         &mut self,
         bounds: &Bounds,
