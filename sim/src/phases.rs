@@ -30,7 +30,7 @@ use std::sync::Arc;
 /// How a workload's level is cut into rounds of parts that threads share (see the module
 /// documentation). What a part explores depends on these and on the rounds before it only, so
 /// the report depends on these (its runs, and which counterexample comes first), never on the
-/// number of threads.
+/// number of threads. A count of 0 counts as 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Rounds {
     /// The most runs a part of a round takes: then what it has not reached goes on in the
@@ -58,8 +58,9 @@ impl Rounds {
 
     /// How many parts a round of a level that has taken `runs` runs may have.
     fn parts_after(&self, runs: u64) -> usize {
+        let most = self.parts_max.max(1);
         let more = runs / self.runs_per_more_part.max(1);
-        usize::try_from(more).map_or(self.parts_max, |more| (1 + more).min(self.parts_max))
+        usize::try_from(more).map_or(most, |more| (1 + more).min(most))
     }
 }
 
@@ -544,6 +545,13 @@ mod tests {
             .map(|&runs| rounds.parts_after(runs))
             .collect();
         assert_eq!(parts, [1, 1, 2, 3, 4, 4]);
+        // No parts at all would leave a phase's paths unexplored: one at least.
+        let none = Rounds {
+            runs_per_part_max: 0,
+            runs_per_more_part: 0,
+            parts_max: 0,
+        };
+        assert_eq!((none.parts_after(0), none.parts_after(1_000)), (1, 1));
     }
 
     #[test]
