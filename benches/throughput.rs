@@ -383,20 +383,8 @@ fn peer_bound() {
     let shared = exhaust_on(&entry.build, &one_workload, 2);
     let elapsed = started.elapsed().as_secs_f64();
     assert_eq!(shared, alone, "two threads report what one reports");
-    println!(
-        "  {:<28} ({}, {}, {}, {}) {:<24} {:>9} runs {:>8} states {:>8.2} s {:>8.0} runs/s  {:?}",
-        "counter/keyed-atomic",
-        three.clients_max,
-        three.intents_max,
-        three.attempts_max,
-        three.faults_max,
-        "three clients, 2 threads",
-        shared.runs(),
-        shared.unique_states(),
-        elapsed,
-        shared.runs() as f64 / elapsed,
-        shared.stopped,
-    );
+    let line = ("counter/keyed-atomic", "three clients, 2 threads");
+    print_check(line, &three, &shared, elapsed);
     println!(
         "  two threads on one workload: {:.2} times one thread",
         alone_elapsed / elapsed
@@ -405,13 +393,20 @@ fn peer_bound() {
 
 fn timed_check(domain: &str, handler: &str, options: &CheckOptions, label: &str) -> CheckReport {
     let entry = models::find(domain, handler).unwrap();
-    let bounds = &options.bounds;
     let started = Instant::now();
     let report = exhaust(&mut *(entry.build)(), options);
     let elapsed = started.elapsed().as_secs_f64();
+    let name = format!("{domain}/{handler}");
+    print_check((&name, label), &options.bounds, &report, elapsed);
+    report
+}
+
+/// One line of a check's figures: what was checked, at which bound, its runs, states, time,
+/// throughput and why it stopped.
+fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckReport, elapsed: f64) {
     println!(
         "  {:<28} ({}, {}, {}, {}) {:<24} {:>9} runs {:>8} states {:>8.2} s {:>8.0} runs/s  {:?}",
-        format!("{domain}/{handler}"),
+        name,
         bounds.clients_max,
         bounds.intents_max,
         bounds.attempts_max,
@@ -423,5 +418,4 @@ fn timed_check(domain: &str, handler: &str, options: &CheckOptions, label: &str)
         report.runs() as f64 / elapsed,
         report.stopped,
     );
-    report
 }

@@ -6,9 +6,9 @@
 //! because it spends a fault, and so on (see [`crate::Enumerator::handing_over_faults`]).
 //! A phase's paths are cut into *shares*, in order, and explored in *rounds* (see
 //! [`Rounds`]): in each, a part for each share goes through its paths until it has taken
-//! [`Rounds::runs_per_part_max`] runs, and what it has not reached (the untried answers of its last
-//! path, and the paths after it, see [`crate::Enumerator::leftover`]) is the share's for
-//! the next round; a share left with nothing, the largest left is cut in two. Each part is
+//! [`Rounds::runs_per_part_max`] runs, and what it has not reached (the untried answers of
+//! its last path, and the paths after it, see [`crate::Enumerator::leftover`]) is the
+//! share's for the next round; a share left with nothing, the largest left is cut in two. Each part is
 //! explored over the states of the rounds before it, read only, recording its own; once
 //! every part of a round is done, their states are taken in, in part order, and the next
 //! round begins. So what a part explores depends only on the rounds before it, never on
@@ -216,10 +216,14 @@ impl WorkloadLevel {
                     .map(|paths| Some((paths, spent)))
                     .collect()
             };
-        if let (1, Some(visited)) = (paths.len(), self.visited.as_mut()) {
-            let visited = Arc::get_mut(visited).expect("every chunk of the last round is done");
-            let visited = std::mem::take(visited);
-            self.visited = None;
+        let lent = if paths.len() == 1 {
+            self.visited.take()
+        } else {
+            None
+        };
+        if let Some(visited) = lent {
+            let visited = Arc::try_unwrap(visited)
+                .unwrap_or_else(|_| panic!("every chunk of the last round is done"));
             self.lent_with = Some(visited.len());
             let paths = paths.into_iter().next().expect("one part");
             return vec![Chunk {
