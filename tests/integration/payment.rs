@@ -2,11 +2,11 @@
 //! contract, the declared verdicts over seeds, and exhaustive checks of the correct handler.
 
 use crate::{assert_declarations, entry, lane};
-use retrysim::models::payment::LEASE_MS;
+use retrysim::models::payment::{LeaseAndProviderKey, OnPayment, LEASE_MS};
 use retrysim::models::Declared;
 use retrysim::{
     exhaust_on, replay, Bounds, ChargeId, Charged, CheckOptions, Ctx, IntentTag, Invariant, Lane,
-    Provider, Stopped, Tape,
+    Provider, Stopped, System, Tape,
 };
 
 /// The same key with the same request returns the first charge, marked as a replay; with
@@ -63,6 +63,32 @@ fn the_provider_saves_and_restores_its_charges() {
     provider.restore(&copy);
     assert!(provider.version() > charged);
     assert_eq!(provider.charges(), vec![]);
+}
+
+/// A record's lease matters to state hashing only while the record is in progress (and then
+/// relative to now, through its deadline): two stores whose one completed record differs only
+/// in when its lease ended are one state, while its status, its claim and its charge tell
+/// states apart.
+#[test]
+fn a_completed_records_lease_does_not_tell_states_apart() {
+    let system = OnPayment(LeaseAndProviderKey);
+    let store_with = |status: &str, lease_ms: u64, claim: u32, charge: u32| {
+        let store = system.open(&IntentTag::default());
+        store
+            .db()
+            .server()
+            .execute(
+                "INSERT INTO idempotency_records VALUES ('pay-1', 'o1', 5, ?1, ?2, ?3, ?4)",
+                retrysim::sqlite::rusqlite::params![status, lease_ms, claim, charge],
+            )
+            .unwrap();
+        system.fingerprint(&store)
+    };
+    let completed = store_with("completed", 1_000, 1, 1);
+    assert_eq!(store_with("completed", 7_300, 1, 1), completed);
+    assert_ne!(store_with("in_progress", 1_000, 1, 1), completed);
+    assert_ne!(store_with("completed", 1_000, 2, 1), completed);
+    assert_ne!(store_with("completed", 1_000, 1, 2), completed);
 }
 
 fn replayed(handler: &str, tape: &str, bounds: &Bounds) -> retrysim::RunOutcome {
