@@ -66,8 +66,9 @@ fn payment_checks() {
             faults_max,
             ..Bounds::default()
         });
+        // The outbox at the bound takes about 29 million runs.
         let options = CheckOptions {
-            runs_max: 25_000_000,
+            runs_max: 40_000_000,
             ..CheckOptions::new(Bounds {
                 invocations_max,
                 ..bounds

@@ -274,7 +274,9 @@ fn flag_error(error: &BoundsError, domain: &str) -> String {
         BoundsError::AboveWorkload { value, most, .. } => {
             format!("{flag} {value} is more than {domain}'s workloads draw (at most {most})")
         }
-        BoundsError::Zero { .. } => format!("{flag} {}", error.problem()),
+        BoundsError::Zero { .. } | BoundsError::AboveMost { .. } => {
+            format!("{flag} {}", error.problem())
+        }
     }
 }
 

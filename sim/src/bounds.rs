@@ -92,6 +92,11 @@ impl Bounds {
     /// A per-kind fault limit meaning "no limit".
     pub const UNBOUNDED: u32 = u32::MAX;
 
+    /// The most faults `faults_max` and each per-kind limit (but an unbounded `drops_max`)
+    /// may allow: an exhaustive check keeps the budget a state was reached with in a byte per
+    /// kind.
+    pub const FAULTS_MOST: u32 = 254;
+
     /// Whether drops count toward `faults_max`: unless they are unbounded.
     pub fn drops_counted(&self) -> bool {
         self.drops_max != Self::UNBOUNDED
@@ -127,10 +132,36 @@ impl Bounds {
             ("timeout_ms", self.timeout_ms),
             ("retry_horizon_ms", self.retry_horizon_ms),
         ];
-        match at_least_one.iter().find(|(_, value)| *value == 0) {
-            Some(&(field, _)) => Err(BoundsError::Zero { field }),
+        if let Some(&(field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
+            return Err(BoundsError::Zero { field });
+        }
+        match self
+            .fault_limits()
+            .find(|&(_, value)| value > Self::FAULTS_MOST)
+        {
+            Some((field, value)) => Err(BoundsError::AboveMost {
+                field,
+                value,
+                most: Self::FAULTS_MOST,
+            }),
             None => Ok(()),
         }
+    }
+
+    /// `faults_max` and the per-kind limits, by field name (`drops_max` only when bounded).
+    pub(crate) fn fault_limits(&self) -> impl Iterator<Item = (&'static str, u32)> {
+        let drops = self
+            .drops_counted()
+            .then_some(("drops_max", self.drops_max));
+        [
+            ("faults_max", self.faults_max),
+            ("duplicates_max", self.duplicates_max),
+            ("crashes_max", self.crashes_max),
+            ("reconnects_max", self.reconnects_max),
+            ("storage_faults_max", self.storage_faults_max),
+        ]
+        .into_iter()
+        .chain(drops)
     }
 
     /// Checks [`Bounds::validate`], and that the workload bounds are within what a system
@@ -165,13 +196,24 @@ pub enum BoundsError {
         /// The most the system draws.
         most: u32,
     },
+    /// A fault limit above [`Bounds::FAULTS_MOST`].
+    AboveMost {
+        /// The field, e.g. `faults_max`.
+        field: &'static str,
+        /// Its value.
+        value: u32,
+        /// The most it may be.
+        most: u32,
+    },
 }
 
 impl BoundsError {
     /// The field at fault, e.g. `clients_max`.
     pub fn field(&self) -> &'static str {
         match self {
-            BoundsError::Zero { field } | BoundsError::AboveWorkload { field, .. } => field,
+            BoundsError::Zero { field }
+            | BoundsError::AboveWorkload { field, .. }
+            | BoundsError::AboveMost { field, .. } => field,
         }
     }
 
@@ -181,6 +223,9 @@ impl BoundsError {
             BoundsError::Zero { .. } => "must be at least 1".to_string(),
             BoundsError::AboveWorkload { value, most, .. } => {
                 format!("is {value}, but this system's workloads draw at most {most}")
+            }
+            BoundsError::AboveMost { value, most, .. } => {
+                format!("is {value}, but may be at most {most}")
             }
         }
     }

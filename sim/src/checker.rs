@@ -389,7 +389,12 @@ impl CheckReport {
 ///
 /// State hashing first leaves out how many steps reached a state; if some run then reaches
 /// `steps_max`, the check starts again counting them (see [`Visited::counting_steps`]).
+///
+/// # Panics
+/// If a fault limit of the options' bounds is above [`Bounds::FAULTS_MOST`]
+/// ([`Bounds::validate`] refuses such bounds).
 pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
+    assert_fault_limits(&options.bounds);
     let report = exhaust_counting(subject, options, false);
     if report.step_limited == 0 || !options.reduction.states {
         return report;
@@ -463,6 +468,9 @@ fn explore_alone(
 /// only on the rounds before it). The parts are put together in their order and the
 /// workloads' in workload order, so the report is the same for any thread count, and one
 /// big workload uses every thread.
+///
+/// # Panics
+/// As [`exhaust`] does, on a fault limit above [`Bounds::FAULTS_MOST`].
 pub fn exhaust_on(
     factory: SubjectFactory<'_>,
     options: &CheckOptions,
@@ -475,18 +483,35 @@ pub fn exhaust_on(
 /// each run into `progress` as it ends (for a progress line: a level can take minutes). The
 /// report is the same. (A check that starts again counting steps, see [`exhaust`], hands
 /// its levels over again.)
+///
+/// # Panics
+/// As [`exhaust`] does, on a fault limit above [`Bounds::FAULTS_MOST`].
 pub fn exhaust_on_reporting(
     factory: SubjectFactory<'_>,
     options: &CheckOptions,
     threads: usize,
     (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
 ) -> CheckReport {
+    assert_fault_limits(&options.bounds);
     let work = (factory, options, threads);
     let report = exhaust_on_counting(work, (&mut *level_done, progress), false);
     if report.step_limited == 0 || !options.reduction.states {
         return report;
     }
     exhaust_on_counting(work, (level_done, progress), true)
+}
+
+/// Refuses bounds whose fault budgets a visit cannot keep (see [`Bounds::FAULTS_MOST`]).
+fn assert_fault_limits(bounds: &Bounds) {
+    if let Some((field, value)) = bounds
+        .fault_limits()
+        .find(|&(_, value)| value > Bounds::FAULTS_MOST)
+    {
+        panic!(
+            "an exhaustive check's {field} is {value}, but may be at most {}",
+            Bounds::FAULTS_MOST
+        );
+    }
 }
 
 fn exhaust_on_counting(

@@ -20,6 +20,36 @@ fn scratch_file(name: &str) -> PathBuf {
     path
 }
 
+/// Fault limits up to `Bounds::FAULTS_MOST` are bounds; above it they are refused by
+/// `validate`, and an exhaustive check given them stops before its first run.
+#[test]
+fn fault_limits_above_the_most_are_refused() {
+    let most = Bounds {
+        faults_max: Bounds::FAULTS_MOST,
+        crashes_max: Bounds::FAULTS_MOST,
+        drops_max: Bounds::UNBOUNDED,
+        ..Bounds::default()
+    };
+    assert_eq!(most.validate(), Ok(()));
+    let above = Bounds {
+        crashes_max: Bounds::FAULTS_MOST + 1,
+        ..most
+    };
+    let refused = above.validate().unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "crashes_max is 255, but may be at most 254"
+    );
+    let checked = std::panic::catch_unwind(|| {
+        let handler = retrysim::models::counter::OnMemory(retrysim::models::counter::KeyedAtomic);
+        let mut simulator = Simulator::new(handler);
+        exhaust(&mut simulator, &CheckOptions::new(above))
+    });
+    let message = checked.unwrap_err();
+    let message = message.downcast_ref::<String>().expect("a formatted panic");
+    assert!(message.contains("crashes_max is 255"), "{message}");
+}
+
 #[test]
 fn a_correct_handler_passes_over_seeds_and_exhaustively() {
     check("counter", "keyed-sqlite").seeds(0..500).run();

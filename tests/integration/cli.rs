@@ -74,6 +74,15 @@ fn bad_input_exits_2_with_one_line() {
         &[&explore[..], &["--drops-max", "4294967295"]].concat(),
         "write `unbounded`",
     );
+    // Fault limits past what an exhaustive check keeps are refused; `unbounded` drops are not.
+    assert_bad_input(
+        &[&explore[..], &["--faults-max", "255"]].concat(),
+        "--faults-max is 255, but may be at most 254",
+    );
+    assert_bad_input(
+        &[&explore[..], &["--drops-max", "1000"]].concat(),
+        "--drops-max is 1000, but may be at most 254",
+    );
     // Thread counts past any machine's are bad input.
     for threads in ["0", "100000", "18446744073709551615", "many"] {
         assert_bad_input(

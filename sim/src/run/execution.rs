@@ -216,12 +216,12 @@ impl<S: System> Execution<'_, '_, S> {
             _ => return false,
         }
         let state = self.state_fingerprint();
-        let visit = Visit {
-            steps: self.world.steps,
-            budget: FaultBudget::left(&self.points.bounds, &self.points.faults),
-            owed: self.world.owed_verdicts(self.system.judges_records()),
-            asleep: self.sleep.unwrap_or_default().ids(),
-        };
+        let visit = Visit::new(
+            self.world.steps,
+            FaultBudget::left(&self.points.bounds, &self.points.faults),
+            self.world.owed_verdicts(self.system.judges_records()),
+            self.sleep.unwrap_or_default().ids(),
+        );
         let pruning = self.pruning.as_mut().expect("hashing states");
         match pruning.visited.seen(pruning.explored, state, visit) {
             Seen::Covered => true,

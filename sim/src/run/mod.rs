@@ -24,9 +24,10 @@ use checkpoint::{Checkpoints, EngineState, WorldOf};
 use corosensei::stack::DefaultStack;
 use execution::{Execution, StoreReads};
 use serde::Serialize;
-use sleep::{SleepIds, SleepSet};
+use sleep::{SleepIds, SleepSet, SLEEP_MAX};
 use smallvec::SmallVec;
 use std::cell::Cell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicU64;
@@ -57,10 +58,12 @@ struct Pruning<'v> {
 /// much budget left is not explored again.
 #[derive(Debug, Default)]
 pub struct Visited {
-    /// Looked up only, never iterated: its order cannot reach a run. The keys are hashes
-    /// already, so they are their own hash.
-    /// Most states are met once: their one visit is kept inline.
-    states: HashMap<u64, SmallVec<[Visit; 1]>, BuildHasherDefault<PrintHasher>>,
+    /// Each state's first visit. Looked up only, never iterated: its order cannot reach a
+    /// run. The keys are hashes already, so they are their own hash.
+    states: HashMap<u64, Visit, BuildHasherDefault<PrintHasher>>,
+    /// The later visits of the few states with more than one (their first has
+    /// [`Visit::more`]), in the order recorded.
+    more: HashMap<u64, Vec<Visit>, BuildHasherDefault<PrintHasher>>,
     /// Whether a visit in fewer steps is explored again. Steps matter only through
     /// `steps_max`: while no run reaches it, a state's future does not depend on how many
     /// steps reached it.
@@ -88,21 +91,43 @@ impl Hasher for PrintHasher {
     }
 }
 
+/// One way a state was reached, in 56 bytes: with its key, a state's first visit fills 64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Visit {
     steps: u32,
     budget: FaultBudget,
+    /// How many of `asleep_ids` are asleep.
+    asleep_len: u8,
+    /// Whether the state has later visits (in [`Visited::more`]); set on a first visit only.
+    more: bool,
     /// The intents owed a definite verdict (`eventual-verdict`, and `no-orphan-effect`), one
     /// bit each ([`World::owed_verdicts`]): a visit that owes more can break them in every way
     /// one that owes less can.
     owed: u64,
-    /// The steps asleep at the visit (sleep sets): a visit with fewer asleep explored more.
-    asleep: SleepIds,
+    /// The steps asleep at the visit (sleep sets, the first `asleep_len`): a visit with fewer
+    /// asleep explored more.
+    asleep_ids: [u64; SLEEP_MAX],
 }
 
 impl Visit {
+    fn new(steps: u32, budget: FaultBudget, owed: u64, asleep: SleepIds) -> Self {
+        let (asleep_ids, asleep_len) = asleep.into_parts();
+        Visit {
+            steps,
+            budget,
+            asleep_len,
+            more: false,
+            owed,
+            asleep_ids,
+        }
+    }
+
+    fn asleep(&self) -> SleepIds {
+        SleepIds::from_parts(self.asleep_ids, self.asleep_len)
+    }
+
     fn covers(&self, other: &Visit, steps_matter: bool) -> bool {
-        self.covers_awake(other, steps_matter) && self.asleep.within(&other.asleep)
+        self.covers_awake(other, steps_matter) && self.asleep().within(&other.asleep())
     }
 
     /// Whether this visit covers `other` in every step this one took (it may have left some
@@ -128,30 +153,42 @@ pub(crate) enum Seen {
 /// The faults a run may still inject: in all, and of each kind. The rest of a run depends on
 /// the faults it spent only through these, so a state reached with at least as much of each
 /// left has every future a state reached with less has.
+/// A byte a kind: every limit is at most [`Bounds::FAULTS_MOST`], and `u8::MAX` stands for
+/// unbounded drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct FaultBudget {
-    total: u32,
+    total: u8,
     /// Drops, duplicates, crashes, reconnects and storage faults left (drops stay at
-    /// [`Bounds::UNBOUNDED`] when unbounded).
-    kinds: [u32; 5],
+    /// `u8::MAX` when unbounded).
+    kinds: [u8; 5],
 }
 
 impl FaultBudget {
     /// What `bounds` leave after `spent`.
+    ///
+    /// # Panics
+    /// If a limit of `bounds` is above [`Bounds::FAULTS_MOST`] (an exhaustive check refuses
+    /// such bounds before its first run).
     pub(super) fn left(bounds: &Bounds, spent: &FaultCounts) -> Self {
-        let drops = if bounds.drops_max == Bounds::UNBOUNDED {
-            Bounds::UNBOUNDED
+        let at_most = |limit: u32, used: u32| {
+            u8::try_from(limit.saturating_sub(used))
+                .ok()
+                .filter(|&left| u32::from(left) <= Bounds::FAULTS_MOST)
+                .expect("fault limits are at most Bounds::FAULTS_MOST")
+        };
+        let drops = if bounds.drops_counted() {
+            at_most(bounds.drops_max, spent.drops)
         } else {
-            bounds.drops_max.saturating_sub(spent.drops)
+            u8::MAX
         };
         FaultBudget {
-            total: bounds.faults_max.saturating_sub(spent.counted(bounds)),
+            total: at_most(bounds.faults_max, spent.counted(bounds)),
             kinds: [
                 drops,
-                bounds.duplicates_max.saturating_sub(spent.duplicates),
-                bounds.crashes_max.saturating_sub(spent.crashes),
-                bounds.reconnects_max.saturating_sub(spent.reconnects),
-                bounds.storage_faults_max.saturating_sub(spent.storage),
+                at_most(bounds.duplicates_max, spent.duplicates),
+                at_most(bounds.crashes_max, spent.crashes),
+                at_most(bounds.reconnects_max, spent.reconnects),
+                at_most(bounds.storage_faults_max, spent.storage),
             ],
         }
     }
@@ -195,21 +232,83 @@ impl Visited {
     /// before these, read only) with at least as much ahead, or with at least as much ahead
     /// in all but some steps left asleep; records the visit here unless it is covered.
     fn seen(&mut self, earlier: Option<&Visited>, state: u64, visit: Visit) -> Seen {
-        let steps_matter = self.steps_matter;
         let mut asleep_in_all: Option<SleepIds> = None;
-        let before = earlier.and_then(|earlier| earlier.states.get(&state));
-        if let Some(visits) = before {
-            if covering(visits, &visit, steps_matter, &mut asleep_in_all) {
+        if let Some(earlier) = earlier {
+            let visits = earlier.visits_of(state);
+            if covering(visits, &visit, self.steps_matter, &mut asleep_in_all) {
                 return Seen::Covered;
             }
         }
-        let visits = self.states.entry(state).or_default();
-        if covering(visits, &visit, steps_matter, &mut asleep_in_all) {
+        // One look-up for a state new here, the most common case but for states covered.
+        let first = match self.states.entry(state) {
+            Entry::Vacant(slot) => {
+                slot.insert(visit);
+                return asleep_in_all.map_or(Seen::New, Seen::Partly);
+            }
+            Entry::Occupied(slot) => slot.into_mut(),
+        };
+        let later = if first.more {
+            self.more[&state].as_slice()
+        } else {
+            &[]
+        };
+        let visits = std::iter::once(&*first).chain(later);
+        if covering(visits, &visit, self.steps_matter, &mut asleep_in_all) {
             return Seen::Covered;
         }
-        visits.retain(|earlier| !visit.covers(earlier, steps_matter));
-        visits.push(visit);
+        self.record(state, visit);
         asleep_in_all.map_or(Seen::New, Seen::Partly)
+    }
+
+    /// The visits recorded of `state`, in the order recorded.
+    fn visits_of(&self, state: u64) -> impl Iterator<Item = &Visit> {
+        let first = self.states.get(&state);
+        let later = first
+            .filter(|first| first.more)
+            .map(|_| self.more[&state].as_slice())
+            .unwrap_or_default();
+        first.into_iter().chain(later)
+    }
+
+    /// Records `visit` of `state` after its earlier visits, dropping those it covers; returns
+    /// whether the state had none.
+    fn record(&mut self, state: u64, visit: Visit) -> bool {
+        let steps_matter = self.steps_matter;
+        let first = match self.states.entry(state) {
+            Entry::Vacant(slot) => {
+                slot.insert(visit);
+                return true;
+            }
+            Entry::Occupied(slot) => slot.into_mut(),
+        };
+        if !first.more {
+            if visit.covers(first, steps_matter) {
+                *first = visit;
+            } else {
+                first.more = true;
+                self.more.insert(state, vec![visit]);
+            }
+            return false;
+        }
+        let later = self.more.get_mut(&state).expect("a state with more visits");
+        let mut kept: SmallVec<[Visit; 4]> = std::iter::once(Visit {
+            more: false,
+            ..*first
+        })
+        .chain(later.drain(..))
+        .filter(|earlier| !visit.covers(earlier, steps_matter))
+        .collect();
+        kept.push(visit);
+        *first = Visit {
+            more: kept.len() > 1,
+            ..kept[0]
+        };
+        if first.more {
+            later.extend_from_slice(&kept[1..]);
+        } else {
+            self.more.remove(&state);
+        }
+        false
     }
 
     /// Takes in the visits of `later`, recorded over these (with these as the states explored
@@ -217,17 +316,21 @@ impl Visited {
     /// returns how many of its states are new here.
     pub fn absorb(&mut self, later: &mut Visited) -> usize {
         let mut new = 0;
-        let steps_matter = self.steps_matter;
         // In any order: each state's visits are taken in alone, in the order recorded, and
         // nothing else changes, so the order of the states cannot reach a run.
-        for (state, later_visits) in later.states.drain() {
-            let visits = self.states.entry(state).or_default();
-            new += usize::from(visits.is_empty());
-            for visit in later_visits {
-                visits.retain(|earlier| !visit.covers(earlier, steps_matter));
-                visits.push(visit);
+        for (state, first) in later.states.drain() {
+            let more = first.more.then(|| later.more.remove(&state));
+            let visits = more.flatten().unwrap_or_default();
+            let first = Visit {
+                more: false,
+                ..first
+            };
+            new += usize::from(self.record(state, first));
+            for visit in visits {
+                self.record(state, visit);
             }
         }
+        debug_assert!(later.more.is_empty(), "every later visit has its first");
         new
     }
 
@@ -243,8 +346,8 @@ impl Visited {
 
 /// Whether `visits` together cover `visit` in every step, gathering into `asleep_in_all` the
 /// steps asleep in each that covers it in every step it took.
-fn covering(
-    visits: &[Visit],
+fn covering<'a>(
+    visits: impl Iterator<Item = &'a Visit>,
     visit: &Visit,
     steps_matter: bool,
     asleep_in_all: &mut Option<SleepIds>,
@@ -253,8 +356,9 @@ fn covering(
         if !earlier.covers_awake(visit, steps_matter) {
             continue;
         }
-        let asleep = asleep_in_all.map_or(earlier.asleep, |all| all.and(&earlier.asleep));
-        if asleep.within(&visit.asleep) {
+        let earlier_asleep = earlier.asleep();
+        let asleep = asleep_in_all.map_or(earlier_asleep, |all| all.and(&earlier_asleep));
+        if asleep.within(&visit.asleep()) {
             return true;
         }
         *asleep_in_all = Some(asleep);

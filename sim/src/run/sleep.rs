@@ -32,7 +32,7 @@ use super::execution::Execution;
 
 /// The most steps a sleep set holds; past that, later ones are left awake (a smaller set only
 /// explores more).
-const SLEEP_MAX: usize = 4;
+pub(super) const SLEEP_MAX: usize = 4;
 
 /// Who a step moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +142,16 @@ pub(crate) struct SleepIds {
 }
 
 impl SleepIds {
+    /// The ids (the first `len` asleep) and their count, for a visit to keep apart.
+    pub(super) fn into_parts(self) -> ([u64; SLEEP_MAX], u8) {
+        (self.ids, self.len)
+    }
+
+    /// The ids [`SleepIds::into_parts`] gave.
+    pub(super) fn from_parts(ids: [u64; SLEEP_MAX], len: u8) -> Self {
+        SleepIds { ids, len }
+    }
+
     fn holds(&self, id: u64) -> bool {
         self.ids[..usize::from(self.len)].binary_search(&id).is_ok()
     }
