@@ -153,6 +153,7 @@ pub(crate) enum Seen {
 /// The faults a run may still inject: in all, and of each kind. The rest of a run depends on
 /// the faults it spent only through these, so a state reached with at least as much of each
 /// left has every future a state reached with less has.
+///
 /// A byte a kind: every limit is at most [`Bounds::FAULTS_MOST`], and `u8::MAX` stands for
 /// unbounded drops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1093,5 +1094,80 @@ impl CrashPoints for Points<'_, '_> {
     fn call(&mut self, point: &'static str) -> Result<Link, Crash> {
         self.at(point)?;
         Ok(self.link_fate())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A visit after `crashes` crashes and `duplicates` duplicates at the default bounds.
+    fn visit_after(crashes: u32, duplicates: u32) -> Visit {
+        let spent = FaultCounts {
+            crashes,
+            duplicates,
+            ..FaultCounts::default()
+        };
+        let budget = FaultBudget::left(&Bounds::default(), &spent);
+        Visit::new(5, budget, 0, SleepIds::default())
+    }
+
+    /// The visits of `state`, without the mark of where they are kept.
+    fn visits(visited: &Visited, state: u64) -> Vec<Visit> {
+        let unmarked = |visit: &Visit| Visit {
+            more: false,
+            ..*visit
+        };
+        visited.visits_of(state).map(unmarked).collect()
+    }
+
+    /// Visits neither of which covers the other are both kept, in order, a later one that
+    /// covers them takes their place, and another set takes them all in as they are.
+    #[test]
+    fn a_state_keeps_the_visits_that_no_other_covers() {
+        let mut visited = Visited::new();
+        let (crashed, duplicated) = (visit_after(1, 0), visit_after(0, 1));
+        assert!(matches!(visited.seen(None, 7, crashed), Seen::New));
+        assert!(matches!(visited.seen(None, 7, duplicated), Seen::New));
+        assert!(matches!(
+            visited.seen(None, 7, visit_after(1, 1)),
+            Seen::Covered
+        ));
+        assert_eq!(visits(&visited, 7), [crashed, duplicated]);
+        assert_eq!(visited.len(), 1);
+
+        let mut taken_in = Visited::new();
+        assert!(matches!(taken_in.seen(None, 9, crashed), Seen::New));
+        assert_eq!(taken_in.absorb(&mut visited), 1);
+        assert!(visited.is_empty() && visited.more.is_empty());
+        assert_eq!(visits(&taken_in, 7), [crashed, duplicated]);
+
+        let fresh = visit_after(0, 0);
+        assert!(matches!(taken_in.seen(None, 7, fresh), Seen::New));
+        assert_eq!(visits(&taken_in, 7), [fresh]);
+        assert!(taken_in.more.is_empty());
+        assert!(matches!(taken_in.seen(None, 7, crashed), Seen::Covered));
+    }
+
+    /// A budget keeps every limit up to the most, and unbounded drops.
+    #[test]
+    fn a_budget_holds_every_limit_up_to_the_most() {
+        let most = Bounds {
+            faults_max: Bounds::FAULTS_MOST,
+            crashes_max: Bounds::FAULTS_MOST,
+            drops_max: Bounds::UNBOUNDED,
+            ..Bounds::default()
+        };
+        let spent = FaultCounts {
+            crashes: 1,
+            drops: 9,
+            ..FaultCounts::default()
+        };
+        let budget = FaultBudget::left(&most, &spent);
+        assert_eq!(budget.total, 253);
+        assert_eq!(budget.kinds[0], u8::MAX);
+        assert_eq!(budget.kinds[2], 253);
+        assert!(FaultBudget::left(&most, &FaultCounts::default()).within_reach_of(&budget));
+        assert!(!budget.within_reach_of(&FaultBudget::left(&most, &FaultCounts::default())));
     }
 }
