@@ -394,7 +394,10 @@ pub fn check_report(
             "stopped at a violation at faults_max={} (lower levels are clean)",
             report.levels.last().map_or(0, |l| l.faults_max)
         ),
-        Stopped::RunsMax => "NOT exhausted: runs_max reached".to_string(),
+        Stopped::RunsMax => format!(
+            "NOT exhausted: runs_max reached ({} runs; --runs-max raises it)",
+            options.runs_max
+        ),
     };
     let _ = writeln!(out, "bound: {bound}");
     let last_level = report.levels.last().map_or(0, |l| l.faults_max);

@@ -437,7 +437,8 @@ fn check_exits_0_clean_1_caught_3_inconclusive() {
         .concat(),
     );
     assert_eq!(cut_short.status.code(), Some(3));
-    assert!(stdout(&cut_short).contains("NOT exhausted"));
+    assert!(stdout(&cut_short)
+        .contains("NOT exhausted: runs_max reached (10 runs; --runs-max raises it)"));
 }
 
 /// `--workload TAPE` checks only the runs with that tape's workload; a tape whose workload
