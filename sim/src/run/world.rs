@@ -13,7 +13,7 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 /// One intended operation and everything that happened to it.
-#[derive(Clone, Hash)]
+#[derive(Hash)]
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
     /// The request as planned (its key is the intent's key).
@@ -51,6 +51,71 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) effects: u32,
     /// The reply of the invocation that committed the intent's first effect.
     pub(crate) original: Option<V>,
+}
+
+impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
+    fn clone(&self) -> Self {
+        IntentState {
+            client: self.client,
+            request: self.request.clone(),
+            sending: self.sending.clone(),
+            request_print: self.request_print,
+            sending_print: self.sending_print,
+            after_success: self.after_success,
+            shares_request_id: self.shares_request_id,
+            attempts: self.attempts,
+            polls: self.polls,
+            owed_verdict: self.owed_verdict,
+            first_send_ms: self.first_send_ms,
+            verdict: self.verdict.clone(),
+            replies: Rc::clone(&self.replies),
+            reply_hashes: self.reply_hashes.clone(),
+            effects: self.effects,
+            original: self.original.clone(),
+        }
+    }
+
+    /// Field by field, in place: a resumed run's intents are a checkpoint's, copied over the
+    /// last run's, which mostly hold the same requests and the same shared replies. (The
+    /// pattern names every field, so a new one cannot be left out.)
+    fn clone_from(&mut self, source: &Self) {
+        let IntentState {
+            client,
+            request,
+            sending,
+            request_print,
+            sending_print,
+            after_success,
+            shares_request_id,
+            attempts,
+            polls,
+            owed_verdict,
+            first_send_ms,
+            verdict,
+            replies,
+            reply_hashes,
+            effects,
+            original,
+        } = source;
+        self.client = *client;
+        self.request.clone_from(request);
+        self.sending.clone_from(sending);
+        self.request_print = *request_print;
+        self.sending_print = *sending_print;
+        self.after_success = *after_success;
+        self.shares_request_id = *shares_request_id;
+        self.attempts = *attempts;
+        self.polls = *polls;
+        self.owed_verdict = *owed_verdict;
+        self.first_send_ms = *first_send_ms;
+        self.verdict.clone_from(verdict);
+        if !Rc::ptr_eq(&self.replies, replies) {
+            self.replies = Rc::clone(replies);
+        }
+        self.reply_hashes.0.clone_from(&reply_hashes.0);
+        self.effects = *effects;
+        self.original.clone_from(original);
+    }
 }
 
 impl<R, V> IntentState<R, V> {
