@@ -366,17 +366,29 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
     }
 
     /// Becomes a copy of `source` in the room this one has: a resumed run's world is a
-    /// checkpoint's, copied into the last run's.
+    /// checkpoint's, copied into the last run's. (The pattern names every field, so a new
+    /// one cannot be left out.)
     fn clone_from(&mut self, source: &Self) {
-        self.intents.clone_from(&source.intents);
-        self.clients.clone_from(&source.clients);
-        self.events.clone_from(&source.events);
-        self.network.clone_from(&source.network);
-        self.audit.clone_from(&source.audit);
-        self.effects_seen = source.effects_seen;
-        self.now_ms = source.now_ms;
-        self.steps = source.steps;
-        self.rows.clone_from(&source.rows);
+        let World {
+            intents,
+            clients,
+            events,
+            network,
+            audit,
+            effects_seen,
+            now_ms,
+            steps,
+            rows,
+        } = source;
+        self.intents.clone_from(intents);
+        self.clients.clone_from(clients);
+        self.events.clone_from(events);
+        self.network.clone_from(network);
+        self.audit.clone_from(audit);
+        self.effects_seen = *effects_seen;
+        self.now_ms = *now_ms;
+        self.steps = *steps;
+        self.rows.clone_from(rows);
     }
 }
 
