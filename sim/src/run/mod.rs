@@ -627,6 +627,10 @@ impl<S: System> Simulator<S> {
     /// replaying from its start (the first run, with the last run of the enumeration before,
     /// if that was under the same bounds and reductions); the runs and their outcomes are the
     /// same either way.
+    ///
+    /// # Panics
+    /// With `enumeration.visited`, if a fault limit of `bounds` is above
+    /// [`Bounds::FAULTS_MOST`] (a visit keeps each budget in a byte).
     pub fn enumerate(
         &mut self,
         bounds: &Bounds,
