@@ -135,10 +135,7 @@ impl Bounds {
         if let Some(&(field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
             return Err(BoundsError::Zero { field });
         }
-        match self
-            .fault_limits()
-            .find(|&(_, value)| value > Self::FAULTS_MOST)
-        {
+        match self.fault_limit_above_most() {
             Some((field, value)) => Err(BoundsError::AboveMost {
                 field,
                 value,
@@ -148,8 +145,14 @@ impl Bounds {
         }
     }
 
+    /// The first fault limit above [`Bounds::FAULTS_MOST`], by field name, if any.
+    pub(crate) fn fault_limit_above_most(&self) -> Option<(&'static str, u32)> {
+        self.fault_limits()
+            .find(|&(_, value)| value > Self::FAULTS_MOST)
+    }
+
     /// `faults_max` and the per-kind limits, by field name (`drops_max` only when bounded).
-    pub(crate) fn fault_limits(&self) -> impl Iterator<Item = (&'static str, u32)> {
+    fn fault_limits(&self) -> impl Iterator<Item = (&'static str, u32)> {
         let drops = self
             .drops_counted()
             .then_some(("drops_max", self.drops_max));

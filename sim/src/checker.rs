@@ -503,10 +503,7 @@ pub fn exhaust_on_reporting(
 
 /// Refuses bounds whose fault budgets a visit cannot keep (see [`Bounds::FAULTS_MOST`]).
 fn assert_fault_limits(bounds: &Bounds) {
-    if let Some((field, value)) = bounds
-        .fault_limits()
-        .find(|&(_, value)| value > Bounds::FAULTS_MOST)
-    {
+    if let Some((field, value)) = bounds.fault_limit_above_most() {
         panic!(
             "an exhaustive check's {field} is {value}, but may be at most {}",
             Bounds::FAULTS_MOST

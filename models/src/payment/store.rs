@@ -306,7 +306,7 @@ impl<H: PaymentHandler> System for OnPayment<H> {
     }
 
     // A lease's end matters only while its record is in progress, and `deadlines` tells it
-    // relative to now; a completed record's is the time it completed, which nothing reads.
+    // relative to now; a completed record's is never read again.
     // Left out, two stores that differ only in when they were written are one state.
     fn fingerprint(&self, store: &PaymentStore) -> u64 {
         let local = store.db.fingerprint_of(&[
