@@ -376,9 +376,8 @@ fn peer_bound() {
         runs_max: 25_000_000,
         ..CheckOptions::new(three)
     };
-    let started = Instant::now();
-    let alone = timed_check("counter", "keyed-atomic", &one_workload, "three clients");
-    let alone_elapsed = started.elapsed().as_secs_f64();
+    let (alone, alone_elapsed) =
+        check_timed("counter", "keyed-atomic", &one_workload, "three clients");
     // The same workload, its rounds shared by two threads: the same report.
     let started = Instant::now();
     let shared = exhaust_on(&entry.build, &one_workload, 2);
@@ -392,14 +391,25 @@ fn peer_bound() {
     );
 }
 
+/// Checks `handler` of `domain` under `options` and prints its line.
 fn timed_check(domain: &str, handler: &str, options: &CheckOptions, label: &str) -> CheckReport {
+    check_timed(domain, handler, options, label).0
+}
+
+/// [`timed_check`], with the seconds it took.
+fn check_timed(
+    domain: &str,
+    handler: &str,
+    options: &CheckOptions,
+    label: &str,
+) -> (CheckReport, f64) {
     let entry = models::find(domain, handler).unwrap();
     let started = Instant::now();
     let report = exhaust(&mut *(entry.build)(), options);
     let elapsed = started.elapsed().as_secs_f64();
     let name = format!("{domain}/{handler}");
     print_check((&name, label), &options.bounds, &report, elapsed);
-    report
+    (report, elapsed)
 }
 
 /// One line of a check's figures: what was checked, at which bound, its runs, states, time,
