@@ -143,4 +143,10 @@ impl<'s> Decider<'s> {
     pub fn into_tape(self) -> Tape {
         Tape::from_answers(self.answers)
     }
+
+    /// Ends the run's questioning in place, returning the recorded tape (trailing zeros
+    /// trimmed).
+    pub(crate) fn take_tape(&mut self) -> Tape {
+        Tape::from_answers(std::mem::take(&mut self.answers))
+    }
 }

@@ -38,18 +38,41 @@ pub(super) struct EngineState<S: System> {
 }
 
 impl<S: System> EngineState<S> {
-    /// A copy, its world copied into `room` (another run's world) if there is one.
-    pub(super) fn clone_into_room(&self, room: Option<WorldOf<S>>) -> Self {
+    /// A copy, made in `room` (a finished run's state, whose vectors' room it reuses).
+    pub(super) fn clone_into_room(&self, room: Room<S>) -> Self {
+        let Room {
+            world,
+            lists: [mut points_seen, mut crashed_at, mut crashes_covered],
+        } = room;
+        points_seen.clone_from(&self.points_seen);
+        crashed_at.clone_from(&self.crashed_at);
+        crashes_covered.clone_from(&self.crashes_covered);
         EngineState {
-            world: copy_into_room(&self.world, room),
+            world: copy_into_room(&self.world, world),
             memory: self.memory.clone(),
             faults: self.faults,
-            points_seen: self.points_seen.clone(),
-            crashed_at: self.crashed_at.clone(),
-            crashes_covered: self.crashes_covered.clone(),
+            points_seen,
+            crashed_at,
+            crashes_covered,
             invocations_started: self.invocations_started,
             progress: self.progress,
             asleep: self.asleep,
+        }
+    }
+}
+
+/// What a finished run leaves whose room the next copy of a checkpoint's state reuses: its
+/// world, and its lists of crash points (passed, crashed at, covered).
+pub(super) struct Room<S: System> {
+    pub(super) world: Option<WorldOf<S>>,
+    pub(super) lists: [Vec<&'static str>; 3],
+}
+
+impl<S: System> Default for Room<S> {
+    fn default() -> Self {
+        Room {
+            world: None,
+            lists: Default::default(),
         }
     }
 }
@@ -68,7 +91,7 @@ pub(super) fn copy_into_room<W: Clone>(world: &W, room: Option<W>) -> W {
 
 impl<S: System> Clone for EngineState<S> {
     fn clone(&self) -> Self {
-        self.clone_into_room(None)
+        self.clone_into_room(Room::default())
     }
 }
 

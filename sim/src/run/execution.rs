@@ -1,9 +1,7 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
-use super::checkpoint::{
-    copy_into_room, Checkpoint, Checkpoints, EngineState, SavedStore, WorldOf,
-};
+use super::checkpoint::{copy_into_room, Checkpoint, Checkpoints, EngineState, SavedStore};
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, World};
@@ -400,9 +398,9 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
-    /// The run's outcome, and its world (without its timeline), whose room the next run can
-    /// use.
-    pub(super) fn finish(mut self, end: RunEnd) -> (RunOutcome, WorldOf<S>) {
+    /// The run's outcome. It leaves the world (without its timeline), whose room the next run
+    /// can use.
+    pub(super) fn finish(&mut self, end: RunEnd) -> RunOutcome {
         let final_state =
             (self.pruning.is_some() && end != RunEnd::Pruned).then(|| self.state_fingerprint());
         let applicable = self.system.invariants();
@@ -441,20 +439,18 @@ impl<S: System> Execution<'_, '_, S> {
         if let Some(timeline) = timeline.as_mut() {
             timeline.violations = violations.clone();
         }
-        let tape = self.points.decider.into_tape();
-        let outcome = RunOutcome {
-            tape,
+        RunOutcome {
+            tape: self.points.decider.take_tape(),
             violations,
             steps,
             faults: self.points.faults,
             end,
-            points: self.points.seen,
-            crashed_at: self.points.crashed_at,
-            crashes_covered: self.points.crashes_covered,
+            points: std::mem::take(&mut self.points.seen),
+            crashed_at: std::mem::take(&mut self.points.crashed_at),
+            crashes_covered: std::mem::take(&mut self.points.crashes_covered),
             final_state,
             timeline,
-        };
-        (outcome, self.world)
+        }
     }
 
     /// `eventual-verdict`, on the store: no intent owed a verdict leaves its record pending.

@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, StorageFault, System};
 use crate::timeline::{Lane, Timeline};
 use crate::{Invariant, Violation};
-use checkpoint::{Checkpoints, EngineState, WorldOf};
+use checkpoint::{Checkpoints, EngineState, Room};
 use corosensei::stack::DefaultStack;
 use execution::{Execution, StoreReads};
 use serde::Serialize;
@@ -574,8 +574,8 @@ pub struct Simulator<S: System> {
     /// enumeration under the same resumes from one where its path shares the last run's
     /// answers, instead of from its start.
     kept: Option<(KeptUnder, Checkpoints<S>)>,
-    /// The world of the last run, whose room a resumed run copies its checkpoint's into.
-    spare_world: Option<WorldOf<S>>,
+    /// What the last run left, whose room a resumed run copies its checkpoint's state into.
+    spare: Room<S>,
 }
 
 /// What an enumeration's checkpoints were taken under: the same answers lead to the same
@@ -600,7 +600,7 @@ impl<S: System> Simulator<S> {
             reducing_orders: false,
             reads: StoreReads::default(),
             kept: None,
-            spare_world: None,
+            spare: Room::default(),
         }
     }
 
@@ -759,7 +759,15 @@ impl<S: System> Simulator<S> {
             if !each(&outcome) {
                 return true;
             }
-            room = outcome.tape.into_answers();
+            let RunOutcome {
+                tape,
+                points,
+                crashed_at,
+                crashes_covered,
+                ..
+            } = outcome;
+            room = tape.into_answers();
+            self.spare.lists = [points, crashed_at, crashes_covered];
         }
         false
     }
@@ -778,7 +786,9 @@ impl<S: System> Simulator<S> {
             let version = store_version(&self.system, &self.store, &self.commits);
             self.reads.adopt(version, &checkpoint.store.reads);
         }
-        let state = checkpoint.state.clone_into_room(self.spare_world.take());
+        let state = checkpoint
+            .state
+            .clone_into_room(std::mem::take(&mut self.spare));
         Some((checkpoint.answers, state, checkpoint.store_print))
     }
 
@@ -893,8 +903,8 @@ impl<S: System> Simulator<S> {
             .checkpoints
             .is_some()
             .then(|| execution.store_identity());
-        let (outcome, world) = execution.finish(end);
-        self.spare_world = Some(world);
+        let outcome = execution.finish(end);
+        self.spare.world = Some(execution.world);
         if let (Some(checkpoints), Some(store_identity)) = (checkpoints, store_identity) {
             checkpoints.ended(outcome.tape.answers(), store_identity);
         }

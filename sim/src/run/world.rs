@@ -112,7 +112,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         if !Rc::ptr_eq(&self.replies, replies) {
             self.replies = Rc::clone(replies);
         }
-        self.reply_hashes.0.clone_from(&reply_hashes.0);
+        self.reply_hashes.clone_from(reply_hashes);
         self.effects = *effects;
         self.original.clone_from(original);
     }
