@@ -19,10 +19,16 @@ use std::rc::Rc;
 pub(super) type WorldOf<S> =
     World<<S as System>::Request, <S as System>::Value, <S as System>::Event>;
 
-/// What the engine keeps of a run between steps, when no invocation is in progress: where a
-/// run starts, and what a checkpoint copies (the store aside).
+/// What the engine keeps of a run between steps, when no invocation is in progress, and what
+/// a checkpoint copies (the store aside): the run's world, and the rest.
 pub(super) struct EngineState<S: System> {
     pub(super) world: WorldOf<S>,
+    pub(super) run: RunState<S>,
+}
+
+/// What the engine keeps of a run between steps besides its world: where a resumed run
+/// starts (its world is copied in place, into the last run's).
+pub(super) struct RunState<S: System> {
     pub(super) memory: S::Memory,
     pub(super) faults: FaultCounts,
     /// Crash points passed, in first-seen order (coverage).
@@ -37,18 +43,15 @@ pub(super) struct EngineState<S: System> {
     pub(super) asleep: super::sleep::SleepSet,
 }
 
-impl<S: System> EngineState<S> {
-    /// A copy, made in `room` (a finished run's state, whose vectors' room it reuses).
-    pub(super) fn clone_into_room(&self, room: Room<S>) -> Self {
-        let Room {
-            world,
-            lists: [mut points_seen, mut crashed_at, mut crashes_covered],
-        } = room;
+impl<S: System> RunState<S> {
+    /// A copy, its lists of crash points made in `lists` (a finished run's: passed, crashed
+    /// at, covered), whose room it reuses.
+    pub(super) fn clone_into_room(&self, lists: PointLists) -> Self {
+        let [mut points_seen, mut crashed_at, mut crashes_covered] = lists;
         points_seen.clone_from(&self.points_seen);
         crashed_at.clone_from(&self.crashed_at);
         crashes_covered.clone_from(&self.crashes_covered);
-        EngineState {
-            world: copy_into_room(&self.world, world),
+        RunState {
             memory: self.memory.clone(),
             faults: self.faults,
             points_seen,
@@ -61,21 +64,9 @@ impl<S: System> EngineState<S> {
     }
 }
 
-/// What a finished run leaves whose room the next copy of a checkpoint's state reuses: its
-/// world, and its lists of crash points (passed, crashed at, covered).
-pub(super) struct Room<S: System> {
-    pub(super) world: Option<WorldOf<S>>,
-    pub(super) lists: [Vec<&'static str>; 3],
-}
-
-impl<S: System> Default for Room<S> {
-    fn default() -> Self {
-        Room {
-            world: None,
-            lists: Default::default(),
-        }
-    }
-}
+/// A run's lists of crash points (passed, crashed at, covered), kept when it ends for the
+/// room of the next copy of a checkpoint's.
+pub(super) type PointLists = [Vec<&'static str>; 3];
 
 /// A copy of `world`, made in `room` (another world, whose vectors' room it reuses) if there
 /// is one.
@@ -86,12 +77,6 @@ pub(super) fn copy_into_room<W: Clone>(world: &W, room: Option<W>) -> W {
             room
         }
         None => world.clone(),
-    }
-}
-
-impl<S: System> Clone for EngineState<S> {
-    fn clone(&self) -> Self {
-        self.clone_into_room(Room::default())
     }
 }
 

@@ -1,7 +1,9 @@
 //! The server and transport side of a run: the scheduler loop, deliveries and faults,
 //! handler invocations, ground truth and the end-of-run verdict.
 
-use super::checkpoint::{copy_into_room, Checkpoint, Checkpoints, EngineState, SavedStore};
+use super::checkpoint::{
+    copy_into_room, Checkpoint, Checkpoints, EngineState, RunState, SavedStore,
+};
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, World};
@@ -96,7 +98,7 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) tag: &'a IntentTag,
     pub(super) memory: S::Memory,
     pub(super) points: Points<'s, 'a>,
-    pub(super) world: World<S::Request, S::Value, S::Event>,
+    pub(super) world: &'a mut World<S::Request, S::Value, S::Event>,
     /// States already explored, when an exhaustive check hashes states.
     pub(super) pruning: Option<Pruning<'a>>,
     /// The store's fingerprint and the store's version when it was taken (see
@@ -320,15 +322,17 @@ impl<S: System> Execution<'_, '_, S> {
             })
         });
         let state = EngineState {
-            world: copy_into_room(&self.world, checkpoints.room()),
-            memory: self.memory.clone(),
-            faults: self.points.faults,
-            points_seen: self.points.seen.clone(),
-            crashed_at: self.points.crashed_at.clone(),
-            crashes_covered: self.points.crashes_covered.clone(),
-            invocations_started: self.invocations_started,
-            progress: self.progress,
-            asleep: self.sleep.unwrap_or_default(),
+            world: copy_into_room(&*self.world, checkpoints.room()),
+            run: RunState {
+                memory: self.memory.clone(),
+                faults: self.points.faults,
+                points_seen: self.points.seen.clone(),
+                crashed_at: self.points.crashed_at.clone(),
+                crashes_covered: self.points.crashes_covered.clone(),
+                invocations_started: self.invocations_started,
+                progress: self.progress,
+                asleep: self.sleep.unwrap_or_default(),
+            },
         };
         checkpoints.push(Checkpoint {
             answers: self.points.decider.answers().len(),

@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::system::{Crash, IntentTag, StorageFault, System};
 use crate::timeline::{Lane, Timeline};
 use crate::{Invariant, Violation};
-use checkpoint::{Checkpoints, EngineState, Room};
+use checkpoint::{Checkpoints, PointLists, RunState, WorldOf};
 use corosensei::stack::DefaultStack;
 use execution::{Execution, StoreReads};
 use serde::Serialize;
@@ -574,8 +574,12 @@ pub struct Simulator<S: System> {
     /// enumeration under the same resumes from one where its path shares the last run's
     /// answers, instead of from its start.
     kept: Option<(KeptUnder, Checkpoints<S>)>,
-    /// What the last run left, whose room a resumed run copies its checkpoint's state into.
-    spare: Room<S>,
+    /// The world of the run going on, or of the last one: a resumed run's is its checkpoint's,
+    /// copied in place.
+    world: Option<WorldOf<S>>,
+    /// The lists of crash points the last run left, whose room a resumed run copies its
+    /// checkpoint's into.
+    spare_lists: PointLists,
 }
 
 /// What an enumeration's checkpoints were taken under: the same answers lead to the same
@@ -600,7 +604,8 @@ impl<S: System> Simulator<S> {
             reducing_orders: false,
             reads: StoreReads::default(),
             kept: None,
-            spare: Room::default(),
+            world: None,
+            spare_lists: PointLists::default(),
         }
     }
 
@@ -767,18 +772,18 @@ impl<S: System> Simulator<S> {
                 ..
             } = outcome;
             room = tape.into_answers();
-            self.spare.lists = [points, crashed_at, crashes_covered];
+            self.spare_lists = [points, crashed_at, crashes_covered];
         }
         false
     }
 
-    /// The newest checkpoint before the answer at `changed`, with the store put back to it:
-    /// its answers, state and store fingerprint.
+    /// The newest checkpoint before the answer at `changed`, with the store and the run's
+    /// world put back to it: its answers, the rest of its state and its store fingerprint.
     fn resume(
         &mut self,
         checkpoints: &mut Checkpoints<S>,
         changed: usize,
-    ) -> Option<(usize, EngineState<S>, u64)> {
+    ) -> Option<(usize, RunState<S>, u64)> {
         let store_now = checkpoints.store_now;
         let checkpoint = checkpoints.before(changed)?;
         if store_now != Some(checkpoint.store_identity) {
@@ -786,9 +791,12 @@ impl<S: System> Simulator<S> {
             let version = store_version(&self.system, &self.store, &self.commits);
             self.reads.adopt(version, &checkpoint.store.reads);
         }
-        let state = checkpoint
-            .state
-            .clone_into_room(std::mem::take(&mut self.spare));
+        match &mut self.world {
+            Some(world) => world.clone_from(&checkpoint.state.world),
+            None => self.world = Some(checkpoint.state.world.clone()),
+        }
+        let lists = std::mem::take(&mut self.spare_lists);
+        let state = checkpoint.state.run.clone_into_room(lists);
         Some((checkpoint.answers, state, checkpoint.store_print))
     }
 
@@ -817,8 +825,8 @@ impl<S: System> Simulator<S> {
                 format!("at start: {}", system.describe_store(store))
             });
         }
-        let state = EngineState {
-            world,
+        self.world = Some(world);
+        let state = RunState {
             memory: S::Memory::default(),
             faults: FaultCounts::default(),
             points_seen: Vec::new(),
@@ -871,7 +879,7 @@ impl<S: System> Simulator<S> {
                 storage_settled: Vec::new(),
                 links_lost: 0,
             },
-            world: state.world,
+            world: self.world.as_mut().expect("the run's world is in place"),
             pruning,
             store_print: Cell::new(None),
             versioned,
@@ -904,7 +912,6 @@ impl<S: System> Simulator<S> {
             .is_some()
             .then(|| execution.store_identity());
         let outcome = execution.finish(end);
-        self.spare.world = Some(execution.world);
         if let (Some(checkpoints), Some(store_identity)) = (checkpoints, store_identity) {
             checkpoints.ended(outcome.tape.answers(), store_identity);
         }
@@ -969,7 +976,8 @@ pub struct Enumeration<'v> {
 /// state is a checkpoint's (the run resumes from it, with the store put back).
 struct Start<'s, S: System> {
     decider: Decider<'s>,
-    state: EngineState<S>,
+    /// Its state besides its world, which is in place in [`Simulator::world`].
+    state: RunState<S>,
     store_print: Option<u64>,
 }
 

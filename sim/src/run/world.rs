@@ -41,8 +41,7 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
     /// Every answer the server produced for this intent (delivered or not).
-    /// Shared between the copies of a run's state, which add to it seldom.
-    pub(crate) replies: Rc<Vec<ServerReply<V>>>,
+    pub(crate) replies: Replies<V>,
     /// The hashes of what the checks can tell apart of `replies`
     /// ([`crate::check::reply_evidence`]), sorted and without repeats: what state hashing
     /// keeps of them.
@@ -68,7 +67,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             owed_verdict: self.owed_verdict,
             first_send_ms: self.first_send_ms,
             verdict: self.verdict.clone(),
-            replies: Rc::clone(&self.replies),
+            replies: self.replies.clone(),
             reply_hashes: self.reply_hashes.clone(),
             effects: self.effects,
             original: self.original.clone(),
@@ -109,9 +108,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         self.owed_verdict = *owed_verdict;
         self.first_send_ms = *first_send_ms;
         self.verdict.clone_from(verdict);
-        if !Rc::ptr_eq(&self.replies, replies) {
-            self.replies = Rc::clone(replies);
-        }
+        self.replies.clone_from(replies);
         self.reply_hashes.clone_from(reply_hashes);
         self.effects = *effects;
         self.original.clone_from(original);
@@ -156,7 +153,7 @@ impl<R, V: Clone + Hash + PartialEq> IntentState<R, V> {
                 self.reply_hashes.0.insert(position, hash);
             }
         }
-        Rc::make_mut(&mut self.replies).push(reply);
+        self.replies.push(reply);
     }
 }
 
@@ -167,6 +164,83 @@ struct Prints(SmallVec<[u64; 4]>);
 impl Clone for Prints {
     fn clone(&self) -> Self {
         Prints(SmallVec::from_slice(&self.0))
+    }
+}
+
+/// The server's answers for an intent, oldest first: a list that shares its older part, so
+/// that the copies of a run's state share their answers and one more answer copies none.
+pub(crate) struct Replies<V> {
+    newest: Option<Rc<ReplyNode<V>>>,
+}
+
+struct ReplyNode<V> {
+    reply: ServerReply<V>,
+    earlier: Option<Rc<ReplyNode<V>>>,
+}
+
+impl<V> Default for Replies<V> {
+    fn default() -> Self {
+        Replies { newest: None }
+    }
+}
+
+impl<V> Clone for Replies<V> {
+    fn clone(&self) -> Self {
+        Replies {
+            newest: self.newest.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let same = match (&self.newest, &source.newest) {
+            (Some(mine), Some(theirs)) => Rc::ptr_eq(mine, theirs),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.newest.clone_from(&source.newest);
+        }
+    }
+}
+
+impl<V> Replies<V> {
+    /// Adds the newest answer.
+    pub(crate) fn push(&mut self, reply: ServerReply<V>) {
+        let earlier = self.newest.take();
+        self.newest = Some(Rc::new(ReplyNode { reply, earlier }));
+    }
+
+    /// The answers, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &ServerReply<V>> {
+        let mut newest_first: SmallVec<[&ServerReply<V>; 8]> = SmallVec::new();
+        let mut node = self.newest.as_deref();
+        while let Some(current) = node {
+            newest_first.push(&current.reply);
+            node = current.earlier.as_deref();
+        }
+        newest_first.into_iter().rev()
+    }
+}
+
+impl<V> Drop for Replies<V> {
+    /// Unlinks the nodes no other copy holds one at a time, so that a long list is not
+    /// dropped by recursion.
+    fn drop(&mut self) {
+        let mut node = self.newest.take();
+        while let Some(current) = node {
+            node = match Rc::try_unwrap(current) {
+                Ok(mut unique) => unique.earlier.take(),
+                Err(_) => None,
+            };
+        }
+    }
+}
+
+impl<V: Hash> Hash for Replies<V> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for reply in self.iter() {
+            reply.hash(state);
+        }
     }
 }
 
@@ -337,6 +411,10 @@ pub(crate) enum Action {
 /// The engine-side state of a run: clients, intents, outside events, the network and the
 /// clock.
 pub(crate) struct World<R, V, E> {
+    /// The hash of what a run never changes of its intents and clients (who sends what, in
+    /// which order, on which condition): hashed once into each fingerprint instead of field
+    /// by field.
+    fixed_print: u64,
     pub(crate) intents: Vec<IntentState<R, V>>,
     pub(crate) clients: Vec<ClientState>,
     /// Outside events not yet applied (`None` once applied).
@@ -353,6 +431,7 @@ pub(crate) struct World<R, V, E> {
 impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
     fn clone(&self) -> Self {
         World {
+            fixed_print: self.fixed_print,
             intents: self.intents.clone(),
             clients: self.clients.clone(),
             events: self.events.clone(),
@@ -370,6 +449,7 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
     /// one cannot be left out.)
     fn clone_from(&mut self, source: &Self) {
         let World {
+            fixed_print,
             intents,
             clients,
             events,
@@ -380,6 +460,7 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
             steps,
             rows,
         } = source;
+        self.fixed_print = *fixed_print;
         self.intents.clone_from(intents);
         self.clients.clone_from(clients);
         self.events.clone_from(events);
@@ -390,6 +471,21 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
         self.steps = *steps;
         self.rows.clone_from(rows);
     }
+}
+
+/// The hash of what no step changes of a run's intents and clients: each intent's client,
+/// planned request and condition, and each client's intents.
+fn fixed_print_of<R, V>(intents: &[IntentState<R, V>], clients: &[ClientState]) -> u64 {
+    let mut hasher = crate::StateHasher::default();
+    for intent in intents {
+        intent.client.hash(&mut hasher);
+        intent.request_print.hash(&mut hasher);
+        intent.after_success.hash(&mut hasher);
+    }
+    for client in clients {
+        (client.first, client.count).hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// The hash of one value, for fingerprints.
@@ -433,7 +529,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     owed_verdict: true,
                     first_send_ms: None,
                     verdict: None,
-                    replies: Rc::default(),
+                    replies: Replies::default(),
                     reply_hashes: Prints::default(),
                     effects: 0,
                     original: None,
@@ -460,7 +556,9 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         for (intent, shared) in intents.iter_mut().zip(shared) {
             intent.shares_request_id = shared;
         }
+        let fixed_print = fixed_print_of(&intents, &clients);
         World {
+            fixed_print,
             intents,
             clients,
             events: workload.events.into_iter().map(Some).collect(),
@@ -489,14 +587,12 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         let timed = staleness.timed;
         let age = |since_ms: u64| timed.then(|| self.now_ms.saturating_sub(since_ms));
         let ahead = |at_ms: u64| timed.then(|| at_ms.saturating_sub(self.now_ms));
+        self.fixed_print.hash(hasher);
         for (index, intent) in self.intents.iter().enumerate() {
             if index >= 64 {
                 intent.owed_verdict.hash(hasher);
                 intent.owes_verdict().hash(hasher);
             }
-            intent.client.hash(hasher);
-            intent.request_print.hash(hasher);
-            intent.after_success.hash(hasher);
             intent.verdict.hash(hasher);
             // Which of the first 64 intents are owed a verdict is not hashed: a visit's
             // record holds it (see `owed_verdicts`).
@@ -514,7 +610,6 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             }
         }
         for client in &self.clients {
-            (client.first, client.count).hash(hasher);
             client.position.hash(hasher);
             client.next.hash(hasher);
             client.generation.hash(hasher);
