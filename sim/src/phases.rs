@@ -349,6 +349,10 @@ fn cut(paths: Paths, parts: usize) -> Vec<Paths> {
         .collect()
 }
 
+/// How many runs a chunk counts before it adds them to the shared progress counters (which
+/// only a progress line reads).
+const PROGRESS_RUNS_PER_REPORT: u64 = 1024;
+
 /// Explores `chunk` of the workload whose runs begin with `prefix` at `bounds`.
 pub(crate) fn explore_chunk(
     subject: &mut dyn Subject,
@@ -382,8 +386,15 @@ pub(crate) fn explore_chunk(
         sleep_sets: options.reduction.sleep_sets,
     };
     let mut points = PointTally::default();
+    // Runs and violating runs not yet added to `progress`.
+    let mut unreported = (0u64, 0u64);
     let mut each = |outcome: &RunOutcome| {
-        progress.run_ended(!outcome.violations.is_empty());
+        unreported.0 += 1;
+        unreported.1 += u64::from(!outcome.violations.is_empty());
+        if unreported.0 == PROGRESS_RUNS_PER_REPORT {
+            progress.runs_ended(unreported.0, unreported.1);
+            unreported = (0, 0);
+        }
         count_run((&mut part, &mut points), outcome, (bounds, options));
         if let Some(state) = outcome.final_state {
             finals.insert(state);
@@ -392,6 +403,7 @@ pub(crate) fn explore_chunk(
         part.level.runs < runs_max && !stop
     };
     subject.enumerate(bounds, enumeration, &mut each);
+    progress.runs_ended(unreported.0, unreported.1);
     points.add_to(&mut part.coverage);
     ChunkDone {
         part,

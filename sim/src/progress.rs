@@ -24,6 +24,16 @@ impl Progress {
         }
     }
 
+    /// Counts `runs` finished runs, `violating` of which broke an invariant: a thread that
+    /// counts its runs itself and adds them now and then does not make the threads queue on
+    /// one counter after every run.
+    pub fn runs_ended(&self, runs: u64, violating: u64) {
+        self.runs.fetch_add(runs, Ordering::Relaxed);
+        if violating > 0 {
+            self.violating.fetch_add(violating, Ordering::Relaxed);
+        }
+    }
+
     /// Runs finished so far.
     pub fn runs(&self) -> u64 {
         self.runs.load(Ordering::Relaxed)

@@ -210,7 +210,7 @@ impl<S: System> Checkpoints<S> {
         answers.clear();
         // Room for the answers the run goes on to give.
         answers.reserve(count + 32);
-        answers.extend(self.answers.iter().copied().take(count));
+        answers.extend_from_slice(&self.answers[..count.min(self.answers.len())]);
         answers.resize(count, 0);
         answers
     }

@@ -158,8 +158,19 @@ impl<R, V: Clone + Hash + PartialEq> IntentState<R, V> {
 }
 
 /// Hashes kept inline while they are few, copied (not cloned one by one) with a run's state.
-#[derive(Default, Hash)]
+#[derive(Default)]
 struct Prints(SmallVec<[u64; 4]>);
+
+impl Hash for Prints {
+    /// Their number, then each as a number: the few there are go into the hasher's state
+    /// directly, where hashing them as bytes would run its code for byte strings.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_usize(self.0.len());
+        for &print in &self.0 {
+            state.write_u64(print);
+        }
+    }
+}
 
 impl Clone for Prints {
     fn clone(&self) -> Self {
@@ -288,7 +299,7 @@ pub(crate) enum NextSend {
     Lookup,
 }
 
-#[derive(Clone, Hash)]
+#[derive(Clone, Copy, Hash)]
 pub(crate) struct ClientState {
     /// Its intents are the run's `first..first + count` (a client's intents are numbered
     /// one after another).
