@@ -15,7 +15,6 @@ use crate::system::{Crash, IntentId, IntentTag, Reply, Status};
 /// connections are the engine's type.
 pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
-use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
@@ -41,31 +40,48 @@ pub struct HarnessDb {
     keeper: Connection,
     server: Connection,
     tag: IntentTag,
-    /// Every table of the database (ground truth included), for copies of its rows.
-    tables: Vec<TableCopier>,
+    /// Every table of the database (ground truth included), for fingerprints of its rows.
+    tables: Vec<TableReader>,
     /// Commits on the connections [`HarnessDb::connect`] opened.
     other_commits: Arc<AtomicU64>,
 }
 
-/// The rows of every table of a [`HarnessDb`], rowids included: a copy of the committed
-/// database made by [`HarnessDb::save`] and put back by [`HarnessDb::restore`].
-#[derive(Clone, Debug, PartialEq)]
+/// A copy of a [`HarnessDb`]'s committed database file, byte for byte: made by
+/// [`HarnessDb::save`] and put back by [`HarnessDb::restore`], rowids, free pages and all.
+#[derive(Clone, Debug)]
 pub struct DbImage {
-    /// For each table (in the database's order), its rows, each a list of column values.
-    tables: Vec<Vec<Vec<Value>>>,
+    bytes: Vec<u8>,
 }
 
-/// How one table's rows are read and written back: with their rowids, unless the table has
-/// none (`WITHOUT ROWID`) or its `INTEGER PRIMARY KEY` column already is the rowid.
+/// Where SQLite's database header keeps its file change counter, and the copy of it that
+/// says the header's page count is valid (big-endian `u32`s): a connection drops its page
+/// cache when the counter differs from the one it read last.
+const CHANGE_COUNTER_AT: usize = 24;
+const VERSION_VALID_FOR_AT: usize = 92;
+
+impl PartialEq for DbImage {
+    /// The same database file but for the change counters ([`HarnessDb::restore`] sets new
+    /// ones, so that connections drop what they cached).
+    fn eq(&self, other: &Self) -> bool {
+        let counters = [CHANGE_COUNTER_AT, VERSION_VALID_FOR_AT];
+        let outside_counters = |at: &usize| counters.iter().all(|&c| !(c..c + 4).contains(at));
+        self.bytes.len() == other.bytes.len()
+            && (0..self.bytes.len())
+                .filter(outside_counters)
+                .all(|at| self.bytes[at] == other.bytes[at])
+    }
+}
+
+/// How one table's rows are read, for fingerprints: with their rowids (the next insert's
+/// rowid depends on them), unless the table has none (`WITHOUT ROWID`) or its
+/// `INTEGER PRIMARY KEY` column already is the rowid.
 #[derive(Debug)]
-struct TableCopier {
+struct TableReader {
     name: String,
     select: String,
-    delete: String,
-    insert: String,
 }
 
-impl TableCopier {
+impl TableReader {
     fn for_table(keeper: &Connection, table: &str) -> rusqlite::Result<Self> {
         let mut columns = Vec::new();
         let mut rowid_alias = false;
@@ -89,41 +105,15 @@ impl TableCopier {
             columns.insert(0, "rowid".to_string());
         }
         let list = columns.join(", ");
-        let slots = vec!["?"; columns.len()].join(", ");
         let order = if has_rowid { " ORDER BY rowid" } else { "" };
-        Ok(TableCopier {
+        Ok(TableReader {
             name: table.to_string(),
             select: format!("SELECT {list} FROM \"{table}\"{order}"),
-            delete: format!("DELETE FROM \"{table}\""),
-            insert: format!("INSERT INTO \"{table}\" ({list}) VALUES ({slots})"),
         })
-    }
-
-    fn read(&self, keeper: &Connection) -> rusqlite::Result<Vec<Vec<Value>>> {
-        let mut statement = keeper.prepare_cached(&self.select)?;
-        let columns = statement.column_count();
-        let mut rows = statement.query([])?;
-        let mut copy = Vec::new();
-        while let Some(row) = rows.next()? {
-            let values = (0..columns)
-                .map(|column| row.get::<_, Value>(column))
-                .collect::<rusqlite::Result<Vec<Value>>>()?;
-            copy.push(values);
-        }
-        Ok(copy)
-    }
-
-    fn write(&self, keeper: &Connection, rows: &[Vec<Value>]) -> rusqlite::Result<()> {
-        execute_cached(keeper, &self.delete)?;
-        let mut insert = keeper.prepare_cached(&self.insert)?;
-        for row in rows {
-            insert.execute(rusqlite::params_from_iter(row))?;
-        }
-        Ok(())
     }
 }
 
-fn table_copiers(keeper: &Connection) -> rusqlite::Result<Vec<TableCopier>> {
+fn table_readers(keeper: &Connection) -> rusqlite::Result<Vec<TableReader>> {
     let names: Vec<String> = keeper
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'table' \
@@ -133,7 +123,7 @@ fn table_copiers(keeper: &Connection) -> rusqlite::Result<Vec<TableCopier>> {
         .collect::<rusqlite::Result<_>>()?;
     names
         .iter()
-        .map(|name| TableCopier::for_table(keeper, name))
+        .map(|name| TableReader::for_table(keeper, name))
         .collect()
 }
 
@@ -153,7 +143,7 @@ impl HarnessDb {
             keeper.execute_batch(&ground_truth_triggers(table))?;
         }
         let server = open_connection(&uri, tag)?;
-        let tables = table_copiers(&keeper)?;
+        let tables = table_readers(&keeper)?;
         Ok(HarnessDb {
             uri,
             keeper,
@@ -291,7 +281,7 @@ impl HarnessDb {
     pub fn fingerprint(&self, tables: &[&str]) -> u64 {
         let selects: Vec<&str> = tables
             .iter()
-            .map(|table| self.copier(table).select.as_str())
+            .map(|table| self.reader(table).select.as_str())
             .collect();
         self.fingerprint_of(&selects)
     }
@@ -301,7 +291,7 @@ impl HarnessDb {
     /// times that [`crate::System::deadlines`] already tells relative to now (a creation
     /// time whose only use is an expiry).
     pub fn fingerprint_of(&self, selects: &[&str]) -> u64 {
-        let ground_truth = self.copier("retrysim_effects").select.as_str();
+        let ground_truth = self.reader("retrysim_effects").select.as_str();
         let mut hasher = crate::StateHasher::default();
         // One read transaction for every table: a lock taken once.
         execute_cached(&self.keeper, "BEGIN").expect("a read transaction begins");
@@ -320,10 +310,10 @@ impl HarnessDb {
         hasher.finish()
     }
 
-    fn copier(&self, table: &str) -> &TableCopier {
+    fn reader(&self, table: &str) -> &TableReader {
         self.tables
             .iter()
-            .find(|copier| copier.name == table)
+            .find(|reader| reader.name == table)
             .unwrap_or_else(|| panic!("the database has no table {table:?}"))
     }
 
@@ -339,29 +329,114 @@ impl HarnessDb {
         execute_cached(&self.keeper, "COMMIT").map(drop)
     }
 
-    /// Copies every committed row of every table (ground truth included), rowids too, so that
-    /// [`HarnessDb::restore`] can put the database back exactly as it is now.
+    /// Copies the committed database file (ground truth included), so that
+    /// [`HarnessDb::restore`] can put the database back exactly as it is now. It reads the
+    /// file under a shared lock: no transaction is committing meanwhile.
     pub fn save(&self) -> DbImage {
-        let tables = self
-            .tables
-            .iter()
-            .map(|table| table.read(&self.keeper).expect("a table copies"))
-            .collect();
-        DbImage { tables }
+        execute_cached(&self.keeper, "BEGIN").expect("a read transaction begins");
+        // A read takes the shared lock.
+        let _: i64 = self
+            .keeper
+            .prepare_cached("SELECT count(*) FROM sqlite_master")
+            .and_then(|mut count| count.query_row([], |row| row.get(0)))
+            .expect("the schema is readable");
+        let file = DatabaseFile::of(&self.keeper);
+        let mut bytes = vec![0; file.size()];
+        file.read(&mut bytes, 0);
+        execute_cached(&self.keeper, "COMMIT").expect("a read transaction ends");
+        DbImage { bytes }
     }
 
-    /// Puts the database back to `image` (made by [`HarnessDb::save`] of this database), in
-    /// one transaction on the keeper connection. No other connection may be in a transaction.
+    /// Puts the database back to `image` (made by [`HarnessDb::save`] of this database): its
+    /// file is written back whole under the keeper's exclusive lock, with a change counter no
+    /// version of the file had before, so that every connection drops its cached pages at
+    /// its next transaction, as after any commit. No other connection may be in a
+    /// transaction.
     pub fn restore(&self, image: &DbImage) {
-        let restored = (|| {
-            execute_cached(&self.keeper, "BEGIN IMMEDIATE")?;
-            for (table, rows) in self.tables.iter().zip(&image.tables) {
-                table.write(&self.keeper, rows)?;
-            }
-            execute_cached(&self.keeper, "COMMIT").map(drop)
-        })();
-        restored.expect("the database restores from its own image");
+        execute_cached(&self.keeper, "BEGIN EXCLUSIVE")
+            .expect("no other connection is in a transaction while the database restores");
+        let file = DatabaseFile::of(&self.keeper);
+        let mut counter = [0; 4];
+        file.read(&mut counter, CHANGE_COUNTER_AT);
+        // The counter only grows (commits add one to it, restores set the largest yet plus
+        // one), so each value names one content of the file.
+        let fresh = u32::from_be_bytes(counter).wrapping_add(1).to_be_bytes();
+        file.write(&image.bytes, 0);
+        file.write(&fresh, CHANGE_COUNTER_AT);
+        file.write(&fresh, VERSION_VALID_FOR_AT);
+        file.truncate(image.bytes.len());
+        execute_cached(&self.keeper, "COMMIT").expect("the restore's transaction ends");
+        // No row changed through SQL: the version moves by this count instead.
+        self.other_commits.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A connection's main database file, as its VFS holds it, for [`HarnessDb::save`] and
+/// [`HarnessDb::restore`] to copy it whole.
+struct DatabaseFile(*mut rusqlite::ffi::sqlite3_file);
+
+impl DatabaseFile {
+    fn of(connection: &Connection) -> Self {
+        let mut file: *mut rusqlite::ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: the handle belongs to an open connection, and SQLITE_FCNTL_FILE_POINTER
+        // writes one `sqlite3_file` pointer, which the connection owns for as long as it is
+        // open, into `file`.
+        let code = unsafe {
+            rusqlite::ffi::sqlite3_file_control(
+                connection.handle(),
+                c"main".as_ptr(),
+                rusqlite::ffi::SQLITE_FCNTL_FILE_POINTER,
+                (&raw mut file).cast(),
+            )
+        };
+        assert!(
+            code == rusqlite::ffi::SQLITE_OK && !file.is_null(),
+            "the database has a file"
+        );
+        DatabaseFile(file)
+    }
+
+    fn methods(&self) -> &rusqlite::ffi::sqlite3_io_methods {
+        // SAFETY: an open file's methods stay set while it is open.
+        unsafe { &*(*self.0).pMethods }
+    }
+
+    fn size(&self) -> usize {
+        let mut size = 0;
+        let file_size = self.methods().xFileSize.expect("a file has a size");
+        // SAFETY: the file is open; `size` outlives the call.
+        check_io(unsafe { file_size(self.0, &mut size) });
+        usize::try_from(size).expect("a database file's size fits in memory")
+    }
+
+    fn read(&self, into: &mut [u8], at: usize) {
+        let read = self.methods().xRead.expect("a file reads");
+        let length = c_int::try_from(into.len()).expect("an image under 2 GiB");
+        // SAFETY: the file is open; `into` has room for `length` bytes.
+        check_io(unsafe { read(self.0, into.as_mut_ptr().cast(), length, at as i64) });
+    }
+
+    fn write(&self, bytes: &[u8], at: usize) {
+        let write = self.methods().xWrite.expect("a file writes");
+        let length = c_int::try_from(bytes.len()).expect("an image under 2 GiB");
+        // SAFETY: the file is open and its connection holds the exclusive lock; `bytes` has
+        // `length` bytes.
+        check_io(unsafe { write(self.0, bytes.as_ptr().cast(), length, at as i64) });
+    }
+
+    fn truncate(&self, size: usize) {
+        let truncate = self.methods().xTruncate.expect("a file truncates");
+        // SAFETY: the file is open and its connection holds the exclusive lock.
+        check_io(unsafe { truncate(self.0, size as i64) });
+    }
+}
+
+fn check_io(code: c_int) {
+    assert_eq!(
+        code,
+        rusqlite::ffi::SQLITE_OK,
+        "the in-memory database file is written"
+    );
 }
 
 fn hash_value(value: rusqlite::types::ValueRef<'_>, hasher: &mut impl Hasher) {

@@ -117,3 +117,49 @@ fn the_version_moves_with_every_kind_of_write_and_stays_for_reads() {
     other.execute_batch("DELETE FROM pairs").unwrap();
     assert_ne!(db.version(), before);
 }
+
+/// What `connection` reads of the counter and the notes.
+fn seen_by(connection: &retrysim::sqlite::rusqlite::Connection) -> (i64, Vec<String>) {
+    let total = connection
+        .query_row("SELECT total FROM counter", [], |row| row.get(0))
+        .unwrap();
+    let mut statement = connection
+        .prepare("SELECT key FROM notes ORDER BY rowid")
+        .unwrap();
+    let keys = statement.query_map([], |row| row.get(0)).unwrap();
+    (total, keys.map(Result::unwrap).collect())
+}
+
+#[test]
+fn every_connection_reads_the_restored_database_and_writes_on_from_it() {
+    let db = database();
+    let server = db.server();
+    let other = db.connect().unwrap();
+    server
+        .execute_batch("INSERT INTO notes VALUES ('a', 'first'); UPDATE counter SET total = 1;")
+        .unwrap();
+    let saved = db.save();
+    for round in 2..5 {
+        // Each round's write takes the file from the same restored one to another content:
+        // `other`, which reads only then, must not take this round's file for the last's
+        // (SQLite tells files apart by their change counters).
+        server
+            .execute_batch(&format!(
+                "INSERT INTO notes VALUES ('r{round}', 'later'); UPDATE counter SET total = {round};"
+            ))
+            .unwrap();
+        assert_eq!(seen_by(&other).0, round);
+        let before = db.version();
+        db.restore(&saved);
+        assert_ne!(db.version(), before, "a restore moves the version");
+        for connection in [db.keeper(), server] {
+            assert_eq!(seen_by(connection), (1, vec!["a".to_string()]));
+        }
+    }
+    assert_eq!(seen_by(&other), (1, vec!["a".to_string()]));
+    // Writes go on from the restored file, and every connection sees them.
+    other
+        .execute_batch("INSERT INTO notes VALUES ('b', 'second')")
+        .unwrap();
+    assert_eq!(seen_by(server), (1, vec!["a".to_string(), "b".to_string()]));
+}
