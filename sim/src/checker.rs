@@ -480,8 +480,8 @@ pub fn exhaust_on(
 }
 
 /// [`exhaust_on`], handing each level to `level_done` as soon as it is explored and counting
-/// each run into `progress` as it ends (for a progress line: a level can take minutes). The
-/// report is the same. (A check that starts again counting steps, see [`exhaust`], hands
+/// its runs into `progress` as they end, a thousand or so at a time (for a progress line: a
+/// level can take minutes). The report is the same. (A check that starts again counting steps, see [`exhaust`], hands
 /// its levels over again.)
 ///
 /// # Panics

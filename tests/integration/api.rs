@@ -548,6 +548,32 @@ fn a_handler_written_outside_the_crate_is_checked_too() {
     );
 }
 
+/// A check counts its runs into a `Progress` as they end (a thousand or so at a time): by its
+/// end, every run, and the ones that broke an invariant; the check itself is the same as
+/// without one.
+#[test]
+fn progress_counts_every_run_of_a_check() {
+    let entry = crate::entry("counter", "naive");
+    let options = CheckOptions {
+        stop: StopAt::EndOfBound,
+        ..CheckOptions::new(Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            faults_max: 1,
+            ..Bounds::default()
+        })
+    };
+    let progress = retrysim::Progress::new();
+    let counted =
+        retrysim::exhaust_on_reporting(&entry.build, &options, 2, (&mut |_| {}, &progress));
+    let plain = retrysim::exhaust_on(&entry.build, &options, 2);
+    assert!(counted.runs() > 1024, "{} runs", counted.runs());
+    assert_eq!(progress.runs(), counted.runs());
+    assert!(progress.violating() > 0);
+    assert_eq!(counted.runs(), plain.runs());
+    assert_eq!(counted.violations, plain.violations);
+}
+
 /// An exploration counts its runs into a `Progress` as they end: every run, and the ones that
 /// broke an invariant; the exploration itself is the same as without one.
 #[test]
