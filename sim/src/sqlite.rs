@@ -16,6 +16,7 @@ use crate::system::{Crash, IntentId, IntentTag, Reply, Status};
 pub use rusqlite;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,15 +49,22 @@ pub struct HarnessDb {
 
 /// A copy of a [`HarnessDb`]'s committed database file, byte for byte: made by
 /// [`HarnessDb::save`] and put back by [`HarnessDb::restore`], rowids, free pages and all.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct DbImage {
     bytes: Vec<u8>,
 }
 
-/// Where SQLite's database header keeps its file change counter, and the copy of it that
-/// says the header's page count is valid (big-endian `u32`s): a connection drops its page
-/// cache when the counter differs from the one it read last.
+impl fmt::Debug for DbImage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DbImage({} bytes)", self.bytes.len())
+    }
+}
+
+/// Where SQLite's database header keeps its file change counter (a big-endian `u32`): a
+/// connection drops its page cache when the counter differs from the one it read last.
 const CHANGE_COUNTER_AT: usize = 24;
+/// Where the header keeps the counter's value at which its page count was written (valid
+/// while the two are equal).
 const VERSION_VALID_FOR_AT: usize = 92;
 
 impl PartialEq for DbImage {
