@@ -481,8 +481,8 @@ pub fn exhaust_on(
 
 /// [`exhaust_on`], handing each level to `level_done` as soon as it is explored and counting
 /// its runs into `progress` as they end, a thousand or so at a time (for a progress line: a
-/// level can take minutes). The report is the same. (A check that starts again counting steps, see [`exhaust`], hands
-/// its levels over again.)
+/// level can take minutes). The report is the same. (A check that starts again counting
+/// steps, see [`exhaust`], hands its levels over again.)
 ///
 /// # Panics
 /// As [`exhaust`] does, on a fault limit above [`Bounds::FAULTS_MOST`].

@@ -58,11 +58,13 @@ struct Pruning<'v> {
 /// much budget left is not explored again.
 #[derive(Debug, Default)]
 pub struct Visited {
-    /// Each state's first visit. Looked up only, never iterated: its order cannot reach a
-    /// run. The keys are hashes already, so they are their own hash.
+    /// Each state's first visit. Looked up, and iterated only by [`Visited::absorb`], where
+    /// the order cannot reach a run (each state is taken in alone); the hasher has no seed,
+    /// so even that order is the same on every run. The keys are hashes already, so they
+    /// are their own hash.
     states: HashMap<u64, Visit, BuildHasherDefault<PrintHasher>>,
     /// The later visits of the few states with more than one (their first has
-    /// [`Visit::more`]), in the order recorded.
+    /// [`Visit::more`]), in the order recorded. Looked up only, as `states` is.
     more: HashMap<u64, Vec<Visit>, BuildHasherDefault<PrintHasher>>,
     /// Whether a visit in fewer steps is explored again. Steps matter only through
     /// `steps_max`: while no run reaches it, a state's future does not depend on how many

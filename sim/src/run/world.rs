@@ -13,7 +13,6 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 /// One intended operation and everything that happened to it.
-#[derive(Hash)]
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
     /// The request as planned (its key is the intent's key).
@@ -201,17 +200,6 @@ impl<V> Clone for Replies<V> {
             newest: self.newest.clone(),
         }
     }
-
-    fn clone_from(&mut self, source: &Self) {
-        let same = match (&self.newest, &source.newest) {
-            (Some(mine), Some(theirs)) => Rc::ptr_eq(mine, theirs),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            self.newest.clone_from(&source.newest);
-        }
-    }
 }
 
 impl<V> Replies<V> {
@@ -230,28 +218,6 @@ impl<V> Replies<V> {
             node = current.earlier.as_deref();
         }
         newest_first.into_iter().rev()
-    }
-}
-
-impl<V> Drop for Replies<V> {
-    /// Unlinks the nodes no other copy holds one at a time, so that a long list is not
-    /// dropped by recursion.
-    fn drop(&mut self) {
-        let mut node = self.newest.take();
-        while let Some(current) = node {
-            node = match Rc::try_unwrap(current) {
-                Ok(mut unique) => unique.earlier.take(),
-                Err(_) => None,
-            };
-        }
-    }
-}
-
-impl<V: Hash> Hash for Replies<V> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for reply in self.iter() {
-            reply.hash(state);
-        }
     }
 }
 
