@@ -5,8 +5,8 @@ use crate::{assert_declarations, entry, lane};
 use retrysim::models::payment::{LeaseAndProviderKey, OnPayment, LEASE_MS};
 use retrysim::models::Declared;
 use retrysim::{
-    exhaust_on, replay, Bounds, ChargeId, Charged, CheckOptions, Ctx, IntentTag, Invariant, Lane,
-    Provider, Stopped, System, Tape,
+    exhaust_on, replay, workload_answers, Bounds, ChargeId, Charged, CheckOptions, Ctx, IntentTag,
+    Invariant, Lane, Provider, StopAt, Stopped, System, Tape,
 };
 
 /// The same key with the same request returns the first charge, marked as a replay; with
@@ -240,6 +240,52 @@ fn correct_payment_handlers_exhaust_clean() {
                 ["after-provider", "provider-call"],
                 "{handler} {bounds}"
             );
+        }
+    }
+}
+
+/// Two clients racing on one request id (c2 reuses `pay-1` for another amount), their
+/// invocations overlapping on the clock: `lease-and-provider-key` is exhausted clean at two
+/// attempts and one fault, and so is the outbox; at that bound every faulty payment handler
+/// is caught by the invariant it declares (the one that needs overlapping invocations among
+/// them).
+#[test]
+fn two_clients_racing_on_one_request_id_with_overlapping_invocations() {
+    let bounds = |entry: &retrysim::models::HandlerEntry| Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 2,
+        faults_max: 1,
+        invocations_max: 2,
+        ..entry.bounds_from(Bounds::default())
+    };
+    // The tape 2 draws c1 paying pay-1 and c2 reusing pay-1.
+    let racing: Tape = "2".parse().unwrap();
+    let handlers: Vec<_> = retrysim::models::handlers()
+        .iter()
+        .filter(|handler| handler.domain == "payment")
+        .collect();
+    // The two correct handlers and the six faulty ones.
+    assert_eq!(handlers.len(), 8);
+    for handler in handlers {
+        let bounds = bounds(handler);
+        let options = CheckOptions {
+            prefix: workload_answers(&mut *(handler.build)(), &racing, &bounds).unwrap(),
+            stop: StopAt::EndOfLevel,
+            ..CheckOptions::new(bounds)
+        };
+        let report = exhaust_on(&handler.build, &options, 2);
+        let broken: Vec<Invariant> = report.violations.iter().map(|v| v.invariant).collect();
+        match handler.declared {
+            Declared::Correct => {
+                assert_eq!(report.stopped, Stopped::Exhausted, "{handler:?}");
+                assert_eq!(broken, [], "{handler:?}");
+                assert!(report.coverage.drops > 0 && report.coverage.crashes > 0);
+                assert!(report.coverage.duplicates > 0 && report.coverage.reconnects > 0);
+            }
+            Declared::Faulty { caught_by } => {
+                assert!(broken.contains(&caught_by), "{handler:?}: {broken:?}");
+            }
         }
     }
 }
