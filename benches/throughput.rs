@@ -46,9 +46,10 @@ fn main() {
     }
 }
 
-/// The payment domain's correct handlers at the bounds the suite holds them to, and the
-/// outbox at the bound (two clients with one intent each, three attempts, two
-/// faults, two invocations at once).
+/// The payment domain's correct handlers at the bounds the suite holds them to, the outbox at
+/// the bound that must hold with overlapping invocations (two clients with one intent each,
+/// three attempts, two faults, two invocations at once), and both where two clients race on
+/// one request id with overlapping invocations (the suite's bound for it).
 fn payment_checks() {
     println!("\npayment checks (clients, intents per client, attempts_max, faults_max):");
     let cases = [
@@ -66,7 +67,7 @@ fn payment_checks() {
             faults_max,
             ..Bounds::default()
         });
-        // The outbox at the bound takes about 29 million runs.
+        // The outbox at two faults with overlapping invocations takes about 29 million runs.
         let options = CheckOptions {
             runs_max: 40_000_000,
             ..CheckOptions::new(Bounds {
@@ -80,6 +81,27 @@ fn payment_checks() {
             &options,
             &format!("invocations {invocations_max}"),
         );
+    }
+    // The tape 2 draws c1 paying pay-1 and c2 reusing pay-1 for another amount.
+    let racing: Tape = "2".parse().unwrap();
+    for handler in ["lease-and-provider-key", "outbox"] {
+        let entry = models::find("payment", handler).unwrap();
+        // The handler's own bounds, but for invocations, which overlap here.
+        let bounds = Bounds {
+            invocations_max: 2,
+            ..entry.bounds_from(Bounds {
+                clients_max: 2,
+                intents_max: 1,
+                attempts_max: 2,
+                faults_max: 1,
+                ..Bounds::default()
+            })
+        };
+        let options = CheckOptions {
+            prefix: workload_answers(&mut *(entry.build)(), &racing, &bounds).unwrap(),
+            ..CheckOptions::new(bounds)
+        };
+        timed_check("payment", handler, &options, "one id raced, invocations 2");
     }
 }
 

@@ -97,7 +97,7 @@ fn catching_bounds(entry: &HandlerEntry, caught_by: Invariant) -> Bounds {
     })
 }
 
-/// The bound for faulty handlers: three attempts and two faults. A flaw shows with
+/// The bound faulty handlers are caught at: three attempts and two faults. A flaw shows with
 /// two clients of one intent each, except a key reused with other arguments, which takes one
 /// client with two intents.
 #[test]
