@@ -251,14 +251,6 @@ fn correct_payment_handlers_exhaust_clean() {
 /// them).
 #[test]
 fn two_clients_racing_on_one_request_id_with_overlapping_invocations() {
-    let bounds = |entry: &retrysim::models::HandlerEntry| Bounds {
-        clients_max: 2,
-        intents_max: 1,
-        attempts_max: 2,
-        faults_max: 1,
-        invocations_max: 2,
-        ..entry.bounds_from(Bounds::default())
-    };
     // The tape 2 draws c1 paying pay-1 and c2 reusing pay-1.
     let racing: Tape = "2".parse().unwrap();
     let handlers: Vec<_> = retrysim::models::handlers()
@@ -268,7 +260,14 @@ fn two_clients_racing_on_one_request_id_with_overlapping_invocations() {
     // The two correct handlers and the six faulty ones.
     assert_eq!(handlers.len(), 8);
     for handler in handlers {
-        let bounds = bounds(handler);
+        let bounds = Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            attempts_max: 2,
+            faults_max: 1,
+            invocations_max: 2,
+            ..handler.bounds_from(Bounds::default())
+        };
         let options = CheckOptions {
             prefix: workload_answers(&mut *(handler.build)(), &racing, &bounds).unwrap(),
             stop: StopAt::EndOfLevel,
