@@ -394,25 +394,35 @@ impl CheckReport {
 /// If a fault limit of the options' bounds is above [`Bounds::FAULTS_MOST`]
 /// ([`Bounds::validate`] refuses such bounds).
 pub fn exhaust(subject: &mut dyn Subject, options: &CheckOptions) -> CheckReport {
+    exhaust_reporting(subject, options, (&mut |_| {}, &Progress::new()))
+}
+
+/// [`exhaust`], handing each level to `level_done` and counting runs into `progress` as
+/// [`exhaust_on_reporting`] does.
+fn exhaust_reporting(
+    subject: &mut dyn Subject,
+    options: &CheckOptions,
+    (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
+) -> CheckReport {
     assert_fault_limits(&options.bounds);
-    let report = exhaust_counting(subject, options, false);
+    let report = exhaust_counting(subject, options, false, (&mut *level_done, progress));
     if report.step_limited == 0 || !options.reduction.states {
         return report;
     }
-    exhaust_counting(subject, options, true)
+    exhaust_counting(subject, options, true, (level_done, progress))
 }
 
 fn exhaust_counting(
     subject: &mut dyn Subject,
     options: &CheckOptions,
     steps_matter: bool,
+    (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
 ) -> CheckReport {
     let (workloads, symmetric) = workloads_to_explore(subject, options);
     let mut visits = fresh_visits(options, workloads.len(), steps_matter);
     let mut search = Search::new(options, workloads.len(), symmetric);
     while let Some((bounds, runs_left)) = search.next_level() {
         // Lazily: the workloads after the one that ends the level are not explored.
-        let progress = Progress::new();
         let parts = workloads
             .iter()
             .zip(&mut visits)
@@ -423,13 +433,17 @@ fn exhaust_counting(
                     (&bounds, options),
                     (index, work),
                     runs_left,
-                    &progress,
+                    progress,
                 )
             });
         let kept = search.level_of(parts);
+        let levels_before = search.report.levels.len();
         search.merge(&bounds, kept);
         if search.take_forget_states() {
             visits = fresh_visits(options, workloads.len(), steps_matter);
+        }
+        if search.report.levels.len() > levels_before {
+            level_done(search.report.levels.last().expect("a level was added"));
         }
     }
     search.report
@@ -467,7 +481,8 @@ fn explore_alone(
 /// each phase in rounds of parts that threads share (see the `phases` module: a part depends
 /// only on the rounds before it). The parts are put together in their order and the
 /// workloads' in workload order, so the report is the same for any thread count, and one
-/// big workload uses every thread.
+/// big workload uses every thread. With one thread (or 0), the check is explored on the
+/// calling thread, as [`exhaust`] explores it: no round waits on another thread.
 ///
 /// # Panics
 /// As [`exhaust`] does, on a fault limit above [`Bounds::FAULTS_MOST`].
@@ -492,6 +507,10 @@ pub fn exhaust_on_reporting(
     threads: usize,
     (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
 ) -> CheckReport {
+    if threads <= 1 {
+        // No thread to share the work with: it is explored here, as `exhaust` explores it.
+        return exhaust_reporting(&mut *factory(), options, (level_done, progress));
+    }
     assert_fault_limits(&options.bounds);
     let work = (factory, options, threads);
     let report = exhaust_on_counting(work, (&mut *level_done, progress), false);

@@ -106,7 +106,8 @@ pub(super) struct SavedStore {
 pub(super) struct Checkpoints<S: System> {
     /// Checkpoints in the order of the run's steps (strictly increasing `answers`).
     stack: Vec<Checkpoint<S>>,
-    /// The answers of the run that made the newest checkpoints.
+    /// The answers of the run that made the newest checkpoints (lent to a resumed run while
+    /// it goes, see [`Checkpoints::answers_before`]).
     answers: Vec<u32>,
     /// The identity of the store as it is now, if known.
     pub(super) store_now: Option<u64>,
@@ -174,12 +175,14 @@ impl<S: System> Checkpoints<S> {
         self.stack.push(checkpoint);
     }
 
-    /// Notes the answers of the run that just ended (its tape, trailing zeros trimmed) and
-    /// the identity of the store it left, if known.
-    pub(super) fn ended(&mut self, answers: &[u32], store_identity: Option<u64>) {
-        self.answers.clear();
-        self.answers.extend_from_slice(answers);
+    /// Notes the identity of the store the run that just ended left, if known.
+    pub(super) fn ended(&mut self, store_identity: Option<u64>) {
         self.store_now = store_identity;
+    }
+
+    /// Keeps the answers of the run that just ended (its tape, trailing zeros trimmed).
+    pub(super) fn keep_answers(&mut self, answers: Vec<u32>) {
+        self.answers = answers;
     }
 
     /// The newest checkpoint before the answer at `changed` (the one the next run changes),
@@ -204,14 +207,15 @@ impl<S: System> Checkpoints<S> {
             .count()
     }
 
-    /// The first `count` answers of the previous run, in `room` (emptied first).
-    pub(super) fn answers_before(&self, count: usize, room: Vec<u32>) -> Vec<u32> {
-        let mut answers = room;
-        answers.clear();
-        // Room for the answers the run goes on to give.
-        answers.reserve(count + 32);
-        answers.extend_from_slice(&self.answers[..count.min(self.answers.len())]);
+    /// The first `count` answers of the previous run, for a run that resumes after them: the
+    /// previous run's own, lent until the run that goes on from them ends and its answers
+    /// are kept instead ([`Checkpoints::keep_answers`]).
+    pub(super) fn answers_before(&mut self, count: usize) -> Vec<u32> {
+        let mut answers = std::mem::take(&mut self.answers);
+        answers.truncate(count);
         answers.resize(count, 0);
+        // Room for the answers the run goes on to give.
+        answers.reserve(32);
         answers
     }
 }

@@ -713,8 +713,6 @@ impl<S: System> Simulator<S> {
         (mut visited, mut checkpoints): (Option<Layers<'_>>, Option<&mut Checkpoints<S>>),
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) -> bool {
-        // The room of the last run's answers, for the next run's.
-        let mut room = Vec::new();
         while let Some(mut source) = enumerator.next_run() {
             let replayed_answers = source.replayed_answers();
             let pruning = visited.as_mut().map(|(visited, explored)| Pruning {
@@ -739,9 +737,9 @@ impl<S: System> Simulator<S> {
                 Some((answered, state, store_print)) => {
                     source.skip_to(answered);
                     let answers = checkpoints
-                        .as_ref()
+                        .as_deref_mut()
                         .expect("resumed")
-                        .answers_before(answered, std::mem::take(&mut room));
+                        .answers_before(answered);
                     let start = Start {
                         decider: Decider::resumed(&mut source, answers),
                         state,
@@ -763,9 +761,7 @@ impl<S: System> Simulator<S> {
                 }
             };
             drop(source);
-            if !each(&outcome) {
-                return true;
-            }
+            let going_on = each(&outcome);
             let RunOutcome {
                 tape,
                 points,
@@ -773,8 +769,13 @@ impl<S: System> Simulator<S> {
                 crashes_covered,
                 ..
             } = outcome;
-            room = tape.into_answers();
+            if let Some(checkpoints) = checkpoints.as_deref_mut() {
+                checkpoints.keep_answers(tape.into_answers());
+            }
             self.spare_lists = [points, crashed_at, crashes_covered];
+            if !going_on {
+                return true;
+            }
         }
         false
     }
@@ -915,7 +916,7 @@ impl<S: System> Simulator<S> {
             .then(|| execution.store_identity());
         let outcome = execution.finish(end);
         if let (Some(checkpoints), Some(store_identity)) = (checkpoints, store_identity) {
-            checkpoints.ended(outcome.tape.answers(), store_identity);
+            checkpoints.ended(store_identity);
         }
         outcome
     }
