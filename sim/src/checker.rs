@@ -404,12 +404,23 @@ fn exhaust_reporting(
     options: &CheckOptions,
     (level_done, progress): (&mut dyn FnMut(&Level), &Progress),
 ) -> CheckReport {
+    counting_steps_if_reached(options, |steps_matter| {
+        exhaust_counting(subject, options, steps_matter, (level_done, progress))
+    })
+}
+
+/// Runs `check` leaving out how many steps reached a state, then, if some run reached
+/// `steps_max` and states are hashed, again counting them (see [`Visited::counting_steps`]).
+fn counting_steps_if_reached(
+    options: &CheckOptions,
+    mut check: impl FnMut(bool) -> CheckReport,
+) -> CheckReport {
     assert_fault_limits(&options.bounds);
-    let report = exhaust_counting(subject, options, false, (&mut *level_done, progress));
+    let report = check(false);
     if report.step_limited == 0 || !options.reduction.states {
         return report;
     }
-    exhaust_counting(subject, options, true, (level_done, progress))
+    check(true)
 }
 
 fn exhaust_counting(
@@ -437,13 +448,9 @@ fn exhaust_counting(
                 )
             });
         let kept = search.level_of(parts);
-        let levels_before = search.report.levels.len();
-        search.merge(&bounds, kept);
+        search.merge_reporting(&bounds, kept, level_done);
         if search.take_forget_states() {
             visits = fresh_visits(options, workloads.len(), steps_matter);
-        }
-        if search.report.levels.len() > levels_before {
-            level_done(search.report.levels.last().expect("a level was added"));
         }
     }
     search.report
@@ -511,13 +518,10 @@ pub fn exhaust_on_reporting(
         // No thread to share the work with: it is explored here, as `exhaust` explores it.
         return exhaust_reporting(&mut *factory(), options, (level_done, progress));
     }
-    assert_fault_limits(&options.bounds);
     let work = (factory, options, threads);
-    let report = exhaust_on_counting(work, (&mut *level_done, progress), false);
-    if report.step_limited == 0 || !options.reduction.states {
-        return report;
-    }
-    exhaust_on_counting(work, (level_done, progress), true)
+    counting_steps_if_reached(options, |steps_matter| {
+        exhaust_on_counting(work, (level_done, progress), steps_matter)
+    })
 }
 
 /// Refuses bounds whose fault budgets a visit cannot keep (see [`Bounds::FAULTS_MOST`]).
@@ -564,13 +568,9 @@ fn exhaust_on_counting(
                 .collect();
             // The parts one thread would have explored: the others are dropped.
             let kept = search.level_of(parts.into_iter());
-            let levels_before = search.report.levels.len();
-            search.merge(&bounds, kept);
+            search.merge_reporting(&bounds, kept, level_done);
             if search.take_forget_states() {
                 visits = fresh_visits(options, workloads.len(), steps_matter);
-            }
-            if search.report.levels.len() > levels_before {
-                level_done(search.report.levels.last().expect("a level was added"));
             }
         }
     });
@@ -792,6 +792,20 @@ impl<'o> Search<'o> {
             }
         }
         kept
+    }
+
+    /// [`Search::merge`], handing the level to `level_done` if it stands in the report.
+    fn merge_reporting(
+        &mut self,
+        bounds: &Bounds,
+        parts: Vec<Part>,
+        level_done: &mut dyn FnMut(&Level),
+    ) {
+        let levels_before = self.report.levels.len();
+        self.merge(bounds, parts);
+        if self.report.levels.len() > levels_before {
+            level_done(self.report.levels.last().expect("a level was added"));
+        }
     }
 
     /// Adds a level made of `parts` (in workload order) to the report, and decides whether
