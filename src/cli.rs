@@ -286,8 +286,9 @@ struct SearchArgs {
     /// The reductions to use: `all`, `none` (enumerate every tape), or a comma-separated
     /// list of `states` (skip states already explored), `crash-points` (one crash where
     /// several points with nothing changed between them lead to one state), `symmetry`
-    /// (one workload of those that differ only by which client is which) and `sleep-sets`
-    /// (one order of steps that commute).
+    /// (one workload of those that differ only by which client is which, and one state of
+    /// those that differ only by which of two interchangeable clients is which) and
+    /// `sleep-sets` (one order of steps that commute).
     #[arg(long, value_parser = parse_reduction, default_value = "all")]
     reduction: Reduction,
     /// Runs after which the check stops without exhausting the bound (counted between

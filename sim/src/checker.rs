@@ -35,7 +35,10 @@ pub struct Reduction {
     pub crash_points: bool,
     /// Workloads that differ only by which client is which (clients are interchangeable, so
     /// their runs are the same up to the clients' names): explore the first of each class
-    /// and report the others as covered by it ([`CheckReport::symmetric_workloads`]).
+    /// and report the others as covered by it ([`CheckReport::symmetric_workloads`]). With
+    /// state hashing, within a workload too: two states that differ only by which of two
+    /// clients with the same intents but for their keys is which are one state, for a
+    /// system that splits its store by key ([`crate::System::keyed_fingerprint`]).
     pub symmetry: bool,
     /// Sleep sets, a partial-order reduction: of two orders of steps that commute (steps of
     /// different clients, or of a client and the server, that bring no fault), the second

@@ -65,8 +65,8 @@ pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
 pub use state_hash::{fingerprint_of, StateHasher};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{
-    Crash, Intent, IntentId, IntentTag, Keyed, Ledger, NoEvent, Reply, Request, Status, StoreCopy,
-    System, Workload, WorkloadLimits,
+    Crash, Intent, IntentId, IntentTag, Keyed, KeyedFingerprint, Ledger, NoEvent, Reply, Request,
+    Status, StoreCopy, System, Workload, WorkloadLimits,
 };
 pub use timeline::{IntentSummary, Lane, Row, Timeline};
 pub use workloads::workload_answers;

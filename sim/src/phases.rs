@@ -384,6 +384,7 @@ pub(crate) fn explore_chunk(
         leftover: Some(&mut leftover),
         crash_points: options.reduction.crash_points,
         sleep_sets: options.reduction.sleep_sets,
+        symmetry: options.reduction.symmetry,
     };
     let mut points = PointTally::default();
     // Runs and violating runs not yet added to `progress`.

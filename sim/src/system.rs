@@ -439,6 +439,19 @@ impl<R> Intent<R> {
     }
 }
 
+/// A committed store's fingerprint split by key, for state symmetry (the `symmetry`
+/// reduction within a workload, see [`System::keyed_fingerprint`]): what no key owns, and
+/// one print for each key with records, that leaves the key itself out.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyedFingerprint<K> {
+    /// The print of everything in the store (and the server's memory) that is no key's:
+    /// a total, a count, a sequence.
+    pub shared: u64,
+    /// Each key's print, its key left out: the same records under another key print the
+    /// same.
+    pub keys: Vec<(K, u64)>,
+}
+
 /// The event type of a system without outside events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NoEvent {}
@@ -713,6 +726,33 @@ pub trait System {
     /// [`crate::fingerprint_of`]).
     fn fingerprint(&self, store: &Self::Store) -> u64 {
         crate::fingerprint_of(&self.describe_store(store))
+    }
+
+    /// The committed store and the server's memory, split by key, when keys are
+    /// interchangeable: state symmetry then explores one of two states that differ only by
+    /// which of two clients is which (clients with the same intents but for their keys,
+    /// which no other client uses), renaming the clients' keys along with them. `None`, the
+    /// default, leaves state symmetry off for this system (workload symmetry still applies).
+    ///
+    /// A system that returns `Some` (here, or for the store as it is now) declares that its
+    /// handler treats such keys alike: renaming them and swapping the clients changes
+    /// nothing it does or answers. Its answers ([`System::Value`]) name no key, it does not
+    /// act on a session's client index, and each key's print holds everything of the key's
+    /// records but the key. Return `None` for a store this cannot say of (say, with memory
+    /// that is not split by key); the engine then hashes the state as it is.
+    fn keyed_fingerprint(
+        &self,
+        _store: &Self::Store,
+        _memory: &Self::Memory,
+    ) -> Option<KeyedFingerprint<<Self::Request as Request>::Key>> {
+        None
+    }
+
+    /// A print of `request` without its key, for state symmetry (see
+    /// [`System::keyed_fingerprint`]): two requests that differ only by key print the same.
+    /// `None`, the default, leaves state symmetry off.
+    fn print_without_key(&self, _request: &Self::Request) -> Option<u64> {
+        None
     }
 
     /// The invariants that apply to this system.

@@ -2,8 +2,8 @@
 
 use super::{workload, Accepted, CounterRequest, Records};
 use retrysim_sim::{
-    Bounds, Crash, Ctx, Decider, IntentId, IntentTag, Ledger, NoEvent, Reply, Situation, StoreCopy,
-    System, Workload, WorkloadLimits,
+    fingerprint_of, Bounds, Crash, Ctx, Decider, IntentId, IntentTag, KeyedFingerprint, Ledger,
+    NoEvent, Reply, Situation, StoreCopy, System, Workload, WorkloadLimits,
 };
 use std::borrow::Cow;
 
@@ -115,9 +115,35 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         store.ledger().effects().to_vec()
     }
 
+    /// The total, shared, and each key's record: while the handler keeps nothing in the
+    /// server's memory (only `keyed-memory` does, by key, and it is not split here).
+    fn keyed_fingerprint(
+        &self,
+        store: &MemoryTotal,
+        memory: &H::Memory,
+    ) -> Option<KeyedFingerprint<Cow<'static, str>>> {
+        if fingerprint_of(memory) != fingerprint_of(&H::Memory::default()) {
+            return None;
+        }
+        let keys = store
+            .records
+            .iter()
+            .map(|(key, record)| (key.clone(), fingerprint_of(record)))
+            .collect();
+        Some(KeyedFingerprint {
+            shared: fingerprint_of(&store.total),
+            keys,
+        })
+    }
+
+    /// The amount: the handlers treat every key alike.
+    fn print_without_key(&self, request: &CounterRequest) -> Option<u64> {
+        Some(fingerprint_of(&request.amount))
+    }
+
     /// The total and every record, saved answers included (what a replay answers).
     fn fingerprint(&self, store: &MemoryTotal) -> u64 {
-        retrysim_sim::fingerprint_of(&(store.total, &store.records))
+        fingerprint_of(&(store.total, &store.records))
     }
 
     fn describe_store(&self, store: &MemoryTotal) -> String {

@@ -6,7 +6,7 @@ use super::checkpoint::{
 };
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
-use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, World};
+use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, SymmetricPrint, World};
 use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
@@ -210,23 +210,42 @@ impl<S: System> Execution<'_, '_, S> {
     /// visits took every step but some, notes those in `revisit`.
     fn seen_before(&mut self) -> bool {
         self.revisit = None;
-        let answered = self.points.decider.answers().len();
-        match &self.pruning {
-            Some(pruning) if answered >= pruning.replayed_answers => {}
-            _ => return false,
+        let Some(pruning) = &self.pruning else {
+            return false;
+        };
+        let replaying = self.points.decider.answers().len() < pruning.replayed_answers;
+        if replaying && !self.world.has_symmetry() {
+            return false;
         }
-        let state = self.state_fingerprint();
+        let owed = self.world.owed_verdicts(self.system.judges_records());
+        let class = self.symmetric_print(owed);
+        let in_order = class.as_ref().is_none_or(|class| class.in_order);
+        if !in_order && self.sleep.is_some() {
+            // The steps asleep are named as in this state, not as in its class's. (So on a
+            // replayed path too: the steps ahead must sleep as they did the first time.)
+            self.sleep = Some(SleepSet::EMPTY);
+        }
+        if replaying {
+            return false;
+        }
+        let (state, owed) = match class {
+            Some(class) => (class.print, class.owed),
+            None => (self.state_fingerprint(), owed),
+        };
         let visit = Visit::new(
             self.world.steps,
             FaultBudget::left(&self.points.bounds, &self.points.faults),
-            self.world.owed_verdicts(self.system.judges_records()),
+            owed,
             self.sleep.unwrap_or_default().ids(),
         );
         let pruning = self.pruning.as_mut().expect("hashing states");
         match pruning.visited.seen(pruning.explored, state, visit) {
             Seen::Covered => true,
             Seen::Partly(left) => {
-                self.revisit = Some(left);
+                // Named as in the class's state: as in this one only in canonical order.
+                if in_order {
+                    self.revisit = Some(left);
+                }
                 false
             }
             Seen::New => false,
@@ -356,6 +375,25 @@ impl<S: System> Execution<'_, '_, S> {
         self.committed_print().hash(&mut hasher);
         self.with_store_deadlines(|deadlines| deadlines.hash(&mut hasher));
         Some(hasher.finish())
+    }
+
+    /// The fingerprint of the state's class under state symmetry, where it applies: some
+    /// clients are interchangeable, no invocation is in progress, the store has no deadline
+    /// ahead (a deadline is not told by key) and the system splits the store and the
+    /// server's memory by key ([`System::keyed_fingerprint`]).
+    fn symmetric_print(&self, owed: u64) -> Option<SymmetricPrint> {
+        if !self.world.has_symmetry() || !self.tasks.is_empty() {
+            return None;
+        }
+        let now_ms = self.world.now_ms;
+        if self.with_store_deadlines(|deadlines| deadlines.iter().any(|d| d.at_ms > now_ms)) {
+            return None;
+        }
+        let store = self.system.keyed_fingerprint(self.store, &self.memory)?;
+        let system = self.system;
+        let without_key = |request: &S::Request| system.print_without_key(request);
+        self.world
+            .symmetric_print(self.staleness(), &without_key, &store, owed)
     }
 
     /// Hashes the whole state but the faults spent reaching it: everything that decides the

@@ -569,6 +569,9 @@ pub struct Simulator<S: System> {
     reducing_crashes: bool,
     /// Whether the runs being enumerated put steps to sleep ([`Enumeration::sleep_sets`]).
     reducing_orders: bool,
+    /// Whether the runs being enumerated hash interchangeable clients' states as one
+    /// ([`Enumeration::symmetry`]).
+    reducing_clients: bool,
     /// What runs read from the committed store, kept from run to run while its version stays.
     reads: StoreReads,
     /// The checkpoints of the last enumeration, and what they were taken under (its bounds,
@@ -585,8 +588,8 @@ pub struct Simulator<S: System> {
 }
 
 /// What an enumeration's checkpoints were taken under: the same answers lead to the same
-/// state only under the same bounds and reductions.
-type KeptUnder = (Bounds, bool, bool);
+/// state only under the same bounds and reductions (crash points, sleep sets, symmetry).
+type KeptUnder = (Bounds, bool, bool, bool);
 
 impl<S: System> Simulator<S> {
     /// Opens the system's store.
@@ -604,6 +607,7 @@ impl<S: System> Simulator<S> {
             commits: Arc::new(AtomicU64::new(0)),
             reducing_crashes: false,
             reducing_orders: false,
+            reducing_clients: false,
             reads: StoreReads::default(),
             kept: None,
             world: None,
@@ -656,7 +660,13 @@ impl<S: System> Simulator<S> {
         let copies = enumeration.checkpoints && self.system.save(&self.store).is_some();
         self.reducing_crashes = enumeration.crash_points;
         self.reducing_orders = enumeration.sleep_sets;
-        let under = (*bounds, enumeration.crash_points, enumeration.sleep_sets);
+        self.reducing_clients = enumeration.symmetry && visited.is_some();
+        let under = (
+            *bounds,
+            enumeration.crash_points,
+            enumeration.sleep_sets,
+            self.reducing_clients,
+        );
         let mut checkpoints = copies.then(|| self.checkpoints_kept_under(under));
         let mut enumerator = match paths {
             Some((paths, spent)) => Enumerator::through_paths(paths, spent),
@@ -689,6 +699,7 @@ impl<S: System> Simulator<S> {
         }
         self.reducing_crashes = false;
         self.reducing_orders = false;
+        self.reducing_clients = false;
     }
 
     /// The checkpoints of the last enumeration if it was under `under`, else none. The store
@@ -820,6 +831,10 @@ impl<S: System> Simulator<S> {
         }
         let seeded = !workload.setup.is_empty();
         let mut world = World::new(workload, trace);
+        if self.reducing_clients {
+            let system = &self.system;
+            world.group_clients(&|request| system.print_without_key(request));
+        }
         if seeded {
             // What the run starts from, when it is not an empty store.
             let store = &self.store;
@@ -973,6 +988,11 @@ pub struct Enumeration<'v> {
     /// sleep and do not take it again until a step that does not commute with it; a run
     /// whose every enabled step sleeps ends there ([`RunEnd::Pruned`]).
     pub sleep_sets: bool,
+    /// State symmetry, with `visited`: two states that differ only by which of two
+    /// interchangeable clients is which (the same intents but for their keys, which no other
+    /// client uses) are one state, for a system that splits its store by key
+    /// ([`System::keyed_fingerprint`]).
+    pub symmetry: bool,
 }
 
 /// Where a run begins: its decider, the engine's state, and the store's fingerprint when the

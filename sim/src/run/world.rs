@@ -12,6 +12,9 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
+mod symmetry;
+pub(crate) use symmetry::SymmetricPrint;
+
 /// One intended operation and everything that happened to it.
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
@@ -275,6 +278,9 @@ pub(crate) struct ClientState {
     pub(crate) phase: Phase,
     pub(crate) next: NextSend,
     pub(crate) generation: u32,
+    /// Its class under state symmetry: clients of one class are interchangeable
+    /// ([`World::group_clients`]); `None` for a client that stays in its place.
+    class: Option<u64>,
 }
 
 impl ClientState {
@@ -524,6 +530,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 phase,
                 next: NextSend::Submit,
                 generation: 0,
+                class: None,
             });
         }
         let requests: Vec<&R> = intents.iter().map(|intent| &intent.request).collect();
@@ -601,12 +608,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         // A reply to an intent its client has concluded can only be ignored (or dropped, to
         // the same effect): it does not change what can happen next.
         let live = self
-            .network
-            .iter()
-            .filter(|message| {
-                let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
-                !to_client || self.intent(message.intent).verdict.is_none()
-            })
+            .live_messages()
             .map(|message| self.message_print(message, staleness));
         multiset_of_prints(live).hash(hasher);
         // Violations found so far, whatever their order and repetition.
@@ -614,6 +616,16 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         audit.sort_unstable();
         audit.dedup();
         audit.hash(hasher);
+    }
+
+    /// The messages in flight that can change what happens next: all but the replies to
+    /// intents their clients have concluded, which can only be ignored (or dropped, to the
+    /// same effect).
+    fn live_messages(&self) -> impl Iterator<Item = &Message<R, V>> {
+        self.network.iter().filter(|message| {
+            let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
+            !to_client || self.intent(message.intent).verdict.is_none()
+        })
     }
 
     /// Whether a message of `attempt` for `intent` answers, or will answer, the send its

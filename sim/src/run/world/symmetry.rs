@@ -1,0 +1,402 @@
+//! State symmetry: two states that differ only by which of two interchangeable clients is
+//! which are one state.
+//!
+//! Clients are interchangeable when they carry the same intents but for their keys, and no
+//! other client uses those keys (their *class* is the same, see [`World::group_clients`]).
+//! Swapping two such clients, and renaming their keys along with them, maps every run to a
+//! run of the same workload that the invariants judge alike, for a system that says its
+//! handler treats keys alike ([`crate::System::keyed_fingerprint`]). So the fingerprint of
+//! a state's class is the state's fingerprint with each class's clients put in a canonical
+//! order: each client's part of the state (its own state, its intents', its messages' and
+//! its keys' records, without the keys) is hashed alone, and the parts of a class are
+//! sorted over the class's places.
+//!
+//! What a state's visit keeps besides its fingerprint follows the clients: the intents owed
+//! a verdict are given in the canonical order. The steps asleep are not renamed: a state
+//! whose clients are out of canonical order is explored with none asleep, which only
+//! explores more.
+
+use super::{hash_of, Body, ClientState, IntentState, Phase, Staleness, World};
+use crate::system::{KeyedFingerprint, Request};
+use smallvec::SmallVec;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// A state's fingerprint under state symmetry, and what its visit keeps in the same order.
+pub(crate) struct SymmetricPrint {
+    /// The fingerprint of the state's class.
+    pub(crate) print: u64,
+    /// Whether the clients are in canonical order already: then steps asleep, named as in
+    /// this state, are named as in the class's.
+    pub(crate) in_order: bool,
+    /// The first 64 intents owed a verdict, one bit each, in the canonical order.
+    pub(crate) owed: u64,
+}
+
+impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
+    /// Gives each client whose intents' keys no other client uses the class of its intents
+    /// but for their keys (`print_without_key`), when at least two clients share one and the
+    /// workload has no outside events (which may name keys); otherwise none has a class and
+    /// state symmetry does not apply.
+    pub(crate) fn group_clients(&mut self, print_without_key: &dyn Fn(&R) -> Option<u64>) {
+        let keys: Vec<R::Key> = self.intents.iter().map(|i| i.request.key()).collect();
+        let owns_its_keys = |client: u32| {
+            self.intents.iter().zip(&keys).all(|(intent, key)| {
+                intent.client == client
+                    || !self
+                        .intents
+                        .iter()
+                        .zip(&keys)
+                        .any(|(mine, my_key)| mine.client == client && my_key == key)
+            })
+        };
+        let classes: Vec<Option<u64>> = (0..self.clients.len() as u32)
+            .map(|client| {
+                let state = &self.clients[client as usize];
+                let intents = &self.intents[state.first as usize..][..state.count as usize];
+                let shapes: Option<Vec<(bool, u64)>> = intents
+                    .iter()
+                    .map(|intent| Some((intent.after_success, print_without_key(&intent.request)?)))
+                    .collect();
+                let shapes = shapes.filter(|_| owns_its_keys(client))?;
+                Some(hash_of(&shapes))
+            })
+            .collect();
+        let shared = classes
+            .iter()
+            .enumerate()
+            .any(|(index, class)| class.is_some() && classes[index + 1..].contains(class));
+        let applies = shared && self.events.is_empty() && self.intents.len() <= 64;
+        for (client, class) in self.clients.iter_mut().zip(classes) {
+            client.class = class.filter(|_| applies);
+        }
+    }
+
+    /// Whether some clients are interchangeable ([`World::group_clients`]).
+    pub(crate) fn has_symmetry(&self) -> bool {
+        self.clients.iter().any(|client| client.class.is_some())
+    }
+
+    /// The fingerprint of the state's class, with `store` the committed store and the
+    /// server's memory split by key, and `owed` the intents owed a verdict: `None` where
+    /// symmetry cannot be told here (a violation found, a request sent under a fresh id),
+    /// and the state is hashed as it is.
+    pub(crate) fn symmetric_print(
+        &self,
+        staleness: Staleness,
+        print_without_key: &dyn Fn(&R) -> Option<u64>,
+        store: &KeyedFingerprint<R::Key>,
+        owed: u64,
+    ) -> Option<SymmetricPrint> {
+        // A request sent under a fresh id would need its key renamed too. (Every request in
+        // flight is its intent's `sending`.)
+        let renewed = |intent: &IntentState<R, V>| intent.sending_print != intent.request_print;
+        if !self.audit.is_empty() || self.intents.iter().any(renewed) {
+            return None;
+        }
+        let keys: SmallVec<[R::Key; 8]> = self.intents.iter().map(|i| i.request.key()).collect();
+        let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
+        for (index, client) in self.clients.iter().enumerate() {
+            let print = match client.class {
+                Some(_) => self.client_part(client, &keys, staleness, print_without_key, store)?,
+                None => self.fixed_client_part(client, staleness),
+            };
+            let mask = 1u64
+                .checked_shl(client.count)
+                .map_or(u64::MAX, |bit| bit - 1);
+            let owed_bits = (owed >> client.first) & mask;
+            parts.push(Part {
+                print,
+                owed_bits,
+                index,
+            });
+        }
+        let in_order = sort_within_classes(&mut parts, &self.clients);
+        let mut hasher = crate::StateHasher::default();
+        (store.shared, self.fixed_print).hash(&mut hasher);
+        for (key, print) in &store.keys {
+            // Records of a key no interchangeable client owns, with their key.
+            let owner = keys.iter().position(|mine| mine == key);
+            let owned = owner.is_some_and(|i| {
+                self.clients[self.intents[i].client as usize]
+                    .class
+                    .is_some()
+            });
+            if !owned {
+                (key.to_string(), print).hash(&mut hasher);
+            }
+        }
+        let mut canonical_owed = 0u64;
+        for (slot, part) in parts.iter().enumerate() {
+            part.print.hash(&mut hasher);
+            canonical_owed |= part.owed_bits << self.clients[slot].first;
+        }
+        Some(SymmetricPrint {
+            print: hasher.finish(),
+            in_order,
+            owed: canonical_owed,
+        })
+    }
+
+    /// An interchangeable client's part of the state, without its keys: its own state, its
+    /// intents', their messages in flight and their keys' records.
+    fn client_part(
+        &self,
+        client: &ClientState,
+        keys: &[R::Key],
+        staleness: Staleness,
+        print_without_key: &dyn Fn(&R) -> Option<u64>,
+        store: &KeyedFingerprint<R::Key>,
+    ) -> Option<u64> {
+        let mut hasher = crate::StateHasher::default();
+        client.class.hash(&mut hasher);
+        self.client_state_print(client, staleness, &mut hasher);
+        for position in 0..client.count {
+            let id = client.first + position;
+            let intent = &self.intents[id as usize];
+            let key = &keys[id as usize];
+            let sending = print_without_key(&intent.request)?;
+            self.intent_print(intent, staleness, sending, &mut hasher);
+            let record = store
+                .keys
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, print)| *print);
+            record.hash(&mut hasher);
+            let mut messages = (0u64, 0usize);
+            for message in self.live_messages().filter(|m| m.intent.0 == id) {
+                let body = match &message.body {
+                    Body::Request(request, session) | Body::Lookup(request, session) => {
+                        let lookup = matches!(message.body, Body::Lookup(..));
+                        hash_of(&(lookup, print_without_key(request)?, session.generation))
+                    }
+                    Body::Response(reply) => hash_of(&(2u8, reply)),
+                    Body::Status(status) => hash_of(&(3u8, status)),
+                };
+                let latest = self.message_print(message, staleness) != message.print;
+                let print = hash_of(&(position, body, latest));
+                messages = (messages.0.wrapping_add(print), messages.1 + 1);
+            }
+            messages.hash(&mut hasher);
+        }
+        Some(hasher.finish())
+    }
+
+    /// A client's part of the state as it is, keys and all, for a client that stays in its
+    /// place.
+    fn fixed_client_part(&self, client: &ClientState, staleness: Staleness) -> u64 {
+        let mut hasher = crate::StateHasher::default();
+        self.client_state_print(client, staleness, &mut hasher);
+        let ids = client.first..client.first + client.count;
+        for id in ids.clone() {
+            let intent = &self.intents[id as usize];
+            self.intent_print(intent, staleness, intent.sending_print, &mut hasher);
+        }
+        let messages = self
+            .live_messages()
+            .filter(|message| ids.contains(&message.intent.0))
+            .map(|message| self.message_print(message, staleness));
+        super::multiset_of_prints(messages).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Hashes a client's own state, its times relative to now when timeouts are timed.
+    fn client_state_print(
+        &self,
+        client: &ClientState,
+        staleness: Staleness,
+        hasher: &mut impl Hasher,
+    ) {
+        let ahead = |at_ms: u64| staleness.timed.then(|| at_ms.saturating_sub(self.now_ms));
+        client.position.hash(hasher);
+        client.next.hash(hasher);
+        client.generation.hash(hasher);
+        match client.phase {
+            Phase::Waiting { deadline_ms } => (1u8, ahead(deadline_ms)).hash(hasher),
+            Phase::Ready => 2u8.hash(hasher),
+            Phase::Done => 3u8.hash(hasher),
+            Phase::Backoff { until_ms } => (4u8, ahead(until_ms)).hash(hasher),
+        }
+    }
+
+    /// Hashes what the fingerprint holds of an intent ([`World::fingerprint`]), with
+    /// `sending` for the print of the request its client sends.
+    fn intent_print(
+        &self,
+        intent: &IntentState<R, V>,
+        staleness: Staleness,
+        sending: u64,
+        hasher: &mut impl Hasher,
+    ) {
+        let age = |since_ms: u64| {
+            staleness
+                .timed
+                .then(|| self.now_ms.saturating_sub(since_ms))
+        };
+        intent.verdict.hash(hasher);
+        intent.effects.hash(hasher);
+        intent.original.hash(hasher);
+        intent.reply_hashes.hash(hasher);
+        if intent.verdict.is_none() {
+            sending.hash(hasher);
+            intent.attempts.hash(hasher);
+            intent.polls.hash(hasher);
+            intent.first_send_ms.map(age).hash(hasher);
+        }
+    }
+}
+
+/// One client's part of a state, where it stands in the state.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Part {
+    print: u64,
+    /// Its intents owed a verdict, one bit each in its order.
+    owed_bits: u64,
+    /// The client's place.
+    index: usize,
+}
+
+/// Puts the parts of each class of clients in canonical order over the class's places;
+/// returns whether they were in it.
+fn sort_within_classes(parts: &mut [Part], clients: &[ClientState]) -> bool {
+    // The places of each class in order, and the parts of each class sorted: the kth part
+    // of a class goes to its kth place.
+    let mut places: SmallVec<[(u64, usize); 4]> = SmallVec::new();
+    let mut sorted: SmallVec<[(u64, Part); 4]> = SmallVec::new();
+    for (place, client) in clients.iter().enumerate() {
+        if let Some(class) = client.class {
+            places.push((class, place));
+            sorted.push((class, parts[place]));
+        }
+    }
+    places.sort_unstable();
+    sorted.sort_unstable();
+    let mut in_order = true;
+    for (&(_, place), &(_, part)) in places.iter().zip(&sorted) {
+        in_order &= part.index == place;
+        parts[place] = part;
+    }
+    in_order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Session;
+    use super::*;
+    use crate::system::{Intent, IntentId, Keyed, NoEvent, Workload};
+    use std::borrow::Cow;
+
+    type Fixture = World<Keyed<u32>, u32, NoEvent>;
+
+    const ALL: Staleness = Staleness {
+        timed: true,
+        requests: true,
+    };
+
+    /// The arguments: every key alike.
+    fn without_key(request: &Keyed<u32>) -> Option<u64> {
+        Some(hash_of(&request.args))
+    }
+
+    /// Clients sending these (request id, argument) pairs, one intent each, grouped.
+    fn world_of(intents: &[(&'static str, u32)]) -> Fixture {
+        let clients = intents
+            .iter()
+            .map(|&(id, args)| vec![Intent::new(Keyed::new(id, args))])
+            .collect();
+        let mut world = World::new(Workload::of_clients(clients), false);
+        world.group_clients(&without_key);
+        world
+    }
+
+    /// Two clients of one intent each (`a` and `b`, both 1), `sender` having sent its
+    /// request, which is in flight.
+    fn one_sent(sender: usize) -> Fixture {
+        let mut world = world_of(&[("a", 1), ("b", 1)]);
+        world.intents[sender].attempts = 1;
+        world.clients[sender].phase = Phase::Waiting { deadline_ms: 1000 };
+        let request = world.intents[sender].request.clone();
+        let session = Session {
+            client: sender as u32,
+            generation: 0,
+        };
+        world.put_in_flight(IntentId(sender as u32), 1, Body::Request(request, session));
+        world
+    }
+
+    fn store(records: &[(&'static str, u64)]) -> KeyedFingerprint<Cow<'static, str>> {
+        KeyedFingerprint {
+            shared: 7,
+            keys: records
+                .iter()
+                .map(|&(key, print)| (Cow::Borrowed(key), print))
+                .collect(),
+        }
+    }
+
+    fn class_of(
+        world: &Fixture,
+        store: &KeyedFingerprint<Cow<'static, str>>,
+        owed: u64,
+    ) -> SymmetricPrint {
+        world
+            .symmetric_print(ALL, &without_key, store, owed)
+            .expect("symmetry applies")
+    }
+
+    #[test]
+    fn a_state_and_its_mirror_are_one_class_with_what_is_owed_renamed() {
+        let (first, second) = (one_sent(0), one_sent(1));
+        // The sender's key has a record in each.
+        let (first_class, second_class) = (
+            class_of(&first, &store(&[("a", 3)]), 0b01),
+            class_of(&second, &store(&[("b", 3)]), 0b10),
+        );
+        assert_eq!(first_class.print, second_class.print);
+        assert_eq!(first_class.owed, second_class.owed);
+        // Exactly one of the two is in canonical order.
+        assert_ne!(first_class.in_order, second_class.in_order);
+    }
+
+    #[test]
+    fn what_belongs_to_a_client_is_told_apart_by_its_key() {
+        let sent = one_sent(0);
+        // The record is the sender's, or the other client's.
+        let own = class_of(&sent, &store(&[("a", 3)]), 0);
+        let other = class_of(&sent, &store(&[("b", 3)]), 0);
+        assert_ne!(own.print, other.print);
+        // An effect of one intent, or none.
+        let mut applied = one_sent(0);
+        applied.intents[0].effects = 1;
+        assert_ne!(
+            class_of(&applied, &store(&[]), 0).print,
+            class_of(&sent, &store(&[]), 0).print
+        );
+        // Which intent is owed a verdict: renamed, not forgotten.
+        let owes_sender = class_of(&sent, &store(&[]), 0b01);
+        let owes_other = class_of(&sent, &store(&[]), 0b10);
+        assert_ne!(owes_sender.owed, owes_other.owed);
+    }
+
+    #[test]
+    fn clients_are_interchangeable_only_with_the_same_intents_and_keys_of_their_own() {
+        assert!(world_of(&[("a", 1), ("b", 1)]).has_symmetry());
+        // Another argument, a shared key: nobody to swap with.
+        assert!(!world_of(&[("a", 1), ("b", 2)]).has_symmetry());
+        assert!(!world_of(&[("a", 1), ("a", 1)]).has_symmetry());
+        // Two of three can be swapped; the third, which shares its key, stays in place.
+        let three = world_of(&[("a", 1), ("b", 1), ("a", 2)]);
+        assert!(!three.has_symmetry());
+        let three = world_of(&[("a", 1), ("b", 1), ("c", 1)]);
+        assert!(three.has_symmetry());
+    }
+
+    #[test]
+    fn a_request_sent_under_another_key_leaves_the_state_hashed_as_it_is() {
+        let mut world = one_sent(0);
+        world.intents[0].send_as(Keyed::new("a-r1", 1));
+        assert!(world
+            .symmetric_print(ALL, &without_key, &store(&[]), 0)
+            .is_none());
+    }
+}
