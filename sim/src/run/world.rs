@@ -280,7 +280,7 @@ pub(crate) struct ClientState {
     pub(crate) generation: u32,
     /// Its class under state symmetry: clients of one class are interchangeable
     /// ([`World::group_clients`]); `None` for a client that stays in its place.
-    class: Option<u64>,
+    class: Option<std::num::NonZeroU32>,
 }
 
 impl ClientState {

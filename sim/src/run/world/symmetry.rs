@@ -21,6 +21,7 @@ use crate::system::{KeyedFingerprint, Request};
 use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroU32;
 
 /// A state's fingerprint under state symmetry, and what its visit keeps in the same order.
 pub(crate) struct SymmetricPrint {
@@ -50,16 +51,27 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
                         .any(|(mine, my_key)| mine.client == client && my_key == key)
             })
         };
-        let classes: Vec<Option<u64>> = (0..self.clients.len() as u32)
+        // Each client's intents but for their keys, if it owns its keys.
+        let shapes: Vec<Option<Vec<(bool, u64)>>> = (0..self.clients.len() as u32)
             .map(|client| {
                 let state = &self.clients[client as usize];
                 let intents = &self.intents[state.first as usize..][..state.count as usize];
-                let shapes: Option<Vec<(bool, u64)>> = intents
+                let shape: Option<Vec<(bool, u64)>> = intents
                     .iter()
                     .map(|intent| Some((intent.after_success, print_without_key(&intent.request)?)))
                     .collect();
-                let shapes = shapes.filter(|_| owns_its_keys(client))?;
-                Some(hash_of(&shapes))
+                shape.filter(|_| owns_its_keys(client))
+            })
+            .collect();
+        // A class is numbered from 1 by its first client.
+        let classes: Vec<Option<NonZeroU32>> = shapes
+            .iter()
+            .map(|shape| {
+                let shape = shape.as_ref()?;
+                let first = shapes
+                    .iter()
+                    .position(|other| other.as_ref() == Some(shape))?;
+                NonZeroU32::new(first as u32 + 1)
             })
             .collect();
         let shared = classes
@@ -261,8 +273,8 @@ struct Part {
 fn sort_within_classes(parts: &mut [Part], clients: &[ClientState]) -> bool {
     // The places of each class in order, and the parts of each class sorted: the kth part
     // of a class goes to its kth place.
-    let mut places: SmallVec<[(u64, usize); 4]> = SmallVec::new();
-    let mut sorted: SmallVec<[(u64, Part); 4]> = SmallVec::new();
+    let mut places: SmallVec<[(NonZeroU32, usize); 4]> = SmallVec::new();
+    let mut sorted: SmallVec<[(NonZeroU32, Part); 4]> = SmallVec::new();
     for (place, client) in clients.iter().enumerate() {
         if let Some(class) = client.class {
             places.push((class, place));
