@@ -568,41 +568,18 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         // may be delivered next, and the checks ask whether some reply breaks a rule, not
         // which came first. With untimed timeouts the clock only dates timeline rows and is
         // left out.
-        let timed = staleness.timed;
-        let age = |since_ms: u64| timed.then(|| self.now_ms.saturating_sub(since_ms));
-        let ahead = |at_ms: u64| timed.then(|| at_ms.saturating_sub(self.now_ms));
         self.fixed_print.hash(hasher);
         for (index, intent) in self.intents.iter().enumerate() {
             if index >= 64 {
                 intent.owed_verdict.hash(hasher);
                 intent.owes_verdict().hash(hasher);
             }
-            intent.verdict.hash(hasher);
             // Which of the first 64 intents are owed a verdict is not hashed: a visit's
             // record holds it (see `owed_verdicts`).
-            intent.effects.hash(hasher);
-            intent.original.hash(hasher);
-            // The checks ask whether some reply breaks a rule: a set of what they can tell
-            // apart of the replies suffices.
-            intent.reply_hashes.hash(hasher);
-            // How a concluded intent was sent no longer matters.
-            if intent.verdict.is_none() {
-                intent.sending_print.hash(hasher);
-                intent.attempts.hash(hasher);
-                intent.polls.hash(hasher);
-                intent.first_send_ms.map(age).hash(hasher);
-            }
+            self.intent_print(intent, staleness, intent.sending_print, hasher);
         }
         for client in &self.clients {
-            client.position.hash(hasher);
-            client.next.hash(hasher);
-            client.generation.hash(hasher);
-            match client.phase {
-                Phase::Waiting { deadline_ms } => (1u8, ahead(deadline_ms)).hash(hasher),
-                Phase::Ready => 2u8.hash(hasher),
-                Phase::Done => 3u8.hash(hasher),
-                Phase::Backoff { until_ms } => (4u8, ahead(until_ms)).hash(hasher),
-            }
+            self.client_state_print(client, staleness, hasher);
         }
         self.events.hash(hasher);
         // A reply to an intent its client has concluded can only be ignored (or dropped, to
@@ -616,6 +593,56 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         audit.sort_unstable();
         audit.dedup();
         audit.hash(hasher);
+    }
+
+    /// Hashes a client's own state, its times relative to now when timeouts are timed.
+    fn client_state_print(
+        &self,
+        client: &ClientState,
+        staleness: Staleness,
+        hasher: &mut impl Hasher,
+    ) {
+        let ahead = |at_ms: u64| staleness.timed.then(|| at_ms.saturating_sub(self.now_ms));
+        client.position.hash(hasher);
+        client.next.hash(hasher);
+        client.generation.hash(hasher);
+        match client.phase {
+            Phase::Waiting { deadline_ms } => (1u8, ahead(deadline_ms)).hash(hasher),
+            Phase::Ready => 2u8.hash(hasher),
+            Phase::Done => 3u8.hash(hasher),
+            Phase::Backoff { until_ms } => (4u8, ahead(until_ms)).hash(hasher),
+        }
+    }
+
+    /// Hashes what the fingerprint holds of an intent, with `sending` for the print of the
+    /// request its client sends.
+    fn intent_print(
+        &self,
+        intent: &IntentState<R, V>,
+        staleness: Staleness,
+        sending: u64,
+        hasher: &mut impl Hasher,
+    ) where
+        V: Hash,
+    {
+        let age = |since_ms: u64| {
+            staleness
+                .timed
+                .then(|| self.now_ms.saturating_sub(since_ms))
+        };
+        intent.verdict.hash(hasher);
+        intent.effects.hash(hasher);
+        intent.original.hash(hasher);
+        // The checks ask whether some reply breaks a rule: a set of what they can tell apart
+        // of the replies suffices.
+        intent.reply_hashes.hash(hasher);
+        // How a concluded intent was sent no longer matters.
+        if intent.verdict.is_none() {
+            sending.hash(hasher);
+            intent.attempts.hash(hasher);
+            intent.polls.hash(hasher);
+            intent.first_send_ms.map(age).hash(hasher);
+        }
     }
 
     /// The messages in flight that can change what happens next: all but the replies to

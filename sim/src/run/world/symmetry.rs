@@ -16,7 +16,7 @@
 //! whose clients are out of canonical order is explored with none asleep, which only
 //! explores more.
 
-use super::{hash_of, Body, ClientState, IntentState, Phase, Staleness, World};
+use super::{hash_of, Body, ClientState, IntentState, Staleness, World};
 use crate::system::{KeyedFingerprint, Request};
 use smallvec::SmallVec;
 use std::fmt;
@@ -211,51 +211,6 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
         super::multiset_of_prints(messages).hash(&mut hasher);
         hasher.finish()
     }
-
-    /// Hashes a client's own state, its times relative to now when timeouts are timed.
-    fn client_state_print(
-        &self,
-        client: &ClientState,
-        staleness: Staleness,
-        hasher: &mut impl Hasher,
-    ) {
-        let ahead = |at_ms: u64| staleness.timed.then(|| at_ms.saturating_sub(self.now_ms));
-        client.position.hash(hasher);
-        client.next.hash(hasher);
-        client.generation.hash(hasher);
-        match client.phase {
-            Phase::Waiting { deadline_ms } => (1u8, ahead(deadline_ms)).hash(hasher),
-            Phase::Ready => 2u8.hash(hasher),
-            Phase::Done => 3u8.hash(hasher),
-            Phase::Backoff { until_ms } => (4u8, ahead(until_ms)).hash(hasher),
-        }
-    }
-
-    /// Hashes what the fingerprint holds of an intent ([`World::fingerprint`]), with
-    /// `sending` for the print of the request its client sends.
-    fn intent_print(
-        &self,
-        intent: &IntentState<R, V>,
-        staleness: Staleness,
-        sending: u64,
-        hasher: &mut impl Hasher,
-    ) {
-        let age = |since_ms: u64| {
-            staleness
-                .timed
-                .then(|| self.now_ms.saturating_sub(since_ms))
-        };
-        intent.verdict.hash(hasher);
-        intent.effects.hash(hasher);
-        intent.original.hash(hasher);
-        intent.reply_hashes.hash(hasher);
-        if intent.verdict.is_none() {
-            sending.hash(hasher);
-            intent.attempts.hash(hasher);
-            intent.polls.hash(hasher);
-            intent.first_send_ms.map(age).hash(hasher);
-        }
-    }
 }
 
 /// One client's part of a state, where it stands in the state.
@@ -293,7 +248,7 @@ fn sort_within_classes(parts: &mut [Part], clients: &[ClientState]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Session;
+    use super::super::{Phase, Session};
     use super::*;
     use crate::system::{Intent, IntentId, Keyed, NoEvent, Workload};
     use std::borrow::Cow;
