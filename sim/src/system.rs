@@ -734,12 +734,14 @@ pub trait System {
     /// which no other client uses), renaming the clients' keys along with them. `None`, the
     /// default, leaves state symmetry off for this system (workload symmetry still applies).
     ///
-    /// A system that returns `Some` (here, or for the store as it is now) declares that its
-    /// handler treats such keys alike: renaming them and swapping the clients changes
-    /// nothing it does or answers. Its answers ([`System::Value`]) name no key, it does not
-    /// act on a session's client index, and each key's print holds everything of the key's
-    /// records but the key. Return `None` for a store this cannot say of (say, with memory
-    /// that is not split by key); the engine then hashes the state as it is.
+    /// A system that returns `Some` declares that its handler treats such keys alike:
+    /// renaming them and swapping the clients changes nothing it does or answers. Its
+    /// answers ([`System::Value`]) name no key, it does not act on a session's client index,
+    /// and each key's print holds everything of the key's records but the key. It may
+    /// return `None` for some stores and `Some` for others (say, `None` while the server's
+    /// memory holds something not split by key); the engine hashes a state whose store gives
+    /// `None` as it is. The test suite holds every built-in system that returns `Some` to
+    /// finding what it finds without symmetry.
     fn keyed_fingerprint(
         &self,
         _store: &Self::Store,
