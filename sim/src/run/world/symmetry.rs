@@ -51,14 +51,24 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
                         .any(|(mine, my_key)| mine.client == client && my_key == key)
             })
         };
-        // Each client's intents but for their keys, if it owns its keys.
-        let shapes: Vec<Option<Vec<(bool, u64)>>> = (0..self.clients.len() as u32)
+        // Each client's intents but for their keys, if it owns its keys: for each, its
+        // condition, its request without its key, and which of the client's intents first
+        // has its key (so that renaming keys maps one client's keys onto the other's one to
+        // one).
+        let shapes: Vec<Option<Vec<(bool, u64, usize)>>> = (0..self.clients.len() as u32)
             .map(|client| {
                 let state = &self.clients[client as usize];
-                let intents = &self.intents[state.first as usize..][..state.count as usize];
-                let shape: Option<Vec<(bool, u64)>> = intents
+                let first = state.first as usize;
+                let mine = &keys[first..][..state.count as usize];
+                let intents = &self.intents[first..][..state.count as usize];
+                let shape: Option<Vec<(bool, u64, usize)>> = intents
                     .iter()
-                    .map(|intent| Some((intent.after_success, print_without_key(&intent.request)?)))
+                    .zip(mine)
+                    .map(|(intent, key)| {
+                        let without_key = print_without_key(&intent.request)?;
+                        let first_with_key = mine.iter().position(|other| other == key)?;
+                        Some((intent.after_success, without_key, first_with_key))
+                    })
                     .collect();
                 shape.filter(|_| owns_its_keys(client))
             })
@@ -106,11 +116,55 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
         if !self.audit.is_empty() || self.intents.iter().any(renewed) {
             return None;
         }
-        let keys: SmallVec<[R::Key; 8]> = self.intents.iter().map(|i| i.request.key()).collect();
+        let movable =
+            |intent: &IntentState<R, V>| self.clients[intent.client as usize].class.is_some();
+        // Each intent's key's record, and its messages in flight without its key (for the
+        // intents of interchangeable clients); the records no such intent owns are hashed
+        // with their keys.
+        let mut hasher = crate::StateHasher::default();
+        (store.shared, self.fixed_print).hash(&mut hasher);
+        let mut records: SmallVec<[Option<u64>; 8]> = smallvec::smallvec![None; self.intents.len()];
+        for (key, print) in &store.keys {
+            let owner = self
+                .intents
+                .iter()
+                .position(|intent| intent.request.key() == *key);
+            match owner.filter(|&index| movable(&self.intents[index])) {
+                Some(index) => records[index] = Some(*print),
+                None => (key.to_string(), print).hash(&mut hasher),
+            }
+        }
+        let mut messages: SmallVec<[(u64, usize); 8]> =
+            smallvec::smallvec![(0, 0); self.intents.len()];
+        for message in self.live_messages() {
+            let index = message.intent.0 as usize;
+            let intent = &self.intents[index];
+            if !movable(intent) {
+                continue;
+            }
+            let body = match &message.body {
+                Body::Request(request, session) | Body::Lookup(request, session) => {
+                    let lookup = matches!(message.body, Body::Lookup(..));
+                    hash_of(&(lookup, print_without_key(request)?, session.generation))
+                }
+                Body::Response(reply) => hash_of(&(2u8, reply)),
+                Body::Status(status) => hash_of(&(3u8, status)),
+            };
+            let latest = self.message_print(message, staleness) != message.print;
+            let position = index as u32 - self.clients[intent.client as usize].first;
+            let print = hash_of(&(position, body, latest));
+            let (sum, count) = &mut messages[index];
+            *sum = sum.wrapping_add(print);
+            *count += 1;
+        }
         let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
         for (index, client) in self.clients.iter().enumerate() {
             let print = match client.class {
-                Some(_) => self.client_part(client, &keys, staleness, print_without_key, store)?,
+                Some(_) => {
+                    let ids = client.first as usize..(client.first + client.count) as usize;
+                    let held = (&records[ids.clone()], &messages[ids]);
+                    self.client_part(client, staleness, print_without_key, held)?
+                }
                 None => self.fixed_client_part(client, staleness),
             };
             let mask = 1u64
@@ -124,20 +178,6 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
             });
         }
         let in_order = sort_within_classes(&mut parts, &self.clients);
-        let mut hasher = crate::StateHasher::default();
-        (store.shared, self.fixed_print).hash(&mut hasher);
-        for (key, print) in &store.keys {
-            // Records of a key no interchangeable client owns, with their key.
-            let owner = keys.iter().position(|mine| mine == key);
-            let owned = owner.is_some_and(|i| {
-                self.clients[self.intents[i].client as usize]
-                    .class
-                    .is_some()
-            });
-            if !owned {
-                (key.to_string(), print).hash(&mut hasher);
-            }
-        }
         let mut canonical_owed = 0u64;
         for (slot, part) in parts.iter().enumerate() {
             part.print.hash(&mut hasher);
@@ -151,44 +191,23 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
     }
 
     /// An interchangeable client's part of the state, without its keys: its own state, its
-    /// intents', their messages in flight and their keys' records.
+    /// intents', with each one's key's record and its messages in flight (their prints'
+    /// sum and count), as `held` gives them in the client's order.
     fn client_part(
         &self,
         client: &ClientState,
-        keys: &[R::Key],
         staleness: Staleness,
         print_without_key: &dyn Fn(&R) -> Option<u64>,
-        store: &KeyedFingerprint<R::Key>,
+        held: (&[Option<u64>], &[(u64, usize)]),
     ) -> Option<u64> {
         let mut hasher = crate::StateHasher::default();
         client.class.hash(&mut hasher);
         self.client_state_print(client, staleness, &mut hasher);
-        for position in 0..client.count {
-            let id = client.first + position;
-            let intent = &self.intents[id as usize];
-            let key = &keys[id as usize];
+        let intents = &self.intents[client.first as usize..][..client.count as usize];
+        for ((intent, record), messages) in intents.iter().zip(held.0).zip(held.1) {
             let sending = print_without_key(&intent.request)?;
             self.intent_print(intent, staleness, sending, &mut hasher);
-            let record = store
-                .keys
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, print)| *print);
             record.hash(&mut hasher);
-            let mut messages = (0u64, 0usize);
-            for message in self.live_messages().filter(|m| m.intent.0 == id) {
-                let body = match &message.body {
-                    Body::Request(request, session) | Body::Lookup(request, session) => {
-                        let lookup = matches!(message.body, Body::Lookup(..));
-                        hash_of(&(lookup, print_without_key(request)?, session.generation))
-                    }
-                    Body::Response(reply) => hash_of(&(2u8, reply)),
-                    Body::Status(status) => hash_of(&(3u8, status)),
-                };
-                let latest = self.message_print(message, staleness) != message.print;
-                let print = hash_of(&(position, body, latest));
-                messages = (messages.0.wrapping_add(print), messages.1 + 1);
-            }
             messages.hash(&mut hasher);
         }
         Some(hasher.finish())
@@ -356,6 +375,35 @@ mod tests {
         assert!(!three.has_symmetry());
         let three = world_of(&[("a", 1), ("b", 1), ("c", 1)]);
         assert!(three.has_symmetry());
+    }
+
+    #[test]
+    fn clients_whose_keys_repeat_differently_are_not_interchangeable() {
+        let grouped = |clients: Vec<Vec<(&'static str, u32)>>| {
+            let clients = clients
+                .into_iter()
+                .map(|intents| {
+                    let requests = intents.into_iter().map(|(id, args)| Keyed::new(id, args));
+                    requests.map(Intent::new).collect()
+                })
+                .collect();
+            let mut world: Fixture = World::new(Workload::of_clients(clients), false);
+            world.group_clients(&without_key);
+            world.has_symmetry()
+        };
+        // One reuses its key where the other sends two: no renaming maps one onto the other.
+        assert!(!grouped(vec![
+            vec![("a", 1), ("a", 2)],
+            vec![("b", 1), ("c", 2)]
+        ]));
+        assert!(grouped(vec![
+            vec![("a", 1), ("a", 2)],
+            vec![("b", 1), ("b", 2)]
+        ]));
+        assert!(grouped(vec![
+            vec![("a", 1), ("d", 2)],
+            vec![("b", 1), ("c", 2)]
+        ]));
     }
 
     #[test]
