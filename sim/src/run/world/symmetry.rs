@@ -52,22 +52,23 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
             })
         };
         // Each client's intents but for their keys, if it owns its keys: for each, its
-        // condition, its request without its key, and which of the client's intents first
-        // has its key (so that renaming keys maps one client's keys onto the other's one to
-        // one).
-        let shapes: Vec<Option<Vec<(bool, u64, usize)>>> = (0..self.clients.len() as u32)
+        // condition, whether another intent shares its request id (under another scope),
+        // its request without its key, and which of the client's intents first has its key
+        // (so that renaming keys maps one client's keys onto the other's one to one).
+        let shapes: Vec<Option<Vec<Shape>>> = (0..self.clients.len() as u32)
             .map(|client| {
                 let state = &self.clients[client as usize];
                 let first = state.first as usize;
                 let mine = &keys[first..][..state.count as usize];
                 let intents = &self.intents[first..][..state.count as usize];
-                let shape: Option<Vec<(bool, u64, usize)>> = intents
+                let shape: Option<Vec<Shape>> = intents
                     .iter()
                     .zip(mine)
                     .map(|(intent, key)| {
                         let without_key = print_without_key(&intent.request)?;
                         let first_with_key = mine.iter().position(|other| other == key)?;
-                        Some((intent.after_success, without_key, first_with_key))
+                        let flags = (intent.after_success, intent.shares_request_id);
+                        Some((flags, without_key, first_with_key))
                     })
                     .collect();
                 shape.filter(|_| owns_its_keys(client))
@@ -231,6 +232,11 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
         hasher.finish()
     }
 }
+
+/// What makes an intent interchangeable with another ([`World::group_clients`]): its
+/// condition and whether it shares its request id, its request without its key, and the
+/// first of its client's intents with its key.
+type Shape = ((bool, bool), u64, usize);
 
 /// One client's part of a state, where it stands in the state.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
