@@ -390,10 +390,7 @@ impl<S: System> Execution<'_, '_, S> {
             return None;
         }
         let store = self.system.keyed_fingerprint(self.store, &self.memory)?;
-        let system = self.system;
-        let without_key = |request: &S::Request| system.print_without_key(request);
-        self.world
-            .symmetric_print(self.staleness(), &without_key, &store, owed)
+        self.world.symmetric_print(self.staleness(), &store, owed)
     }
 
     /// Hashes the whole state but the faults spent reaching it: everything that decides the

@@ -107,7 +107,6 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
     pub(crate) fn symmetric_print(
         &self,
         staleness: Staleness,
-        print_without_key: &dyn Fn(&R) -> Option<u64>,
         store: &KeyedFingerprint<R::Key>,
         owed: u64,
     ) -> Option<SymmetricPrint> {
@@ -117,54 +116,17 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
         if !self.audit.is_empty() || self.intents.iter().any(renewed) {
             return None;
         }
-        let movable =
-            |intent: &IntentState<R, V>| self.clients[intent.client as usize].class.is_some();
-        // Each intent's key's record, and its messages in flight without its key (for the
-        // intents of interchangeable clients); the records no such intent owns are hashed
-        // with their keys.
         let mut hasher = crate::StateHasher::default();
         (store.shared, self.fixed_print).hash(&mut hasher);
-        let mut records: SmallVec<[Option<u64>; 8]> = smallvec::smallvec![None; self.intents.len()];
-        for (key, print) in &store.keys {
-            let owner = self
-                .intents
-                .iter()
-                .position(|intent| intent.request.key() == *key);
-            match owner.filter(|&index| movable(&self.intents[index])) {
-                Some(index) => records[index] = Some(*print),
-                None => (key.to_string(), print).hash(&mut hasher),
-            }
-        }
-        let mut messages: SmallVec<[(u64, usize); 8]> =
-            smallvec::smallvec![(0, 0); self.intents.len()];
-        for message in self.live_messages() {
-            let index = message.intent.0 as usize;
-            let intent = &self.intents[index];
-            if !movable(intent) {
-                continue;
-            }
-            let body = match &message.body {
-                Body::Request(request, session) | Body::Lookup(request, session) => {
-                    let lookup = matches!(message.body, Body::Lookup(..));
-                    hash_of(&(lookup, print_without_key(request)?, session.generation))
-                }
-                Body::Response(reply) => hash_of(&(2u8, reply)),
-                Body::Status(status) => hash_of(&(3u8, status)),
-            };
-            let latest = self.message_print(message, staleness) != message.print;
-            let position = index as u32 - self.clients[intent.client as usize].first;
-            let print = hash_of(&(position, body, latest));
-            let (sum, count) = &mut messages[index];
-            *sum = sum.wrapping_add(print);
-            *count += 1;
-        }
+        let records = self.records_by_intent(store, &mut hasher);
+        let messages = self.messages_by_intent(staleness);
         let mut parts: SmallVec<[Part; 4]> = SmallVec::new();
         for (index, client) in self.clients.iter().enumerate() {
             let print = match client.class {
                 Some(_) => {
                     let ids = client.first as usize..(client.first + client.count) as usize;
                     let held = (&records[ids.clone()], &messages[ids]);
-                    self.client_part(client, staleness, print_without_key, held)?
+                    self.client_part(client, staleness, held)
                 }
                 None => self.fixed_client_part(client, staleness),
             };
@@ -191,27 +153,81 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
         })
     }
 
-    /// An interchangeable client's part of the state, without its keys: its own state, its
-    /// intents', with each one's key's record and its messages in flight (their prints'
-    /// sum and count), as `held` gives them in the client's order.
+    /// Each intent's key's record, for the intents of interchangeable clients; the records
+    /// no such intent owns are hashed into `hasher` with their keys.
+    fn records_by_intent(
+        &self,
+        store: &KeyedFingerprint<R::Key>,
+        hasher: &mut impl Hasher,
+    ) -> SmallVec<[Option<u64>; 8]> {
+        let mut records = smallvec::smallvec![None; self.intents.len()];
+        for (key, print) in &store.keys {
+            let owner = self
+                .intents
+                .iter()
+                .position(|intent| intent.request.key() == *key);
+            match owner.filter(|&index| self.movable(index)) {
+                Some(index) => records[index] = Some(*print),
+                None => (key.to_string(), print).hash(hasher),
+            }
+        }
+        records
+    }
+
+    /// Each intent's messages in flight (their prints' sum and count), for the intents of
+    /// interchangeable clients, printed without the intent: a request or lookup is the
+    /// intent's own (see `symmetric_print`), which its client's class and its position
+    /// tell.
+    fn messages_by_intent(&self, staleness: Staleness) -> SmallVec<[(u64, usize); 8]> {
+        let mut messages = smallvec::smallvec![(0, 0); self.intents.len()];
+        for message in self.live_messages() {
+            let index = message.intent.0 as usize;
+            if !self.movable(index) {
+                continue;
+            }
+            let body = match &message.body {
+                Body::Request(_, session) => hash_of(&(0u8, session.generation)),
+                Body::Lookup(_, session) => hash_of(&(1u8, session.generation)),
+                Body::Response(reply) => hash_of(&(2u8, reply)),
+                Body::Status(status) => hash_of(&(3u8, status)),
+            };
+            let latest = self.message_print(message, staleness) != message.print;
+            let client = self.intents[index].client as usize;
+            let position = index as u32 - self.clients[client].first;
+            let print = hash_of(&(position, body, latest));
+            let (sum, count): &mut (u64, usize) = &mut messages[index];
+            *sum = sum.wrapping_add(print);
+            *count += 1;
+        }
+        messages
+    }
+
+    /// Whether the intent at `index` is an interchangeable client's.
+    fn movable(&self, index: usize) -> bool {
+        let client = self.intents[index].client as usize;
+        self.clients[client].class.is_some()
+    }
+
+    /// An interchangeable client's part of the state, without its keys: its class (which
+    /// tells its requests), its own state, its intents', with each one's key's record and
+    /// its messages in flight, as `held` gives them in the client's order.
     fn client_part(
         &self,
         client: &ClientState,
         staleness: Staleness,
-        print_without_key: &dyn Fn(&R) -> Option<u64>,
         held: (&[Option<u64>], &[(u64, usize)]),
-    ) -> Option<u64> {
+    ) -> u64 {
         let mut hasher = crate::StateHasher::default();
         client.class.hash(&mut hasher);
         self.client_state_print(client, staleness, &mut hasher);
         let intents = &self.intents[client.first as usize..][..client.count as usize];
         for ((intent, record), messages) in intents.iter().zip(held.0).zip(held.1) {
-            let sending = print_without_key(&intent.request)?;
-            self.intent_print(intent, staleness, sending, &mut hasher);
+            // It sends its planned request, which its class tells.
+            self.intent_print(intent, staleness, 0, &mut hasher);
             record.hash(&mut hasher);
             messages.hash(&mut hasher);
         }
-        Some(hasher.finish())
+        hasher.finish()
     }
 
     /// A client's part of the state as it is, keys and all, for a client that stays in its
@@ -332,7 +348,7 @@ mod tests {
         owed: u64,
     ) -> SymmetricPrint {
         world
-            .symmetric_print(ALL, &without_key, store, owed)
+            .symmetric_print(ALL, store, owed)
             .expect("symmetry applies")
     }
 
@@ -416,8 +432,6 @@ mod tests {
     fn a_request_sent_under_another_key_leaves_the_state_hashed_as_it_is() {
         let mut world = one_sent(0);
         world.intents[0].send_as(Keyed::new("a-r1", 1));
-        assert!(world
-            .symmetric_print(ALL, &without_key, &store(&[]), 0)
-            .is_none());
+        assert!(world.symmetric_print(ALL, &store(&[]), 0).is_none());
     }
 }
