@@ -214,7 +214,9 @@ impl<S: System> Execution<'_, '_, S> {
             return false;
         };
         let replaying = self.points.decider.answers().len() < pruning.replayed_answers;
-        if replaying && !self.world.has_symmetry() {
+        // A replayed state asks symmetry only whether its steps asleep must be dropped, and a
+        // checkpoint's were kept after they were (it is taken just after this).
+        if replaying && (self.at_checkpoint || !self.world.has_symmetry()) {
             return false;
         }
         let owed = self.world.owed_verdicts(self.system.judges_records());
