@@ -1,8 +1,8 @@
 //! The counter protocol of retrysim's `counter/keyed-atomic`, written as a model for a peer
 //! model checker (stateright 0.31), so that the peer can be timed on the same machine, the
-//! same day, as `cargo bench --bench throughput -- peer`. Machines differ in speed by more
-//! than the margins of the peer-bound targets; a time beside the peer's own tells more than
-//! a time alone.
+//! same day, as `cargo bench --bench throughput -- peer`. Machines differ in speed, and one
+//! machine from hour to hour, by more than the differences such figures are read for; a time
+//! beside the peer's own tells more than a time alone.
 //!
 //! The protocol: each client has one intent, "add 5 under my key", and sends up to three
 //! attempts. The server applies the effect and the key's record in one step and answers the
