@@ -814,10 +814,18 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// Adds a timeline row, when tracing. `text` is only built when it is needed.
+    #[inline]
     pub(crate) fn note(&mut self, lane: Lane, text: impl FnOnce(&Self) -> String) {
-        if self.rows.is_none() {
-            return;
+        if self.rows.is_some() {
+            self.note_traced(lane, text);
         }
+    }
+
+    /// [`World::note`] in a traced run: out of the way of the untraced runs of a check, which
+    /// pass every note by.
+    #[cold]
+    #[inline(never)]
+    fn note_traced(&mut self, lane: Lane, text: impl FnOnce(&Self) -> String) {
         let row = Row {
             step: self.steps,
             time_ms: self.now_ms,
