@@ -263,14 +263,34 @@ impl State {
     }
 }
 
-fn main() {
-    let args: Vec<u8> = std::env::args()
+/// The client counts named on the command line (2 and 3 when none is), or the one-line
+/// error for an argument that is not a count from 1 to 8.
+fn client_counts() -> Result<Vec<u8>, String> {
+    let counts = std::env::args()
         .skip(1)
-        .filter_map(|arg| arg.parse().ok())
-        .collect();
-    let client_counts = if args.is_empty() { vec![2, 3] } else { args };
+        .map(|arg| match arg.parse::<u8>() {
+            Ok(count @ 1..=8) => Ok(count),
+            _ => Err(format!(
+                "retrysim-peer: `{arg}` is not a client count from 1 to 8"
+            )),
+        })
+        .collect::<Result<Vec<u8>, String>>()?;
+    Ok(if counts.is_empty() {
+        vec![2, 3]
+    } else {
+        counts
+    })
+}
+
+fn main() {
+    let client_counts = client_counts().unwrap_or_else(|error| {
+        eprintln!("{error}");
+        std::process::exit(2)
+    });
     for clients in client_counts {
         for threads in [1, 2] {
+            // The wall clock times the peer's check, and only that: nothing of a retrysim run
+            // reads it, and what the peer explores does not depend on it.
             let started = Instant::now();
             let checker = Counter { clients }
                 .checker()
