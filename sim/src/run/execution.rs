@@ -6,8 +6,9 @@ use super::checkpoint::{
 };
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
+use super::visited::{FaultBudget, Seen, Visit};
 use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, SymmetricPrint, World};
-use super::{Ctx, FaultBudget, Points, Pruning, RunEnd, RunOutcome, Seen, Session, Visit};
+use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;

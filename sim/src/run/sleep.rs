@@ -135,6 +135,7 @@ impl SleepSet {
 }
 
 /// The steps asleep at a visit of a state, sorted: a visit with fewer asleep explored more.
+/// The ids past `len` are 0, so two sets of the same steps are equal.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SleepIds {
     ids: [u64; SLEEP_MAX],
@@ -142,14 +143,9 @@ pub(crate) struct SleepIds {
 }
 
 impl SleepIds {
-    /// The ids (the first `len` asleep) and their count, for a visit to keep apart.
-    pub(super) fn into_parts(self) -> ([u64; SLEEP_MAX], u8) {
+    /// The ids (0 past their number) and their number.
+    pub(super) fn parts(&self) -> ([u64; SLEEP_MAX], u8) {
         (self.ids, self.len)
-    }
-
-    /// The ids [`SleepIds::into_parts`] gave.
-    pub(super) fn from_parts(ids: [u64; SLEEP_MAX], len: u8) -> Self {
-        SleepIds { ids, len }
     }
 
     fn holds(&self, id: u64) -> bool {
