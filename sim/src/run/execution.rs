@@ -7,7 +7,7 @@ use super::checkpoint::{
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
 use super::visited::{FaultBudget, Seen, Visit};
-use super::world::{Action, Actions, Body, Message, ServerReply, Staleness, SymmetricPrint, World};
+use super::world::{Action, Actions, Body, ServerReply, Staleness, SymmetricPrint, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
 use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
@@ -542,15 +542,16 @@ impl<S: System> Execution<'_, '_, S> {
 
     fn deliver(&mut self, index: usize) {
         let to_server = matches!(
-            self.world.network[index].body,
+            *self.world.network[index].body,
             Body::Request(..) | Body::Lookup(..)
         );
         let kind = self.delivery_kind(to_server);
         let message = match kind {
             Delivery::Duplicate => {
+                debug_assert!(to_server, "only requests and lookups are duplicated");
                 self.points.faults.duplicates += 1;
                 self.disturbed();
-                let copy = copy_of(&self.world.network[index]);
+                let copy = self.world.network[index].clone();
                 self.world.note(Lane::Network, |_| {
                     format!("duplicate {}: one copy stays in flight", copy.label())
                 });
@@ -568,7 +569,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.world
             .note(Lane::Network, |_| format!("deliver {}", message.label()));
         let (intent, attempt) = (message.intent, message.attempt);
-        match message.body {
+        match Rc::unwrap_or_clone(message.body) {
             Body::Request(request, session) if self.overlapping => {
                 self.start_invocation(intent, attempt, &request, session)
             }
@@ -803,7 +804,7 @@ impl<S: System> Execution<'_, '_, S> {
         let effects = self.system.effects(self.store);
         let fresh = effects[self.world.effects_seen..].to_vec();
         for effect in &fresh {
-            self.world.intents[effect.0 as usize].effects += 1;
+            self.world.intent_mut(*effect).effects += 1;
         }
         self.world.effects_seen = effects.len();
         fresh
@@ -835,20 +836,6 @@ fn every_answer(mask: u32, count: usize) -> bool {
         1..=31 => mask == (1u32 << count) - 1,
         32 => mask == u32::MAX,
         _ => false,
-    }
-}
-
-fn copy_of<R: Clone, V>(message: &Message<R, V>) -> Message<R, V> {
-    let body = match &message.body {
-        Body::Request(request, session) => Body::Request(request.clone(), *session),
-        Body::Lookup(request, session) => Body::Lookup(request.clone(), *session),
-        Body::Response(_) | Body::Status(_) => unreachable!("only requests are duplicated"),
-    };
-    Message {
-        intent: message.intent,
-        attempt: message.attempt,
-        body,
-        print: message.print,
     }
 }
 

@@ -145,7 +145,7 @@ impl<S: System> Execution<'_, '_, S> {
         let idle = self.tasks.is_empty();
         let network = &self.world.network;
         actions.retain(|action| match *action {
-            Action::Deliver(index) => match network[index].body {
+            Action::Deliver(index) => match *network[index].body {
                 Body::Request(..) => !full && !writing,
                 Body::Lookup(..) => idle,
                 Body::Response(..) | Body::Status(..) => true,

@@ -261,7 +261,7 @@ impl<S: System> Execution<'_, '_, S> {
                 let message = &self.world.network[index];
                 let id = self.world.message_print(message, staleness);
                 let client = self.world.intent(message.intent).client;
-                match message.body {
+                match *message.body {
                     Body::Request(..) | Body::Lookup(..) => Move {
                         id,
                         mover: Mover::Server(Some(client)),

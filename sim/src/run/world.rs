@@ -8,6 +8,7 @@ use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
 use crate::timeline::{IntentSummary, Lane, Row, Timeline};
 use crate::Violation;
 use smallvec::SmallVec;
+use std::cell::Cell;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -52,6 +53,10 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) effects: u32,
     /// The reply of the invocation that committed the intent's first effect.
     pub(crate) original: Option<V>,
+    /// What the fingerprint holds of the intent but its age and the request its client
+    /// sends ([`IntentState::own_print`]), kept from the first fingerprint that asks until the
+    /// intent changes: [`World::intent_mut`] forgets it, and so does every other change.
+    print: Cell<Option<u64>>,
 }
 
 impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
@@ -73,6 +78,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             reply_hashes: self.reply_hashes.clone(),
             effects: self.effects,
             original: self.original.clone(),
+            print: self.print.clone(),
         }
     }
 
@@ -97,6 +103,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             reply_hashes,
             effects,
             original,
+            print,
         } = source;
         self.client = *client;
         self.request.clone_from(request);
@@ -114,10 +121,51 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         self.reply_hashes.clone_from(reply_hashes);
         self.effects = *effects;
         self.original.clone_from(original);
+        self.print.set(print.get());
+    }
+}
+
+impl<R, V: Hash> IntentState<R, V> {
+    /// The hash of what the fingerprint holds of the intent but its age and the request its
+    /// client sends: its verdict, effects, original reply and the evidence of its replies,
+    /// and while it has no verdict, its attempts, its polls and whether it was sent. Kept
+    /// until the intent changes (in debug builds, checked against a new hash each time).
+    fn own_print(&self) -> u64 {
+        if let Some(print) = self.print.get() {
+            debug_assert_eq!(print, self.own_print_anew(), "an intent changed unseen");
+            return print;
+        }
+        let print = self.own_print_anew();
+        self.print.set(Some(print));
+        print
+    }
+
+    fn own_print_anew(&self) -> u64 {
+        let mut hasher = crate::StateHasher::default();
+        self.verdict.hash(&mut hasher);
+        self.effects.hash(&mut hasher);
+        self.original.hash(&mut hasher);
+        // The checks ask whether some reply breaks a rule: a set of what they can tell apart
+        // of the replies suffices.
+        self.reply_hashes.hash(&mut hasher);
+        // How a concluded intent was sent no longer matters.
+        if self.verdict.is_none() {
+            self.attempts.hash(&mut hasher);
+            self.polls.hash(&mut hasher);
+            self.first_send_ms.is_some().hash(&mut hasher);
+        }
+        hasher.finish()
     }
 }
 
 impl<R, V> IntentState<R, V> {
+    /// Forgets the intent's print, which a change to it makes stale ([`World::intent_mut`]
+    /// does so).
+    pub(crate) fn changed(&mut self) -> &mut Self {
+        self.print.set(None);
+        self
+    }
+
     /// What state hashing keeps of the intent's answers (see [`IntentState::add_reply`]).
     #[cfg(test)]
     pub(crate) fn evidence(&self) -> &[u64] {
@@ -315,7 +363,9 @@ pub(crate) enum Body<R, V> {
 pub(crate) struct Message<R, V> {
     pub(crate) intent: IntentId,
     pub(crate) attempt: u32,
-    pub(crate) body: Body<R, V>,
+    /// Shared by the copies of a run's state: a message in flight does not change, and a
+    /// resumed run copies every message in flight.
+    pub(crate) body: Rc<Body<R, V>>,
     /// The hash of its intent and body, taken once when it was put in flight. State hashing
     /// and sleep sets know it by this and, where the client acts on it, by whether it
     /// answers (or will answer) the client's latest send ([`World::message_print`]): the
@@ -363,7 +413,7 @@ impl<R, V> Body<R, V> {
 
 impl<R, V> Message<R, V> {
     pub(crate) fn label(&self) -> String {
-        let what = match self.body {
+        let what = match *self.body {
             Body::Request(..) => "request",
             Body::Response(_) => "reply",
             Body::Lookup(..) => "lookup",
@@ -516,6 +566,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     reply_hashes: Prints::default(),
                     effects: 0,
                     original: None,
+                    print: Cell::new(None),
                 });
             }
             let phase = if count == 0 {
@@ -602,16 +653,24 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         staleness: Staleness,
         hasher: &mut impl Hasher,
     ) {
-        let ahead = |at_ms: u64| staleness.timed.then(|| at_ms.saturating_sub(self.now_ms));
-        client.position.hash(hasher);
-        client.next.hash(hasher);
-        client.generation.hash(hasher);
-        match client.phase {
-            Phase::Waiting { deadline_ms } => (1u8, ahead(deadline_ms)).hash(hasher),
-            Phase::Ready => 2u8.hash(hasher),
-            Phase::Done => 3u8.hash(hasher),
-            Phase::Backoff { until_ms } => (4u8, ahead(until_ms)).hash(hasher),
-        }
+        // Three numbers: where the client is, what it does next, and how long until its
+        // deadline (timed timeouts only).
+        let (phase, at_ms) = match client.phase {
+            Phase::Waiting { deadline_ms } => (1, Some(deadline_ms)),
+            Phase::Ready => (2, None),
+            Phase::Done => (3, None),
+            Phase::Backoff { until_ms } => (4, Some(until_ms)),
+        };
+        let ahead = at_ms
+            .filter(|_| staleness.timed)
+            .map(|at_ms| at_ms.saturating_sub(self.now_ms));
+        let next = match client.next {
+            NextSend::Submit => 0,
+            NextSend::Lookup => 1,
+        };
+        hasher.write_u64((client.position as u64) << 32 | u64::from(client.generation));
+        hasher.write_u64(phase | next << 8 | u64::from(ahead.is_some()) << 16);
+        hasher.write_u64(ahead.unwrap_or(0));
     }
 
     /// Hashes what the fingerprint holds of an intent, with `sending` for the print of the
@@ -625,23 +684,16 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     ) where
         V: Hash,
     {
-        let age = |since_ms: u64| {
-            staleness
-                .timed
-                .then(|| self.now_ms.saturating_sub(since_ms))
-        };
-        intent.verdict.hash(hasher);
-        intent.effects.hash(hasher);
-        intent.original.hash(hasher);
-        // The checks ask whether some reply breaks a rule: a set of what they can tell apart
-        // of the replies suffices.
-        intent.reply_hashes.hash(hasher);
-        // How a concluded intent was sent no longer matters.
+        hasher.write_u64(intent.own_print());
+        // How a concluded intent was sent no longer matters. Whether it was sent is in its
+        // own print; with timed timeouts, how long ago is hashed here.
         if intent.verdict.is_none() {
-            sending.hash(hasher);
-            intent.attempts.hash(hasher);
-            intent.polls.hash(hasher);
-            intent.first_send_ms.map(age).hash(hasher);
+            hasher.write_u64(sending);
+            let age_ms = intent
+                .first_send_ms
+                .filter(|_| staleness.timed)
+                .map(|since_ms| self.now_ms.saturating_sub(since_ms));
+            hasher.write_u64(age_ms.unwrap_or(0));
         }
     }
 
@@ -650,7 +702,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     /// same effect).
     fn live_messages(&self) -> impl Iterator<Item = &Message<R, V>> {
         self.network.iter().filter(|message| {
-            let to_client = matches!(message.body, Body::Response(_) | Body::Status(_));
+            let to_client = matches!(*message.body, Body::Response(_) | Body::Status(_));
             !to_client || self.intent(message.intent).verdict.is_none()
         })
     }
@@ -743,7 +795,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         self.network.push(Message {
             intent,
             attempt,
-            body,
+            body: Rc::new(body),
             print,
         });
     }
@@ -752,8 +804,9 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         &self.intents[intent.0 as usize]
     }
 
+    /// The intent, to change: its print is forgotten.
     pub(crate) fn intent_mut(&mut self, intent: IntentId) -> &mut IntentState<R, V> {
-        &mut self.intents[intent.0 as usize]
+        self.intents[intent.0 as usize].changed()
     }
 
     /// A fault happened (or time passed over a message in flight): the quiet phase can start
@@ -794,7 +847,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         let mut succeeded = matches!(verdict, Verdict::Succeeded(_));
         let state = &mut self.clients[client];
         let intent = state.current().expect("a concluding client has an intent");
-        self.intents[intent.0 as usize].verdict = Some(verdict);
+        self.intents[intent.0 as usize].changed().verdict = Some(verdict);
         state.position += 1;
         state.next = NextSend::Submit;
         while let Some(next) = state.current() {
@@ -802,7 +855,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             if succeeded || !next_state.after_success {
                 break;
             }
-            next_state.verdict = Some(Verdict::Skipped);
+            next_state.changed().verdict = Some(Verdict::Skipped);
             state.position += 1;
             succeeded = false;
         }

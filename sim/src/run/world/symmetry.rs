@@ -185,7 +185,7 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
             if !self.movable(index) {
                 continue;
             }
-            let body = match &message.body {
+            let body = match &*message.body {
                 Body::Request(_, session) => hash_of(&(0u8, session.generation)),
                 Body::Lookup(_, session) => hash_of(&(1u8, session.generation)),
                 Body::Response(reply) => hash_of(&(2u8, reply)),
