@@ -404,18 +404,36 @@ fn peer_bound() {
         runs_max: 25_000_000,
         ..CheckOptions::new(three)
     };
-    let (alone, alone_elapsed) =
-        check_timed("counter", "keyed-atomic", &one_workload, "three clients");
-    // The same workload, its rounds shared by two threads: the same report.
-    let started = Instant::now();
-    let shared = exhaust_on(&entry.build, &one_workload, 2);
-    let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(shared, alone, "two threads report what one reports");
-    let line = ("counter/keyed-atomic", "three clients, 2 threads");
-    print_check(line, &three, &shared, elapsed);
+    // One thread and two, alternately, three times each: the machine's speed moves from
+    // minute to minute, and the fastest of each is the fairest pair.
+    let mut alone_elapsed = f64::INFINITY;
+    let mut shared_elapsed = f64::INFINITY;
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        for threads in [1, 2] {
+            let started = Instant::now();
+            let report = exhaust_on(&entry.build, &one_workload, threads);
+            let elapsed = started.elapsed().as_secs_f64();
+            let fastest = if threads == 1 {
+                &mut alone_elapsed
+            } else {
+                &mut shared_elapsed
+            };
+            *fastest = fastest.min(elapsed);
+            reports.push(report);
+        }
+    }
+    let alone = &reports[0];
+    assert!(
+        reports.iter().all(|report| report == alone),
+        "two threads report what one reports"
+    );
+    let name = "counter/keyed-atomic";
+    print_check((name, "three clients"), &three, alone, alone_elapsed);
+    print_check((name, "three clients, 2 threads"), &three, alone, shared_elapsed);
     println!(
-        "  two threads on one workload: {:.2} times one thread",
-        alone_elapsed / elapsed
+        "  two threads on one workload: {:.2} times one thread (each the fastest of three)",
+        alone_elapsed / shared_elapsed
     );
 }
 
