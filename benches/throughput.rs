@@ -430,7 +430,12 @@ fn peer_bound() {
     );
     let name = "counter/keyed-atomic";
     print_check((name, "three clients"), &three, alone, alone_elapsed);
-    print_check((name, "three clients, 2 threads"), &three, alone, shared_elapsed);
+    print_check(
+        (name, "three clients, 2 threads"),
+        &three,
+        alone,
+        shared_elapsed,
+    );
     println!(
         "  two threads on one workload: {:.2} times one thread (each the fastest of three)",
         alone_elapsed / shared_elapsed
