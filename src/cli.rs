@@ -256,15 +256,15 @@ impl BoundsArgs {
             retry_horizon_ms: self.retry_horizon_ms,
             invocation_limit_ms: self.invocation_limit_ms.or(entry.invocation_limit_ms),
         };
-        bounds
-            .validate_for(subject.workload_limits())
-            .map_err(|error| UsageError(flag_error(&error, entry.domain)))?;
+        subject
+            .check_bounds(&bounds)
+            .map_err(|error| UsageError(flag_error(&error, entry)))?;
         Ok(bounds)
     }
 }
 
 /// A bounds error in the words of the command line: `--clients must be at least 1`.
-fn flag_error(error: &BoundsError, domain: &str) -> String {
+fn flag_error(error: &BoundsError, entry: &HandlerEntry) -> String {
     let flag = match error.field() {
         "clients_max" => "--clients".to_string(),
         "intents_max" => "--intents".to_string(),
@@ -272,9 +272,14 @@ fn flag_error(error: &BoundsError, domain: &str) -> String {
     };
     match error {
         BoundsError::AboveWorkload { value, most, .. } => {
+            let domain = entry.domain;
             format!("{flag} {value} is more than {domain}'s workloads draw (at most {most})")
         }
-        BoundsError::Zero { .. } | BoundsError::AboveMost { .. } => {
+        BoundsError::NoSuchFault { value, .. } => format!(
+            "{flag} {value}: {}/{} has no storage faults to inject (its store is not SQLite); use 0",
+            entry.domain, entry.handler
+        ),
+        BoundsError::Zero { .. } | BoundsError::AboveMost { .. } | BoundsError::TooLong { .. } => {
             format!("{flag} {}", error.problem())
         }
     }
@@ -642,7 +647,7 @@ fn timed_explore(
     entry: &HandlerEntry,
     seeds: Range<u64>,
     (bounds, threads): (&Bounds, usize),
-    shown: bool,
+    shown: Shown,
 ) -> (Exploration, f64) {
     timed(|| {
         with_progress(shown, |progress| {
@@ -651,36 +656,67 @@ fn timed_explore(
     })
 }
 
-/// Whether a progress line goes to stderr: only when it is a terminal, and never with JSON
-/// output.
-fn progress_shown(json: bool) -> bool {
-    !json && std::io::stderr().is_terminal()
+/// How progress goes to stderr: a line redrawn on a terminal, a line every
+/// [`PROGRESS_LOG_SECONDS`] elsewhere (a CI log), never with JSON output.
+fn progress_shown(json: bool) -> Shown {
+    if json {
+        Shown::Never
+    } else if std::io::stderr().is_terminal() {
+        Shown::Redrawn
+    } else {
+        Shown::Logged
+    }
 }
 
-/// Runs `work`, and while it runs, when `shown`, redraws a progress line on stderr (runs,
-/// runs/s, runs that broke an invariant, elapsed) from the counters it bumps. The line is
+/// How a long exploration or check shows that it is still going.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// Not at all.
+    Never,
+    /// A line redrawn in place every 200 ms (a terminal).
+    Redrawn,
+    /// A line of its own every [`PROGRESS_LOG_SECONDS`] (a log).
+    Logged,
+}
+
+/// How often a check or exploration off a terminal says it is still running, in seconds.
+const PROGRESS_LOG_SECONDS: u64 = 30;
+
+/// Runs `work`, and while it runs shows its progress on stderr as `shown` says (runs, runs/s,
+/// runs that broke an invariant, elapsed) from the counters it bumps. A redrawn line is
 /// cleared at the end. It reads the counters only: what `work` does is the same either way.
-fn with_progress<T>(shown: bool, work: impl FnOnce(&Progress) -> T) -> T {
+fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) -> T {
     let progress = Progress::new();
-    if !shown {
+    if shown == Shown::Never {
         return work(&progress);
     }
     let done = AtomicBool::new(false);
     let started = Instant::now();
     std::thread::scope(|scope| {
         scope.spawn(|| {
+            let mut logged_at = 0;
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 let seconds = started.elapsed().as_secs_f64();
                 let runs = progress.runs();
-                let _ = write!(
-                    std::io::stderr(),
-                    "\r\x1b[K{runs} runs, {:.0} runs/s, {} violating, {seconds:.1} s",
+                let line = format!(
+                    "{runs} runs, {:.0} runs/s, {} violating, {seconds:.1} s",
                     runs as f64 / seconds.max(1e-9),
                     progress.violating()
                 );
+                let elapsed = started.elapsed().as_secs();
+                match shown {
+                    Shown::Redrawn => {
+                        let _ = write!(std::io::stderr(), "\r\x1b[K{line}");
+                    }
+                    _ if elapsed >= logged_at + PROGRESS_LOG_SECONDS => {
+                        logged_at = elapsed;
+                        let _ = writeln!(std::io::stderr(), "retrysim: still running: {line}");
+                    }
+                    _ => {}
+                }
             }
-            clear_progress_line(true);
+            clear_progress_line(shown == Shown::Redrawn);
         });
         let result = work(&progress);
         done.store(true, Ordering::Relaxed);
@@ -777,7 +813,7 @@ fn run_check(
     let shown = progress_shown(json);
     let report = with_progress(shown, |progress| {
         let mut level_done = |level: &Level| {
-            clear_progress_line(shown);
+            clear_progress_line(shown == Shown::Redrawn);
             note(&level_line(level, started));
         };
         exhaust_on_reporting(&entry.build, &options, threads, (&mut level_done, progress))

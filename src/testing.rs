@@ -155,9 +155,8 @@ impl Check {
                 self.name
             ));
         }
-        let limits = (self.factory)().workload_limits();
-        self.bounds
-            .validate_for(limits)
+        (self.factory)()
+            .check_bounds(&self.bounds)
             .map_err(|error| format!("{}: bounds: {error}", self.name))?;
         if !self.exhaustive && self.seeds.is_empty() {
             return Err(format!(

@@ -97,6 +97,21 @@ impl Bounds {
     /// kind.
     pub const FAULTS_MOST: u32 = 254;
 
+    /// The most steps a run may take (`steps_max`): runs are explored whole and step by
+    /// step, and a check keeps a checkpoint per step of the run under way, so a run's length
+    /// bounds a check's time and memory as `runs_max` bounds their number.
+    pub const STEPS_MOST: u32 = 10_000;
+
+    /// The most sends of one intent (`attempts_max`): each is several steps, and more than
+    /// this many retries of one request describe no client.
+    pub const ATTEMPTS_MOST: u32 = 1_000;
+
+    /// The longest any time limit may be, in simulated milliseconds: 2^40 ms, about 34
+    /// years. A run's clock then stays far below what its 64 bits hold, whatever the
+    /// workload: each intent lasts at most its retry horizon and a last timeout, and the
+    /// longest backoff (the base doubled at most 20 times) is below 2^61 ms.
+    pub const TIME_MOST_MS: u64 = 1 << 40;
+
     /// Whether drops count toward `faults_max`: unless they are unbounded.
     pub fn drops_counted(&self) -> bool {
         self.drops_max != Self::UNBOUNDED
@@ -135,6 +150,32 @@ impl Bounds {
         if let Some(&(field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
             return Err(BoundsError::Zero { field });
         }
+        if self.invocation_limit_ms == Some(0) {
+            return Err(BoundsError::Zero {
+                field: "invocation_limit_ms",
+            });
+        }
+        let times = [
+            ("timeout_ms", self.timeout_ms),
+            ("backoff_ms_base", self.backoff_ms_base),
+            ("backoff_jitter_ms", self.backoff_jitter_ms),
+            ("retry_horizon_ms", self.retry_horizon_ms),
+            ("invocation_limit_ms", self.invocation_limit_ms.unwrap_or(0)),
+        ];
+        if let Some(&(field, value_ms)) = times.iter().find(|(_, ms)| *ms > Self::TIME_MOST_MS) {
+            return Err(BoundsError::TooLong {
+                field,
+                value_ms,
+                most_ms: Self::TIME_MOST_MS,
+            });
+        }
+        let most = [
+            ("steps_max", self.steps_max, Self::STEPS_MOST),
+            ("attempts_max", self.attempts_max, Self::ATTEMPTS_MOST),
+        ];
+        if let Some(&(field, value, most)) = most.iter().find(|(_, value, most)| value > most) {
+            return Err(BoundsError::AboveMost { field, value, most });
+        }
         match self.fault_limit_above_most() {
             Some((field, value)) => Err(BoundsError::AboveMost {
                 field,
@@ -168,7 +209,8 @@ impl Bounds {
     }
 
     /// Checks [`Bounds::validate`], and that the workload bounds are within what a system
-    /// draws (`limits`): a larger bound would be reported but never reached.
+    /// draws (`limits`): a larger bound would be reported but never reached. (A subject's
+    /// [`crate::Subject::check_bounds`] checks this and the fault kinds it can have.)
     pub fn validate_for(&self, limits: WorkloadLimits) -> Result<(), BoundsError> {
         self.validate()?;
         let workload = [
@@ -199,7 +241,8 @@ pub enum BoundsError {
         /// The most the system draws.
         most: u32,
     },
-    /// A fault limit above [`Bounds::FAULTS_MOST`].
+    /// A fault limit above [`Bounds::FAULTS_MOST`], or a step or attempt limit above
+    /// [`Bounds::STEPS_MOST`] or [`Bounds::ATTEMPTS_MOST`].
     AboveMost {
         /// The field, e.g. `faults_max`.
         field: &'static str,
@@ -207,6 +250,23 @@ pub enum BoundsError {
         value: u32,
         /// The most it may be.
         most: u32,
+    },
+    /// A time limit above [`Bounds::TIME_MOST_MS`].
+    TooLong {
+        /// The field, e.g. `timeout_ms`.
+        field: &'static str,
+        /// Its value, in simulated milliseconds.
+        value_ms: u64,
+        /// The most it may be.
+        most_ms: u64,
+    },
+    /// A fault kind the system cannot have: storage faults where its store cannot fail a
+    /// COMMIT ([`crate::System::storage_faults_possible`]).
+    NoSuchFault {
+        /// The field, e.g. `storage_faults_max`.
+        field: &'static str,
+        /// Its value.
+        value: u32,
     },
 }
 
@@ -216,7 +276,9 @@ impl BoundsError {
         match self {
             BoundsError::Zero { field }
             | BoundsError::AboveWorkload { field, .. }
-            | BoundsError::AboveMost { field, .. } => field,
+            | BoundsError::AboveMost { field, .. }
+            | BoundsError::TooLong { field, .. }
+            | BoundsError::NoSuchFault { field, .. } => field,
         }
     }
 
@@ -229,6 +291,12 @@ impl BoundsError {
             }
             BoundsError::AboveMost { value, most, .. } => {
                 format!("is {value}, but may be at most {most}")
+            }
+            BoundsError::TooLong {
+                value_ms, most_ms, ..
+            } => format!("is {value_ms}, but may be at most {most_ms} (2^40 ms, about 34 years)"),
+            BoundsError::NoSuchFault { value, .. } => {
+                format!("is {value}, but this system's store has no such fault to inject")
             }
         }
     }

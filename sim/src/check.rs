@@ -1,5 +1,6 @@
 //! Checking a finished run against the invariants, using the harness's ground truth.
 
+use crate::bounds::Bounds;
 use crate::run::world::IntentState;
 use crate::system::{IntentId, Reply, Request};
 use crate::{Invariant, Violation};
@@ -113,6 +114,7 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
     intents: &[IntentState<R, V>],
     effects: &[IntentId],
     applicable: &[Invariant],
+    bounds: &Bounds,
 ) -> Vec<Violation> {
     let owners = key_owners(intents, effects);
     let mut found = Vec::new();
@@ -138,7 +140,7 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
                 },
                 Invariant::ScopeIsolation => scope_isolation(id, intents),
                 Invariant::TruthfulReply => truthful_reply(id, intent),
-                Invariant::EventualVerdict => eventual_verdict(id, intent),
+                Invariant::EventualVerdict => eventual_verdict(id, intent, bounds),
                 // Judged per invocation by the system, or after crashes, while the run goes.
                 Invariant::NoLostUpdate
                 | Invariant::AccessBeforeReplay
@@ -257,8 +259,14 @@ fn truthful_reply<R: Request, V: fmt::Display>(
 
 /// An intent owed a definite verdict (open, with attempts and retry horizon left, once the
 /// faults stopped) that ended without one.
-fn eventual_verdict<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> Option<String> {
-    if !intent.owed_verdict {
+/// `eventual-verdict`, on the client's side: an intent its client sent after the run's last
+/// fault (`IntentState::owed_verdict`) ends with a definite verdict.
+fn eventual_verdict<R: Request, V: fmt::Display>(
+    id: IntentId,
+    intent: &IntentState<R, V>,
+    bounds: &Bounds,
+) -> Option<String> {
+    if !intent.owed_verdict || intent.deferred.is_some() {
         return None;
     }
     let ended = match intent.verdict.as_ref()? {
@@ -268,12 +276,52 @@ fn eventual_verdict<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> 
             return None
         }
     };
+    let (since, sends_before) = match intent.last_fault {
+        Some(fault) => (
+            format!("after the last fault, {} at {} ms", fault.what, fault.at_ms),
+            fault.sends,
+        ),
+        None => ("in a run with no fault".to_string(), 0),
+    };
     Some(format!(
-        "{} had attempts and retry horizon left once the faults stopped, yet {ended} after {} sends ({} answered pending)",
+        "{} {ended}, though its client sent it {} time(s) {since} ({} of {} attempts and {} \
+         poll(s) in all, the first at {} ms; retry horizon {} ms): {}",
         label(id, intent),
-        intent.attempts,
-        intent.polls
+        intent.attempts - sends_before,
+        intent.attempts - intent.polls,
+        bounds.attempts_max,
+        intent.polls,
+        intent.first_send_ms.unwrap_or(0),
+        bounds.retry_horizon_ms,
+        answers_after(id, intent, sends_before),
     ))
+}
+
+/// The server's answers to the sends of `intent` after its first `sends_before`: `A#3
+/// answered unavailable (database is locked) beside its own earlier attempt still in
+/// progress`, or that none came.
+fn answers_after<R, V: fmt::Display>(
+    id: IntentId,
+    intent: &IntentState<R, V>,
+    sends_before: u32,
+) -> String {
+    let answers: Vec<String> = intent
+        .replies
+        .iter()
+        .filter(|server| server.attempt > sends_before)
+        .map(|server| {
+            let beside = if server.beside_own {
+                " beside its own earlier attempt still in progress"
+            } else {
+                ""
+            };
+            format!("{id}#{} answered {server}{beside}", server.attempt)
+        })
+        .collect();
+    if answers.is_empty() {
+        return "the server answered none of those sends".to_string();
+    }
+    answers.join("; ")
 }
 
 fn silent_key_reuse<R: Request, V: fmt::Display>(
@@ -315,9 +363,15 @@ fn replay_fidelity<R: Request, V: Eq + fmt::Display>(
             )),
             _ => None,
         },
-        Reply::Applied(value) if !server.committed => Some(format!(
-            "{who} was answered applied {value}, but that invocation committed nothing: an unmarked replay"
-        )),
+        Reply::Applied(value) if !server.committed => Some(match &intent.original {
+            Some(original) => format!(
+                "{who} was answered applied {value}, but that invocation committed nothing: a replay of {original} not marked as one"
+            ),
+            None => format!(
+                "{who} was answered applied {value}, but that invocation committed nothing, and the ground truth holds {} committed effect(s) for it and no applied result to replay",
+                intent.effects
+            ),
+        }),
         _ => None,
     })
 }
@@ -389,7 +443,7 @@ pub(crate) fn orphan_effects<R: Request, V>(
         let who = Lazy(|| label(first, intent));
         let owed = intents
             .iter()
-            .any(|other| other.owed_verdict && other.request == intent.request);
+            .any(|other| other.owed_by_store() && other.request == intent.request);
         let detail = if records > effects {
             format!(
                 "{who}: {records} local record(s) of its effect but {effects} effect(s) outside: a record without its effect"
@@ -522,8 +576,10 @@ mod tests {
             }
             intent.add_reply(ServerReply {
                 reply: reply.clone(),
+                attempt: 1,
                 committed: *committed,
                 lookup: false,
+                beside_own: false,
             });
         }
         intent.effects = own;
@@ -536,7 +592,7 @@ mod tests {
         } else {
             effects.extend(others);
         }
-        let broken = check(&world.intents, &effects, Invariant::ALL)
+        let broken = check(&world.intents, &effects, Invariant::ALL, &Bounds::default())
             .into_iter()
             .map(|violation| violation.invariant)
             .collect();

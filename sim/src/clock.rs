@@ -37,6 +37,21 @@ impl Clock {
     }
 }
 
+/// `by_ms` after `now_ms`. Every time a run adds is bounded ([`crate::Bounds::TIME_MOST_MS`],
+/// which [`crate::Bounds::validate`] enforces), so the clock stays far below what its 64 bits
+/// hold.
+///
+/// # Panics
+/// If the sum does not fit: bounds that were not validated.
+pub(crate) fn later_ms(now_ms: u64, by_ms: u64) -> u64 {
+    now_ms.checked_add(by_ms).unwrap_or_else(|| {
+        panic!(
+            "the clock would pass 2^64 ms ({now_ms} + {by_ms}): time limits must be at most \
+             Bounds::TIME_MOST_MS (Bounds::validate refuses larger ones)"
+        )
+    })
+}
+
 /// A moment at which the committed store changes by itself (a purge of expired records) or
 /// starts to behave otherwise (a lease that a later attempt may take over).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -32,8 +32,10 @@ pub enum Invariant {
     EffectRecordAtomicity,
     /// Overlapping invocations never all wait on locks none of them will release.
     NoDeadlock,
-    /// Once faults stop, every intent whose client still had attempts and retry horizon left
-    /// reaches a definite verdict (judged with timed timeouts only).
+    /// Once faults stop, every intent its client sends again reaches a definite verdict,
+    /// unless the server put it off (*pending*, *retry after*) past the client's retry
+    /// horizon; and no record it leaves stays pending (judged with timed timeouts only). A
+    /// client whose own policy let it send no more after the last fault is owed nothing.
     EventualVerdict,
     /// For an effect outside the store (a provider's charge): no local record of an effect
     /// lacks its effect, and, once faults stop, no effect of an intent owed a verdict lacks its
@@ -119,7 +121,7 @@ impl Invariant {
                 "overlapping invocations never all wait on locks none of them will release"
             }
             Invariant::EventualVerdict => {
-                "once faults stop, every intent whose client still had attempts and retry horizon left reaches a definite verdict"
+                "once faults stop, every intent its client sends again reaches a definite verdict, unless the server put it off past the client's retry horizon; and no record it leaves stays pending"
             }
             Invariant::NoOrphanEffect => {
                 "no local record of an effect lacks its outside effect (a charge); once faults stop, no outside effect of an intent owed a verdict lacks its local record"

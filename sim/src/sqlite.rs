@@ -502,7 +502,7 @@ impl Retention {
 }
 
 /// The first column of every row `sql` selects on `connection`, as text, for describing a
-/// store in timelines.
+/// store in timelines; a NULL (a concatenation with a NULL column, say) reads `null`.
 ///
 /// # Panics
 /// If the statement fails: a store the harness describes is always readable.
@@ -511,9 +511,13 @@ pub fn column_strings(connection: &Connection, sql: &str) -> Vec<String> {
         .prepare_cached(sql)
         .expect("the store is readable");
     let rows = statement
-        .query_map([], |row| row.get(0))
+        .query_map([], |row| row.get::<_, Option<String>>(0))
         .expect("the store is readable");
-    rows.map(|row| row.expect("a row reads")).collect()
+    rows.map(|row| {
+        row.expect("a row reads")
+            .unwrap_or_else(|| "null".to_string())
+    })
+    .collect()
 }
 
 /// Executes one parameterless statement through the connection's statement cache (cheaper

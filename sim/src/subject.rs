@@ -1,7 +1,7 @@
 //! [`Subject`]: a system under test behind one object-safe interface, so that the explorers,
 //! the CLI and users' tests can hold any system.
 
-use crate::bounds::Bounds;
+use crate::bounds::{Bounds, BoundsError};
 use crate::choices::{Choices, Decider, SeededChoices, Tape, TapeChoices, TapeError};
 use crate::run::{Enumeration, RunOutcome, Simulator};
 use crate::system::{System, WorkloadLimits};
@@ -36,6 +36,22 @@ pub trait Subject {
 
     /// The most clients and intents per client the system's workloads draw.
     fn workload_limits(&self) -> WorkloadLimits;
+
+    /// Whether the system's store can fail a COMMIT ([`System::storage_faults_possible`]).
+    fn storage_faults_possible(&self) -> bool;
+
+    /// Refuses bounds no run of this system can reach: those [`Bounds::validate_for`]
+    /// refuses, and storage faults where the store has none.
+    fn check_bounds(&self, bounds: &Bounds) -> Result<(), BoundsError> {
+        bounds.validate_for(self.workload_limits())?;
+        if bounds.storage_faults_max > 0 && !self.storage_faults_possible() {
+            return Err(BoundsError::NoSuchFault {
+                field: "storage_faults_max",
+                value: bounds.storage_faults_max,
+            });
+        }
+        Ok(())
+    }
 
     /// A fingerprint of the workload drawn by `workload_answers` that is the same for two
     /// workloads that differ only by which client is which (the same intents per client, the
@@ -79,6 +95,10 @@ impl<S: System> Subject for Simulator<S> {
 
     fn workload_limits(&self) -> WorkloadLimits {
         self.system().workload_limits()
+    }
+
+    fn storage_faults_possible(&self) -> bool {
+        self.system().storage_faults_possible()
     }
 
     fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {

@@ -918,3 +918,56 @@ fn merged_check_shards_report_the_whole_checks_gaps() {
     assert_eq!(merged["coverage_gaps"], whole["coverage_gaps"]);
     assert!(!merged["coverage_gaps"].as_array().unwrap().is_empty());
 }
+
+/// Every time flag is bounded: a value that could carry the clock past its 64 bits is bad
+/// input naming the flag and the largest value accepted, never a panic or a wrapped clock;
+/// `--invocation-limit-ms 0` is refused like `--timeout-ms 0`; a step or attempt limit past
+/// what a run can hold is refused; and storage faults on a store that has none are refused.
+#[test]
+fn bounds_no_run_can_hold_are_refused() {
+    let replay = [
+        "replay",
+        "--model",
+        "counter",
+        "--handler",
+        "keyed-sqlite",
+        "--seed",
+        "0",
+    ];
+    for flag in [
+        "--timeout-ms",
+        "--backoff-ms-base",
+        "--backoff-jitter-ms",
+        "--retry-horizon-ms",
+        "--invocation-limit-ms",
+    ] {
+        assert_bad_input(
+            &[&replay[..], &[flag, "18446744073709551615"]].concat(),
+            &format!("{flag} is 18446744073709551615, but may be at most 1099511627776"),
+        );
+    }
+    // The largest accepted runs, to its end.
+    let longest = retrysim(&[&replay[..], &["--timeout-ms", "1099511627776"]].concat());
+    assert!(
+        matches!(longest.status.code(), Some(0 | 1)),
+        "{}",
+        stderr(&longest)
+    );
+    assert_bad_input(
+        &[&replay[..], &["--invocation-limit-ms", "0"]].concat(),
+        "--invocation-limit-ms must be at least 1",
+    );
+    assert_bad_input(
+        &[&replay[..], &["--steps-max", "4294967295"]].concat(),
+        "--steps-max is 4294967295, but may be at most 10000",
+    );
+    assert_bad_input(
+        &[&replay[..], &["--attempts-max", "4294967295"]].concat(),
+        "--attempts-max is 4294967295, but may be at most 1000",
+    );
+    let atomic = ["check", "--model", "counter", "--handler", "keyed-atomic"];
+    assert_bad_input(
+        &[&atomic[..], &["--storage-faults-max", "1"]].concat(),
+        "--storage-faults-max 1: counter/keyed-atomic has no storage faults to inject",
+    );
+}

@@ -853,6 +853,9 @@ impl Subject for PanicsAfterAHundredRuns {
     fn workload_limits(&self) -> WorkloadLimits {
         self.0.workload_limits()
     }
+    fn storage_faults_possible(&self) -> bool {
+        self.0.storage_faults_possible()
+    }
     fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {
         self.0.workload_class(workload_answers, bounds)
     }

@@ -288,3 +288,42 @@ fn two_clients_racing_on_one_request_id_with_overlapping_invocations() {
         }
     }
 }
+
+/// An outbox whose relay marks a row sent without its charge: a row the schema allows.
+struct SentWithoutCharge;
+
+impl retrysim::models::payment::PaymentHandler for SentWithoutCharge {
+    fn pay(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &retrysim::sqlite::rusqlite::Connection,
+        provider: &Provider,
+        request: &retrysim::models::payment::PaymentRequest,
+    ) -> Result<retrysim::Reply<retrysim::models::payment::Receipt>, retrysim::sqlite::Stop> {
+        retrysim::models::payment::Outbox.pay(ctx, db, provider, request)
+    }
+
+    fn relay(
+        &self,
+        _: &mut Ctx<'_>,
+        db: &retrysim::sqlite::rusqlite::Connection,
+        _: &Provider,
+    ) -> Result<(), retrysim::sqlite::Stop> {
+        db.execute("UPDATE outbox SET sent = 1 WHERE sent = 0", [])?;
+        Ok(())
+    }
+}
+
+/// Describing the store never panics on a row its schema allows: an outbox row sent with no
+/// charge (reachable through the public relay) reads `sent no charge` in every traced run.
+#[test]
+fn a_row_sent_without_its_charge_is_described() {
+    let mut subject = retrysim::Simulator::new(OnPayment(SentWithoutCharge));
+    let mut described = false;
+    for seed in 0..50 {
+        let outcome = retrysim::run_seed(&mut subject, seed, &Bounds::default(), true);
+        let timeline = outcome.timeline.expect("a traced run");
+        described |= timeline.store.contains("sent no charge");
+    }
+    assert!(described, "no run left a row sent without its charge");
+}

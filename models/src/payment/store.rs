@@ -386,7 +386,8 @@ fn describe_local(db: &HarnessDb) -> String {
          FROM payments ORDER BY rowid",
     );
     let outbox = read(
-        "SELECT request_id || CASE WHEN sent = 0 THEN ' queued' ELSE ' sent ch_' || charge_id END \
+        "SELECT request_id || CASE WHEN sent = 0 THEN ' queued' \
+         ELSE ' sent' || coalesce(' ch_' || charge_id, ' no charge') END \
          FROM outbox ORDER BY rowid",
     );
     let queue = if outbox.is_empty() {

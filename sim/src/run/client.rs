@@ -2,11 +2,12 @@
 //! from each answer, under its [`ClientPolicy`].
 
 use super::execution::Execution;
-use super::world::{Body, NextSend, Phase};
+use super::world::{Body, Deferral, NextSend, Phase};
 use super::Session;
+use crate::bounds::Bounds;
 use crate::check::Verdict;
 use crate::choices::ChoiceKind;
-use crate::clock::Timeouts;
+use crate::clock::{later_ms, Timeouts};
 use crate::system::{IntentId, Reply, Request, Status, System};
 use crate::timeline::Lane;
 use serde::Serialize;
@@ -99,10 +100,11 @@ impl<S: System> Execution<'_, '_, S> {
             NextSend::Lookup => Body::Lookup(request, session),
         };
         world.put_in_flight(intent, attempt, body);
+        world.sent(intent);
         let now_ms = world.now_ms;
         world.intent_mut(intent).first_send_ms.get_or_insert(now_ms);
         world.clients[client].phase = Phase::Waiting {
-            deadline_ms: world.now_ms + bounds.timeout_ms,
+            deadline_ms: later_ms(world.now_ms, bounds.timeout_ms),
         };
         let attempts_max = bounds.attempts_max;
         world.note(Lane::Client(client as u32), |w| {
@@ -155,7 +157,7 @@ impl<S: System> Execution<'_, '_, S> {
         points.faults.reconnects += 1;
         let policy = points.bounds.client;
         let lookup = self.system.supports_lookup();
-        self.disturbed();
+        self.disturbed("a reconnect");
         let world = &mut self.world;
         let state = &mut world.clients[client];
         state.generation += 1;
@@ -201,7 +203,10 @@ impl<S: System> Execution<'_, '_, S> {
             self.give_up(client, what);
             return;
         }
-        let backoff_ms = (bounds.backoff_ms_base << (attempts - 1).min(20)).max(at_least_ms);
+        // Doubled at most 20 times; a server's `retry after` is held to the longest time a
+        // bound may be, so neither can carry the clock past what it holds.
+        let doubled_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
+        let backoff_ms = doubled_ms.max(at_least_ms.min(Bounds::TIME_MOST_MS));
         if bounds.timeouts == Timeouts::Untimed {
             self.retry_after(client, what, backoff_ms);
             return;
@@ -211,7 +216,7 @@ impl<S: System> Execution<'_, '_, S> {
             jitter_ms => u64::from(self.points.decider.choose(ChoiceKind::Schedule, 2)) * jitter_ms,
         };
         let world = &self.world;
-        let retry_at_ms = world.now_ms + backoff_ms + jitter_ms;
+        let retry_at_ms = later_ms(world.now_ms, backoff_ms + jitter_ms);
         let first_send_ms = world.intent(intent).first_send_ms.unwrap_or(world.now_ms);
         if retry_at_ms - first_send_ms > bounds.retry_horizon_ms {
             let horizon = bounds.retry_horizon_ms;
@@ -237,6 +242,7 @@ impl<S: System> Execution<'_, '_, S> {
         attempt: u32,
         what: Arguments<'_>,
         at_least_ms: u64,
+        deferral: Deferral,
     ) -> bool {
         if !self.answers_latest_send(client, attempt, what) {
             return false;
@@ -250,6 +256,10 @@ impl<S: System> Execution<'_, '_, S> {
             format_args!("{what}: not a failed attempt"),
             at_least_ms,
         );
+        if self.world.intent(intent).verdict.is_some() {
+            // Polls spend no attempt: only the retry horizon ends them.
+            self.world.intent_mut(intent).deferred = Some(deferral);
+        }
         true
     }
 
@@ -294,12 +304,12 @@ impl<S: System> Execution<'_, '_, S> {
             Timeouts::Timed if backoff_ms == 0 => world.clients[client].phase = Phase::Ready,
             Timeouts::Timed => {
                 world.clients[client].phase = Phase::Backoff {
-                    until_ms: world.now_ms + backoff_ms,
+                    until_ms: later_ms(world.now_ms, backoff_ms),
                 }
             }
             Timeouts::Untimed => {
                 world.clients[client].phase = Phase::Ready;
-                world.now_ms += backoff_ms;
+                world.now_ms = later_ms(world.now_ms, backoff_ms);
             }
         }
     }
@@ -345,6 +355,7 @@ impl<S: System> Execution<'_, '_, S> {
                     attempt,
                     format_args!("{intent}#{attempt} pending"),
                     0,
+                    Deferral::Pending,
                 );
                 return;
             }
@@ -354,7 +365,7 @@ impl<S: System> Execution<'_, '_, S> {
             } if self.points.bounds.timeouts == Timeouts::Timed => {
                 let what =
                     format_args!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
-                self.poll_later(client, attempt, what, retry_after_ms);
+                self.poll_later(client, attempt, what, retry_after_ms, Deferral::RetryAfter);
                 return;
             }
             Reply::Pending => Verdict::Pending,
@@ -403,7 +414,7 @@ impl<S: System> Execution<'_, '_, S> {
             Status::Completed(value) => Verdict::Succeeded(value),
             Status::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
                 let what = format_args!("status {intent}#{attempt} pending");
-                if self.poll_later(client, attempt, what, 0) {
+                if self.poll_later(client, attempt, what, 0, Deferral::Pending) {
                     self.world.clients[client].next = NextSend::Submit;
                 }
                 return;

@@ -445,6 +445,10 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn finish(&mut self, end: RunEnd) -> RunOutcome {
         let final_state =
             (self.pruning.is_some() && end != RunEnd::Pruned).then(|| self.state_fingerprint());
+        if end == RunEnd::Completed {
+            self.assert_end_told_apart(final_state);
+            self.note_unawaited();
+        }
         let applicable = self.system.invariants();
         if end != RunEnd::Completed || self.points.bounds.timeouts != Timeouts::Timed {
             // Liveness is judged only on a run that ran to its end, on the clock.
@@ -456,7 +460,12 @@ impl<S: System> Execution<'_, '_, S> {
             Vec::new()
         } else {
             let effects = self.system.effects(self.store);
-            let mut found = check(&self.world.intents, &effects, applicable);
+            let mut found = check(
+                &self.world.intents,
+                &effects,
+                applicable,
+                &self.points.bounds,
+            );
             found.extend(self.records_left_pending());
             if let Some(records) = self.system.effect_records(self.store) {
                 found.extend(orphan_effects(&self.world.intents, &effects, &records));
@@ -495,10 +504,37 @@ impl<S: System> Execution<'_, '_, S> {
         }
     }
 
+    /// Panics (debug builds) if a run ended in a state hashed like one explored before that
+    /// had not ended. An ended state is judged and never hashed, so one explored with its
+    /// print was a state in the middle of a run: the fingerprint would let that one cover
+    /// this one, and a run through it could end unjudged.
+    fn assert_end_told_apart(&self, final_state: Option<u64>) {
+        if cfg!(debug_assertions) {
+            if let (Some(pruning), Some(state)) = (&self.pruning, final_state) {
+                let explored = pruning.explored.is_some_and(|v| v.contains(state));
+                assert!(
+                    !explored && !pruning.visited.contains(state),
+                    "state hashing: the run ended (tape {:?}) in a state hashed like one that had not ended",
+                    self.points.decider.answers()
+                );
+            }
+        }
+    }
+
+    /// Notes on the timeline the messages a completed run leaves in flight: answers to
+    /// intents already concluded, which would only be ignored.
+    fn note_unawaited(&mut self) {
+        if self.world.rows.is_some() && !self.world.network.is_empty() {
+            let left = self.world.unawaited().join(", ");
+            self.world
+                .note(Lane::Network, |_| format!("left unawaited: {left}"));
+        }
+    }
+
     /// `eventual-verdict`, on the store: no intent owed a verdict leaves its record pending.
     fn records_left_pending(&self) -> Vec<Violation> {
         let owed = self.world.intents.iter().enumerate();
-        owed.filter(|(_, intent)| intent.owed_verdict)
+        owed.filter(|(_, intent)| intent.owed_by_store())
             .filter(|(_, intent)| self.system.is_pending(self.store, &intent.request))
             .map(|(index, intent)| Violation {
                 invariant: Invariant::EventualVerdict,
@@ -550,7 +586,7 @@ impl<S: System> Execution<'_, '_, S> {
             Delivery::Duplicate => {
                 debug_assert!(to_server, "only requests and lookups are duplicated");
                 self.points.faults.duplicates += 1;
-                self.disturbed();
+                self.disturbed("a duplicate");
                 let copy = self.world.network[index].clone();
                 self.world.note(Lane::Network, |_| {
                     format!("duplicate {}: one copy stays in flight", copy.label())
@@ -561,7 +597,7 @@ impl<S: System> Execution<'_, '_, S> {
         };
         if kind == Delivery::Drop {
             self.points.faults.drops += 1;
-            self.disturbed();
+            self.disturbed("a drop");
             self.world
                 .note(Lane::Network, |_| format!("drop {}", message.label()));
             return;
@@ -628,7 +664,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.points.settle_storage_fault();
         for (point, came) in std::mem::take(&mut self.points.storage_settled) {
             if came {
-                self.disturbed();
+                self.disturbed("a storage fault");
             }
             self.world.note(Lane::Server, |_| {
                 if came {
@@ -650,16 +686,14 @@ impl<S: System> Execution<'_, '_, S> {
             }
         }
         if std::mem::take(&mut self.points.links_lost) > 0 {
-            self.disturbed();
+            self.disturbed("an outside call lost");
         }
     }
 
     /// A fault happened: the quiet phase, in which `eventual-verdict` is judged, starts no
     /// earlier.
-    pub(super) fn disturbed(&mut self) {
-        let bounds = &self.points.bounds;
-        self.world
-            .disturbed(bounds.attempts_max, bounds.retry_horizon_ms);
+    pub(super) fn disturbed(&mut self, what: &'static str) {
+        self.world.disturbed(what);
     }
 
     /// Records the reply of an invocation of `intent` (judged against `observation`, taken
@@ -679,10 +713,14 @@ impl<S: System> Execution<'_, '_, S> {
         {
             state.original = Some(value.clone());
         }
+        let beside_own = self.tasks.iter().any(|task| task.intent() == intent);
+        let state = self.world.intent_mut(intent);
         state.add_reply(ServerReply {
             reply: reply.clone(),
+            attempt,
             committed,
             lookup: false,
+            beside_own,
         });
         let judged = self.system.judge(observation, request, &reply, committed);
         for violation in judged {
@@ -702,7 +740,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     pub(super) fn note_crash(&mut self, what: &dyn Display, crash: Crash) {
-        self.disturbed();
+        self.disturbed("a crash");
         self.world.note(Lane::Server, |_| {
             format!("{what} -> CRASH at {}; restart, memory lost", crash.point)
         });
@@ -742,8 +780,10 @@ impl<S: System> Execution<'_, '_, S> {
         if let Some(reply) = recorded {
             self.world.intent_mut(intent).add_reply(ServerReply {
                 reply,
+                attempt,
                 committed: false,
                 lookup: true,
+                beside_own: false,
             });
         }
         self.world.note(Lane::Server, |_| {

@@ -49,6 +49,11 @@ pub(crate) struct Invocation<S: System> {
 }
 
 impl<S: System> Invocation<S> {
+    /// The intent whose request it serves.
+    pub(super) fn intent(&self) -> IntentId {
+        self.intent
+    }
+
     fn label(&self) -> Label {
         Label {
             number: self.number,

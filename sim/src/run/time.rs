@@ -125,7 +125,7 @@ impl<S: System> Execution<'_, '_, S> {
                 .collect()
         });
         let limits = self.limits_reached(now_ms);
-        let over_work_in_flight = !self.world.network.is_empty() || !self.tasks.is_empty();
+        let over_work_in_flight = self.world.work_in_flight() || !self.tasks.is_empty();
         self.world.now_ms = now_ms;
         self.tag.clock().set(now_ms);
         self.world.note(Lane::Clock, |world| {
@@ -136,7 +136,7 @@ impl<S: System> Execution<'_, '_, S> {
         });
         if over_work_in_flight {
             // A slow network or server: as much a fault, for liveness, as a lost message.
-            self.disturbed();
+            self.disturbed("time passing over work in flight");
         }
         if !store_due.is_empty() {
             self.lose_messages_in_flight();

@@ -320,6 +320,11 @@ impl Visited {
         asleep_in_all.map_or(Seen::New, Seen::Partly)
     }
 
+    /// Whether `state` was explored.
+    pub(super) fn contains(&self, state: u64) -> bool {
+        self.states.contains_key(&state)
+    }
+
     /// The visits recorded of `state`, in the order recorded.
     fn visits_of(&self, state: u64) -> impl Iterator<Item = Visit> + '_ {
         let first = self.states.get(&state);

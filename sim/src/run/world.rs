@@ -16,6 +16,34 @@ use std::rc::Rc;
 mod symmetry;
 pub(crate) use symmetry::SymmetricPrint;
 
+/// How the server put an intent off: the answers after which its client polls instead of
+/// spending an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Deferral {
+    /// *Pending* (or a lookup's *pending*): in progress, no time named. The client is owed no
+    /// verdict past its horizon, but the store must still resolve the record once the
+    /// faults stop (its relay, sweeper or lease): `eventual-verdict`'s record half judges
+    /// that.
+    Pending,
+    /// *Retry after*: the server named when it will be ready. A client whose horizon ends
+    /// first is owed nothing, by the server or its store.
+    RetryAfter,
+}
+
+/// The run's last fault, as an intent stood then: what `eventual-verdict` tells of what came
+/// after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LastFault {
+    /// What it was: `a drop`, `a crash`, `time passing over work in flight`.
+    pub(crate) what: &'static str,
+    /// When it came, in simulated milliseconds.
+    pub(crate) at_ms: u64,
+    /// The intent's sends before it.
+    pub(crate) sends: u32,
+    /// The server's answers for the intent before it.
+    pub(crate) replies: usize,
+}
+
 /// One intended operation and everything that happened to it.
 pub(crate) struct IntentState<R, V> {
     pub(crate) client: u32,
@@ -37,9 +65,18 @@ pub(crate) struct IntentState<R, V> {
     /// Sends the server answered *pending* (timed timeouts): answers, not failed attempts,
     /// so they do not count against the attempt budget.
     pub(crate) polls: u32,
-    /// Whether the intent is owed a definite verdict: it was open, with attempts and retry
-    /// horizon left, after the run's last fault so far (`eventual-verdict`).
+    /// Whether the intent is owed a definite verdict (`eventual-verdict`): its client sent it
+    /// after the run's last fault so far (or no fault came yet). A client whose policy let
+    /// it send no more once the faults stopped — no attempt left, or no send within its
+    /// retry horizon — is owed nothing.
     pub(crate) owed_verdict: bool,
+    /// The run's last fault so far, as this intent stood then (for `eventual-verdict`'s
+    /// account; not part of the state).
+    pub(crate) last_fault: Option<LastFault>,
+    /// How the server deferred it, when its client gave up because of that: the next poll
+    /// the answer called for came past the client's retry horizon, so its own policy did
+    /// not wait that long (`eventual-verdict` owes it nothing; see [`Deferral`]).
+    pub(crate) deferred: Option<Deferral>,
     /// When the client first sent it: its retry horizon runs from here.
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
@@ -72,6 +109,8 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             attempts: self.attempts,
             polls: self.polls,
             owed_verdict: self.owed_verdict,
+            last_fault: self.last_fault,
+            deferred: self.deferred,
             first_send_ms: self.first_send_ms,
             verdict: self.verdict.clone(),
             replies: self.replies.clone(),
@@ -97,6 +136,8 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             attempts,
             polls,
             owed_verdict,
+            last_fault,
+            deferred,
             first_send_ms,
             verdict,
             replies,
@@ -115,6 +156,8 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         self.attempts = *attempts;
         self.polls = *polls;
         self.owed_verdict = *owed_verdict;
+        self.last_fault = *last_fault;
+        self.deferred = *deferred;
         self.first_send_ms = *first_send_ms;
         self.verdict.clone_from(verdict);
         self.replies.clone_from(replies);
@@ -143,6 +186,7 @@ impl<R, V: Hash> IntentState<R, V> {
     fn own_print_anew(&self) -> u64 {
         let mut hasher = crate::StateHasher::default();
         self.verdict.hash(&mut hasher);
+        self.deferred.hash(&mut hasher);
         self.effects.hash(&mut hasher);
         self.original.hash(&mut hasher);
         // The checks ask whether some reply breaks a rule: a set of what they can tell apart
@@ -170,6 +214,13 @@ impl<R, V> IntentState<R, V> {
     #[cfg(test)]
     pub(crate) fn evidence(&self) -> &[u64] {
         &self.reply_hashes.0
+    }
+
+    /// Whether the store owes the intent a resolved record (`eventual-verdict`'s record half,
+    /// and `no-orphan-effect` once faults stop): its client sent it after the last fault,
+    /// and the server did not name a time past the client's horizon (see [`Deferral`]).
+    pub(crate) fn owed_by_store(&self) -> bool {
+        self.owed_verdict && self.deferred != Some(Deferral::RetryAfter)
     }
 
     /// Whether the intent is owed a definite verdict and has none yet (once it has one, its
@@ -260,6 +311,11 @@ impl<V> Replies<V> {
         self.newest = Some(Rc::new(ReplyNode { reply, earlier }));
     }
 
+    /// How many answers there are.
+    pub(crate) fn len(&self) -> usize {
+        std::iter::successors(self.newest.as_deref(), |node| node.earlier.as_deref()).count()
+    }
+
     /// The answers, oldest first.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &ServerReply<V>> {
         let mut newest_first: SmallVec<[&ServerReply<V>; 8]> = SmallVec::new();
@@ -277,10 +333,15 @@ impl<V> Replies<V> {
 #[derive(Clone, Hash)]
 pub(crate) struct ServerReply<V> {
     pub(crate) reply: Reply<V>,
+    /// The send it answers (its client's attempt number, polls included).
+    pub(crate) attempt: u32,
     /// Whether the invocation committed an effect for the intent.
     pub(crate) committed: bool,
     /// Whether this was a status lookup's answer.
     pub(crate) lookup: bool,
+    /// Whether another invocation of the same intent was still in progress when it answered
+    /// (overlapping invocations: a retry beside its own earlier attempt).
+    pub(crate) beside_own: bool,
 }
 
 impl<V: fmt::Display> fmt::Display for ServerReply<V> {
@@ -560,6 +621,8 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     attempts: 0,
                     polls: 0,
                     owed_verdict: true,
+                    last_fault: None,
+                    deferred: None,
                     first_send_ms: None,
                     verdict: None,
                     replies: Replies::default(),
@@ -634,7 +697,8 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         }
         self.events.hash(hasher);
         // A reply to an intent its client has concluded can only be ignored (or dropped, to
-        // the same effect): it does not change what can happen next.
+        // the same effect): it does not change what can happen next, nor whether the run
+        // has ended (`finished`).
         let live = self
             .live_messages()
             .map(|message| self.message_print(message, staleness));
@@ -701,10 +765,14 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     /// intents their clients have concluded, which can only be ignored (or dropped, to the
     /// same effect).
     fn live_messages(&self) -> impl Iterator<Item = &Message<R, V>> {
-        self.network.iter().filter(|message| {
-            let to_client = matches!(*message.body, Body::Response(_) | Body::Status(_));
-            !to_client || self.intent(message.intent).verdict.is_none()
-        })
+        self.network.iter().filter(|message| self.awaited(message))
+    }
+
+    /// Whether `message` can still change what happens: a request or a lookup, or an answer
+    /// to an intent its client has not concluded.
+    fn awaited(&self, message: &Message<R, V>) -> bool {
+        let to_client = matches!(*message.body, Body::Response(_) | Body::Status(_));
+        !to_client || self.intent(message.intent).verdict.is_none()
     }
 
     /// Whether a message of `attempt` for `intent` answers, or will answer, the send its
@@ -729,10 +797,30 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         }
     }
 
+    /// Whether the run has ended: every client concluded every intent, no outside event is
+    /// left, and nothing in flight is awaited. A reply to an intent already concluded can
+    /// only be ignored, so it is left in flight: whether a run has ended is then a function
+    /// of what state hashing holds of the state, as it must be (a state hashed like an
+    /// ended one but not ended would cover it, and the end would never be judged).
     pub(crate) fn finished(&self) -> bool {
-        self.network.is_empty()
-            && self.clients.iter().all(|c| c.phase == Phase::Done)
+        self.clients.iter().all(|c| c.phase == Phase::Done)
             && self.events.iter().all(Option::is_none)
+            && self.live_messages().next().is_none()
+    }
+
+    /// Whether something in flight is awaited (a request, a lookup, or an answer to an
+    /// intent still open).
+    pub(crate) fn work_in_flight(&self) -> bool {
+        self.live_messages().next().is_some()
+    }
+
+    /// The labels of the messages in flight no client awaits, oldest first.
+    pub(crate) fn unawaited(&self) -> Vec<String> {
+        let network = self.network.iter();
+        network
+            .filter(|message| !self.awaited(message))
+            .map(Message::label)
+            .collect()
     }
 
     /// The enabled steps, the uneventful first: deliveries (oldest first), sends, outside
@@ -809,18 +897,29 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         self.intents[intent.0 as usize].changed()
     }
 
-    /// A fault happened (or time passed over a message in flight): the quiet phase can start
-    /// no earlier. An intent is owed a definite verdict from here if it is still open with
-    /// attempts and retry horizon left (`eventual-verdict`).
-    pub(crate) fn disturbed(&mut self, attempts_max: u32, retry_horizon_ms: u64) {
-        let now_ms = self.now_ms;
+    /// A fault happened (or time passed over work in flight): the quiet phase can start no
+    /// earlier. From here an intent is owed a definite verdict only once its client sends it
+    /// again ([`World::sent`]): that send, and every later one, travels in the quiet phase.
+    /// A client whose own policy allows it no further send (its attempts spent, or its next
+    /// send past its retry horizon, counting timeouts, backoff and jitter as it does) is owed
+    /// nothing.
+    pub(crate) fn disturbed(&mut self, what: &'static str) {
+        let at_ms = self.now_ms;
         for intent in &mut self.intents {
-            let attempts_left = intent.attempts - intent.polls < attempts_max;
-            let horizon_left = intent
-                .first_send_ms
-                .is_none_or(|first_ms| now_ms - first_ms < retry_horizon_ms);
-            intent.owed_verdict = intent.verdict.is_none() && attempts_left && horizon_left;
+            intent.owed_verdict = false;
+            intent.last_fault = Some(LastFault {
+                what,
+                at_ms,
+                sends: intent.attempts,
+                replies: intent.replies.len(),
+            });
         }
+    }
+
+    /// The client sent `intent` (a submission, a poll or a status lookup): from here it is
+    /// owed a definite verdict, unless a fault comes.
+    pub(crate) fn sent(&mut self, intent: IntentId) {
+        self.intents[intent.0 as usize].owed_verdict = true;
     }
 
     /// The first 64 intents owed a definite verdict, one bit each (the fingerprint holds the
@@ -833,7 +932,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             .enumerate()
             .filter(|(_, intent)| {
                 if records {
-                    intent.owed_verdict
+                    intent.owed_by_store()
                 } else {
                     intent.owes_verdict()
                 }
@@ -1007,8 +1106,8 @@ mod tests {
     }
 
     /// Which intents a visit owes: for a system whose records a run's end judges, also one
-    /// concluded after the last fault, which those records are judged for; not one concluded
-    /// before it.
+    /// sent after the last fault and concluded since, which those records are judged for; not
+    /// one concluded before it.
     #[test]
     fn an_intent_concluded_after_the_last_fault_is_owed_where_records_are_judged() {
         let concluded = |fault_first: bool| {
@@ -1016,11 +1115,12 @@ mod tests {
             let mut world: Fixture = World::new(workload, false);
             world.intents[0].attempts = 1;
             if fault_first {
-                world.disturbed(3, 60_000);
+                world.disturbed("a drop");
+                world.sent(IntentId(0));
             }
             world.intents[0].verdict = Some(Verdict::Succeeded(1));
             if !fault_first {
-                world.disturbed(3, 60_000);
+                world.disturbed("a drop");
             }
             world
         };
@@ -1033,6 +1133,22 @@ mod tests {
             (before.owed_verdicts(true), before.owed_verdicts(false)),
             (0, 0)
         );
+    }
+
+    /// An intent is owed a verdict from the start, and after a fault only once its client
+    /// sends it again: a client that cannot send again is owed nothing.
+    #[test]
+    fn only_a_send_after_the_last_fault_makes_an_intent_owed() {
+        let workload = Workload::of_clients(vec![vec![Intent::new(Keyed::new("a", 1))]]);
+        let mut world: Fixture = World::new(workload, false);
+        assert_eq!(world.owed_verdicts(false), 1);
+        world.now_ms = 700;
+        world.disturbed("a crash");
+        assert_eq!(world.owed_verdicts(false), 0);
+        let fault = world.intents[0].last_fault.expect("recorded");
+        assert_eq!((fault.at_ms, fault.sends, fault.replies), (700, 0, 0));
+        world.sent(IntentId(0));
+        assert_eq!(world.owed_verdicts(false), 1);
     }
 
     #[test]
