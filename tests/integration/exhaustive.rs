@@ -314,7 +314,7 @@ fn keyed_memory_is_clean_exhaustively_without_crashes() {
 }
 
 /// The invariants a report found broken, each with the fewest faults it was broken with.
-fn broken(report: &CheckReport) -> BTreeSet<(Invariant, u32)> {
+pub fn broken(report: &CheckReport) -> BTreeSet<(Invariant, u32)> {
     report
         .violations
         .iter()
@@ -323,7 +323,7 @@ fn broken(report: &CheckReport) -> BTreeSet<(Invariant, u32)> {
 }
 
 /// Each reduction on its own, and all of them together.
-const REDUCTIONS: [Reduction; 5] = [
+pub const REDUCTIONS: [Reduction; 5] = [
     Reduction::STATES,
     Reduction {
         crash_points: true,

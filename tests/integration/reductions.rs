@@ -3,30 +3,12 @@
 //! overlapping invocations and storage faults; and a cross-check over generated
 //! configurations, built-in and outside handlers alike.
 
+use crate::exhaustive::{broken, REDUCTIONS};
 use crate::outside;
 use retrysim::{
-    exhaust, Bounds, CheckOptions, CheckReport, ChoiceKind, Choices, Invariant, Odds, Reduction,
+    exhaust, Bounds, CheckOptions, CheckReport, ChoiceKind, Choices, Odds, Reduction,
     SeededChoices, StopAt, Stopped, Subject, Timeouts,
 };
-use std::collections::BTreeSet;
-
-/// Each reduction on its own, and all of them together.
-const REDUCTIONS: [Reduction; 5] = [
-    Reduction::STATES,
-    Reduction {
-        crash_points: true,
-        ..Reduction::NONE
-    },
-    Reduction {
-        symmetry: true,
-        ..Reduction::NONE
-    },
-    Reduction {
-        sleep_sets: true,
-        ..Reduction::NONE
-    },
-    Reduction::ALL,
-];
 
 /// Every level explored to its end (so every invariant's fewest faults are known).
 fn check(
@@ -48,15 +30,6 @@ fn check(
 /// level where it found a violation, within `runs_max`.
 fn finished(report: &CheckReport, runs_max: u64) -> bool {
     report.stopped != Stopped::RunsMax && report.runs() < runs_max
-}
-
-/// The invariants a check found broken, each with its fewest faults.
-fn broken(report: &CheckReport) -> BTreeSet<(Invariant, u32)> {
-    report
-        .violations
-        .iter()
-        .map(|v| (v.invariant, v.faults))
-        .collect()
 }
 
 /// One client, one intent, `attempts_max` attempts and `faults_max` faults.
