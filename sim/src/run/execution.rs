@@ -693,7 +693,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// A fault happened: the quiet phase, in which `eventual-verdict` is judged, starts no
     /// earlier.
     pub(super) fn disturbed(&mut self, what: &'static str) {
-        self.world.disturbed(what);
+        self.world.disturbed(what, &self.points.bounds);
     }
 
     /// Records the reply of an invocation of `intent` (judged against `observation`, taken

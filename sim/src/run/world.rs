@@ -2,6 +2,7 @@
 //! clock, and the timeline being recorded.
 
 use super::Session;
+use crate::bounds::Bounds;
 use crate::check::{reply_evidence, shares_request_id, Verdict};
 use crate::clock::Timeouts;
 use crate::system::{Intent, IntentId, Reply, Request, Status, Workload};
@@ -65,10 +66,10 @@ pub(crate) struct IntentState<R, V> {
     /// Sends the server answered *pending* (timed timeouts): answers, not failed attempts,
     /// so they do not count against the attempt budget.
     pub(crate) polls: u32,
-    /// Whether the intent is owed a definite verdict (`eventual-verdict`): its client sent it
-    /// after the run's last fault so far (or no fault came yet). A client whose policy let
-    /// it send no more once the faults stopped — no attempt left, or no send within its
-    /// retry horizon — is owed nothing.
+    /// Whether the intent is owed a definite verdict (`eventual-verdict`): its client's own
+    /// policy let it send again after the run's last fault so far (or no fault came yet) —
+    /// an attempt left and a send that fits its retry horizon — or it did send again. A
+    /// client that could not send again is owed nothing.
     pub(crate) owed_verdict: bool,
     /// The run's last fault so far, as this intent stood then (for `eventual-verdict`'s
     /// account; not part of the state).
@@ -898,21 +899,54 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     }
 
     /// A fault happened (or time passed over work in flight): the quiet phase can start no
-    /// earlier. From here an intent is owed a definite verdict only once its client sends it
-    /// again ([`World::sent`]): that send, and every later one, travels in the quiet phase.
-    /// A client whose own policy allows it no further send (its attempts spent, or its next
-    /// send past its retry horizon, counting timeouts, backoff and jitter as it does) is owed
-    /// nothing.
-    pub(crate) fn disturbed(&mut self, what: &'static str) {
+    /// earlier. From here an intent is owed a definite verdict if its client's own policy
+    /// lets it send again ([`World::sends_again`]), or once it does ([`World::sent`]): that
+    /// send, and every later one, travels in the quiet phase.
+    pub(crate) fn disturbed(&mut self, what: &'static str, bounds: &Bounds) {
         let at_ms = self.now_ms;
-        for intent in &mut self.intents {
-            intent.owed_verdict = false;
+        for index in 0..self.intents.len() {
+            let owed = self.sends_again(IntentId(index as u32), bounds);
+            let intent = &mut self.intents[index];
+            intent.owed_verdict = owed;
             intent.last_fault = Some(LastFault {
                 what,
                 at_ms,
                 sends: intent.attempts,
                 replies: intent.replies.len(),
             });
+        }
+    }
+
+    /// Whether `intent`'s client will send it again unless it gets a verdict first, by its
+    /// own policy as it stands now: an intent not yet begun will be sent (or skipped, which
+    /// is a verdict); the current one if its client is about to send, is backing off to a
+    /// send it already found within its horizon, or waits with an attempt left and a retry
+    /// that fits its horizon even at the latest its timeout, backoff and jitter can put it.
+    /// (An answer that puts the client off longer, *pending* or *retry after*, is judged as
+    /// such: [`IntentState::deferred`].)
+    fn sends_again(&self, intent: IntentId, bounds: &Bounds) -> bool {
+        let state = self.intent(intent);
+        if state.verdict.is_some() {
+            return false;
+        }
+        let client = &self.clients[state.client as usize];
+        if client.current() != Some(intent) {
+            return true;
+        }
+        match client.phase {
+            Phase::Ready | Phase::Backoff { .. } => true,
+            Phase::Done => false,
+            Phase::Waiting { deadline_ms } => {
+                let attempts_left = state.attempts - state.polls < bounds.attempts_max;
+                // As the client computes it: the base doubled at most 20 times.
+                let doublings = state.attempts.saturating_sub(1).min(20);
+                let backoff_ms = bounds.backoff_ms_base << doublings;
+                let latest_retry_ms = deadline_ms
+                    .saturating_add(backoff_ms)
+                    .saturating_add(bounds.backoff_jitter_ms);
+                let first_ms = state.first_send_ms.unwrap_or(self.now_ms);
+                attempts_left && latest_retry_ms - first_ms <= bounds.retry_horizon_ms
+            }
         }
     }
 
@@ -1115,12 +1149,12 @@ mod tests {
             let mut world: Fixture = World::new(workload, false);
             world.intents[0].attempts = 1;
             if fault_first {
-                world.disturbed("a drop");
+                world.disturbed("a drop", &Bounds::default());
                 world.sent(IntentId(0));
             }
             world.intents[0].verdict = Some(Verdict::Succeeded(1));
             if !fault_first {
-                world.disturbed("a drop");
+                world.disturbed("a drop", &Bounds::default());
             }
             world
         };
@@ -1135,20 +1169,33 @@ mod tests {
         );
     }
 
-    /// An intent is owed a verdict from the start, and after a fault only once its client
-    /// sends it again: a client that cannot send again is owed nothing.
+    /// An intent is owed a verdict from the start; after a fault, if its client's policy
+    /// lets it send again in its horizon (here: a retry at 1100 ms, after its timeout at
+    /// 1000 ms and 100 ms of backoff), or once it does send again.
     #[test]
-    fn only_a_send_after_the_last_fault_makes_an_intent_owed() {
-        let workload = Workload::of_clients(vec![vec![Intent::new(Keyed::new("a", 1))]]);
-        let mut world: Fixture = World::new(workload, false);
-        assert_eq!(world.owed_verdicts(false), 1);
-        world.now_ms = 700;
-        world.disturbed("a crash");
-        assert_eq!(world.owed_verdicts(false), 0);
-        let fault = world.intents[0].last_fault.expect("recorded");
-        assert_eq!((fault.at_ms, fault.sends, fault.replies), (700, 0, 0));
-        world.sent(IntentId(0));
-        assert_eq!(world.owed_verdicts(false), 1);
+    fn an_intent_is_owed_a_verdict_only_if_its_client_can_send_again() {
+        let owed_after_fault = |retry_horizon_ms: u64| {
+            let workload = Workload::of_clients(vec![vec![Intent::new(Keyed::new("a", 1))]]);
+            let mut world: Fixture = World::new(workload, false);
+            assert_eq!(world.owed_verdicts(false), 1);
+            world.intents[0].attempts = 1;
+            world.intents[0].first_send_ms = Some(0);
+            world.clients[0].phase = Phase::Waiting { deadline_ms: 1_000 };
+            world.now_ms = 700;
+            let bounds = Bounds {
+                retry_horizon_ms,
+                ..Bounds::default()
+            };
+            world.disturbed("a crash", &bounds);
+            let fault = world.intents[0].last_fault.expect("recorded");
+            assert_eq!((fault.at_ms, fault.sends, fault.replies), (700, 1, 0));
+            world
+        };
+        assert_eq!(owed_after_fault(1_100).owed_verdicts(false), 1);
+        let mut too_late = owed_after_fault(1_099);
+        assert_eq!(too_late.owed_verdicts(false), 0);
+        too_late.sent(IntentId(0));
+        assert_eq!(too_late.owed_verdicts(false), 1);
     }
 
     #[test]
