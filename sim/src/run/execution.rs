@@ -707,14 +707,14 @@ impl<S: System> Execution<'_, '_, S> {
         reply: Reply<S::Value>,
         committed: bool,
     ) {
+        // The invocation answering has left `tasks`: any there of its intent is another.
+        let beside_own = self.tasks.iter().any(|task| task.intent() == intent);
         let state = self.world.intent_mut(intent);
         if let (true, None, Reply::Applied(value) | Reply::Replayed(value)) =
             (committed, &state.original, &reply)
         {
             state.original = Some(value.clone());
         }
-        let beside_own = self.tasks.iter().any(|task| task.intent() == intent);
-        let state = self.world.intent_mut(intent);
         state.add_reply(ServerReply {
             reply: reply.clone(),
             attempt,
