@@ -218,8 +218,9 @@ impl<R, V> IntentState<R, V> {
     }
 
     /// Whether the store owes the intent a resolved record (`eventual-verdict`'s record half,
-    /// and `no-orphan-effect` once faults stop): its client sent it after the last fault,
-    /// and the server did not name a time past the client's horizon (see [`Deferral`]).
+    /// and `no-orphan-effect` once faults stop): it is owed a verdict
+    /// ([`IntentState::owed_verdict`]), and the server did not name a time past the client's
+    /// horizon (see [`Deferral`]).
     pub(crate) fn owed_by_store(&self) -> bool {
         self.owed_verdict && self.deferred != Some(Deferral::RetryAfter)
     }
