@@ -36,13 +36,24 @@ fn run_check(
     reduction: Reduction,
     runs_max: u64,
 ) -> CheckReport {
+    check_to_level_end(&mut *(entry.build)(), bounds, reduction, runs_max)
+}
+
+/// Checks `subject` with every level explored to its end (so every invariant's fewest faults
+/// are known), within `runs_max`.
+pub fn check_to_level_end(
+    subject: &mut dyn Subject,
+    bounds: Bounds,
+    reduction: Reduction,
+    runs_max: u64,
+) -> CheckReport {
     let options = CheckOptions {
         reduction,
         runs_max,
         stop: StopAt::EndOfLevel,
         ..CheckOptions::new(bounds)
     };
-    exhaust(&mut *(entry.build)(), &options)
+    exhaust(subject, &options)
 }
 
 /// The exhaustive check as `retrysim check` runs it: stopped at the first violation, which

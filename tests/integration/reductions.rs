@@ -3,28 +3,12 @@
 //! overlapping invocations and storage faults; and a cross-check over generated
 //! configurations, built-in and outside handlers alike.
 
-use crate::exhaustive::{broken, REDUCTIONS};
+use crate::exhaustive::{broken, check_to_level_end as check, REDUCTIONS};
 use crate::outside;
 use retrysim::{
-    exhaust, Bounds, CheckOptions, CheckReport, ChoiceKind, Choices, Odds, Reduction,
-    SeededChoices, StopAt, Stopped, Subject, Timeouts,
+    Bounds, CheckReport, ChoiceKind, Choices, Odds, Reduction, SeededChoices, Stopped, Subject,
+    Timeouts,
 };
-
-/// Every level explored to its end (so every invariant's fewest faults are known).
-fn check(
-    subject: &mut dyn Subject,
-    bounds: Bounds,
-    reduction: Reduction,
-    runs_max: u64,
-) -> CheckReport {
-    let options = CheckOptions {
-        reduction,
-        runs_max,
-        stop: StopAt::EndOfLevel,
-        ..CheckOptions::new(bounds)
-    };
-    exhaust(subject, &options)
-}
 
 /// Whether a check explored every run it set out to: to the end of the bound, or of the
 /// level where it found a violation, within `runs_max`.
