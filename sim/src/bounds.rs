@@ -136,6 +136,18 @@ impl Bounds {
         .fold(0u32, |sum, &kind| sum.saturating_add(kind))
     }
 
+    /// The backoff before a client's retry after `sends` sends, without jitter: the base,
+    /// doubled for each send after the first, at most 20 times.
+    pub(crate) fn backoff_ms(&self, sends: u32) -> u64 {
+        self.backoff_ms_base << sends.saturating_sub(1).min(20)
+    }
+
+    /// Whether a send at `send_ms` of an intent first sent at `first_send_ms` is within the
+    /// retry horizon.
+    pub(crate) fn within_horizon(&self, first_send_ms: u64, send_ms: u64) -> bool {
+        send_ms.saturating_sub(first_send_ms) <= self.retry_horizon_ms
+    }
+
     /// Checks that the limits describe a possible run.
     pub fn validate(&self) -> Result<(), BoundsError> {
         let at_least_one = [

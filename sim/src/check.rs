@@ -259,8 +259,10 @@ fn truthful_reply<R: Request, V: fmt::Display>(
 
 /// An intent owed a definite verdict (open, with attempts and retry horizon left, once the
 /// faults stopped) that ended without one.
-/// `eventual-verdict`, on the client's side: an intent its client sent after the run's last
-/// fault (`IntentState::owed_verdict`) ends with a definite verdict.
+/// `eventual-verdict`, on the client's side: an intent owed a verdict
+/// (`IntentState::owed_verdict`: its client's policy let it send again after the run's last
+/// fault, or it did) ends with a definite verdict, unless the server put it off past the
+/// client's horizon (`IntentState::deferred`).
 fn eventual_verdict<R: Request, V: fmt::Display>(
     id: IntentId,
     intent: &IntentState<R, V>,

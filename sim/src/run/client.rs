@@ -205,8 +205,9 @@ impl<S: System> Execution<'_, '_, S> {
         }
         // Doubled at most 20 times; a server's `retry after` is held to the longest time a
         // bound may be, so neither can carry the clock past what it holds.
-        let doubled_ms = bounds.backoff_ms_base << (attempts - 1).min(20);
-        let backoff_ms = doubled_ms.max(at_least_ms.min(Bounds::TIME_MOST_MS));
+        let backoff_ms = bounds
+            .backoff_ms(attempts)
+            .max(at_least_ms.min(Bounds::TIME_MOST_MS));
         if bounds.timeouts == Timeouts::Untimed {
             self.retry_after(client, what, backoff_ms);
             return;
@@ -218,7 +219,7 @@ impl<S: System> Execution<'_, '_, S> {
         let world = &self.world;
         let retry_at_ms = later_ms(world.now_ms, backoff_ms + jitter_ms);
         let first_send_ms = world.intent(intent).first_send_ms.unwrap_or(world.now_ms);
-        if retry_at_ms - first_send_ms > bounds.retry_horizon_ms {
+        if !bounds.within_horizon(first_send_ms, retry_at_ms) {
             let horizon = bounds.retry_horizon_ms;
             self.give_up(
                 client,

@@ -41,8 +41,6 @@ pub(crate) struct LastFault {
     pub(crate) at_ms: u64,
     /// The intent's sends before it.
     pub(crate) sends: u32,
-    /// The server's answers for the intent before it.
-    pub(crate) replies: usize,
 }
 
 /// One intended operation and everything that happened to it.
@@ -311,11 +309,6 @@ impl<V> Replies<V> {
     pub(crate) fn push(&mut self, reply: ServerReply<V>) {
         let earlier = self.newest.take();
         self.newest = Some(Rc::new(ReplyNode { reply, earlier }));
-    }
-
-    /// How many answers there are.
-    pub(crate) fn len(&self) -> usize {
-        std::iter::successors(self.newest.as_deref(), |node| node.earlier.as_deref()).count()
     }
 
     /// The answers, oldest first.
@@ -913,7 +906,6 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 what,
                 at_ms,
                 sends: intent.attempts,
-                replies: intent.replies.len(),
             });
         }
     }
@@ -939,14 +931,11 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             Phase::Done => false,
             Phase::Waiting { deadline_ms } => {
                 let attempts_left = state.attempts - state.polls < bounds.attempts_max;
-                // As the client computes it: the base doubled at most 20 times.
-                let doublings = state.attempts.saturating_sub(1).min(20);
-                let backoff_ms = bounds.backoff_ms_base << doublings;
                 let latest_retry_ms = deadline_ms
-                    .saturating_add(backoff_ms)
+                    .saturating_add(bounds.backoff_ms(state.attempts))
                     .saturating_add(bounds.backoff_jitter_ms);
                 let first_ms = state.first_send_ms.unwrap_or(self.now_ms);
-                attempts_left && latest_retry_ms - first_ms <= bounds.retry_horizon_ms
+                attempts_left && bounds.within_horizon(first_ms, latest_retry_ms)
             }
         }
     }
@@ -1189,7 +1178,7 @@ mod tests {
             };
             world.disturbed("a crash", &bounds);
             let fault = world.intents[0].last_fault.expect("recorded");
-            assert_eq!((fault.at_ms, fault.sends, fault.replies), (700, 1, 0));
+            assert_eq!((fault.at_ms, fault.sends), (700, 1));
             world
         };
         assert_eq!(owed_after_fault(1_100).owed_verdicts(false), 1);
