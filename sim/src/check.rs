@@ -602,6 +602,11 @@ mod tests {
         Some((broken, intent.original, intent.evidence().to_vec()))
     }
 
+    /// An intent's original result and the evidence kept of its answers.
+    type Evidence = (Option<u32>, Vec<u64>);
+    /// The invariants broken by the first history with some evidence, and its index.
+    type FirstJudged = (BTreeSet<Invariant>, usize);
+
     /// State hashing keeps of an intent's answers only what `reply_evidence` keeps: every two
     /// lists of answers that agree in it (and in the original result) are judged alike, in
     /// every workload, count of effects and verdict tried.
@@ -624,10 +629,7 @@ mod tests {
                 (0, 1, false),
             ] {
                 for verdict in &verdicts {
-                    let mut judgements: BTreeMap<
-                        (Option<u32>, Vec<u64>),
-                        (BTreeSet<Invariant>, usize),
-                    > = BTreeMap::new();
+                    let mut judgements: BTreeMap<Evidence, FirstJudged> = BTreeMap::new();
                     for (index, history) in histories.iter().enumerate() {
                         let Some((broken, original, evidence)) =
                             judged(workload, history, effects, verdict)

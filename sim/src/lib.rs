@@ -17,6 +17,7 @@ pub mod choices;
 mod clock;
 mod determinism;
 mod explore;
+mod fault_vfs;
 mod invariant;
 mod mermaid;
 mod phases;

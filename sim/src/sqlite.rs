@@ -1,6 +1,7 @@
 //! Ground truth for SQLite stores, recorded inside the same transaction as the effect.
 //!
-//! A [`HarnessDb`] is a shared in-memory database (`file:/NAME?vfs=memdb`) kept alive by a
+//! A [`HarnessDb`] is a shared in-memory database (SQLite's `memdb`, through a VFS that makes
+//! a write fail with `SQLITE_IOERR_WRITE` when the schedule chose a storage fault) kept alive by a
 //! harness-held *keeper* connection, so it survives the server's connections being closed by a
 //! simulated crash. Triggers on the domain's effect tables write the current intent (read
 //! from the engine's [`IntentTag`] through the SQL function `retrysim_intent()`) into the
@@ -9,6 +10,7 @@
 //! run's simulated clock in milliseconds (never the wall clock).
 
 use crate::clock::Deadline;
+use crate::fault_vfs;
 pub use crate::run::tasks::wait_for_lock;
 use crate::system::{Crash, IntentId, IntentTag, Reply, Status};
 /// The rusqlite the harness is built on: write handlers against this one, so that their
@@ -142,7 +144,7 @@ impl HarnessDb {
     pub fn create(tag: &IntentTag, schema: &str, effect_tables: &[&str]) -> rusqlite::Result<Self> {
         configure_sqlite();
         let number = DATABASES_OPENED.fetch_add(1, Ordering::Relaxed);
-        let uri = format!("file:/retrysim-{number}?vfs=memdb");
+        let uri = format!("file:/retrysim-{number}?vfs={}", fault_vfs::VFS_NAME);
         let keeper = open_connection(&uri, tag)?;
         keeper.execute_batch(&format!("PRAGMA page_size = {PAGE_SIZE_BYTES}"))?;
         keeper.execute_batch(schema)?;
@@ -189,9 +191,6 @@ impl HarnessDb {
         let commits = Arc::clone(&self.other_commits);
         let tag = self.tag.clone();
         connection.commit_hook(Some(move || {
-            if tag.commit_fails() {
-                return true;
-            }
             tag.durable_change_committed();
             commits.fetch_add(1, Ordering::Relaxed);
             false
@@ -401,7 +400,9 @@ impl DatabaseFile {
             code == rusqlite::ffi::SQLITE_OK && !file.is_null(),
             "the database has a file"
         );
-        DatabaseFile(file)
+        // SAFETY: the file is open; the copy is made below the storage-fault VFS, whose
+        // writes may fail.
+        DatabaseFile(unsafe { fault_vfs::unwrapped(file) })
     }
 
     fn methods(&self) -> &rusqlite::ffi::sqlite3_io_methods {
@@ -539,6 +540,7 @@ fn configure_sqlite() {
             rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as c_int);
         }
     });
+    fault_vfs::register();
 }
 
 /// The database's page size, set before its schema: SQLite's smallest. A transaction copies
@@ -574,14 +576,13 @@ fn open_connection(uri: &str, tag: &IntentTag) -> rusqlite::Result<Connection> {
         FunctionFlags::SQLITE_UTF8,
         move |_| Ok(i64::try_from(clock.now_ms()).unwrap_or(i64::MAX)),
     )?;
-    // A storage fault the schedule chose: this COMMIT rolls back and fails. Any other
-    // commit is a durable change.
-    let storage = tag.clone();
+    // A storage fault the schedule chose fails the COMMIT's first write (see `fault_vfs`).
+    fault_vfs::give_tag(&connection, tag);
+    // Every commit may be a durable change (one whose write then fails is counted too: the
+    // count may only move more often than the database changes).
+    let changes = tag.clone();
     connection.commit_hook(Some(move || {
-        if storage.commit_fails() {
-            return true;
-        }
-        storage.durable_change_committed();
+        changes.durable_change_committed();
         false
     }));
     Ok(connection)

@@ -86,10 +86,12 @@ impl IntentTag {
         &self.clock
     }
 
-    /// For a commit hook: whether this COMMIT fails, because the schedule chose a storage
-    /// fault (SQLite then rolls the transaction back and the statement returns an error, as a
-    /// full disk or an I/O error would). Every connection [`crate::sqlite::HarnessDb`] opens
-    /// asks it; a store of its own can too, and says so in
+    /// For a store's write path: whether this write fails, because the schedule chose a
+    /// storage fault (once it has said yes, it says no until the schedule chooses another).
+    /// Every database [`crate::sqlite::HarnessDb`] opens asks it at the first write of a
+    /// COMMIT, which then fails with `SQLITE_IOERR_WRITE`: SQLite rolls the transaction back
+    /// and the statement returns the I/O error, as on a failing disk. A store of its own can
+    /// ask it too (in a commit hook, say, which fails the COMMIT), and says so in
     /// [`System::storage_faults_possible`].
     pub fn commit_fails(&self) -> bool {
         self.storage_fault

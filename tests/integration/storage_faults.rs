@@ -1,15 +1,18 @@
 //! Storage faults from the schedule: at a crash point the schedule may make the next COMMIT
-//! fail (SQLite's commit hook rolls it back), and `truthful-reply` holds every reply to what
-//! its own invocation committed.
+//! fail (its first write fails with an I/O error, and SQLite rolls the transaction back), and
+//! `truthful-reply` holds every reply to what its own invocation committed.
 
 use crate::entry;
 use retrysim::models::counter::{CounterRequest, KeyedSqlite, OnSqlite};
 use retrysim::models::reservation::{
     ActionRecord, OnReservation, ReservationRequest, REQUEST_ID, TENANT_A,
 };
+use retrysim::sqlite::rusqlite::{self, params, Connection, ErrorCode};
+use retrysim::sqlite::{execute_cached, Stop};
 use retrysim::{
-    exhaust, replay, Bounds, CheckOptions, Invariant, Lane, RunOutcome, Sandbox, Session, Status,
-    Tape,
+    exhaust, replay, run_seed, AdminSql, Bounds, CheckOptions, Ctx, Decider, Intent, Invariant,
+    Keyed, Lane, OnSql, Reply, RunOutcome, Sandbox, Session, Simulator, SqlHandler, Status, Tape,
+    Workload,
 };
 
 fn with_storage_faults() -> Bounds {
@@ -52,7 +55,7 @@ fn a_failed_commit_rolls_back_and_is_answered_unavailable() {
         server_rows(&outcome),
         [
             "handle A#1: storage fault after before-commit: the next COMMIT fails and rolls back",
-            "handle A#1 -> unavailable: storage error: constraint failed",
+            "handle A#1 -> unavailable: storage error: disk I/O error",
             "handle A#2 -> applied accepted 5 (total 5)",
         ]
     );
@@ -146,4 +149,107 @@ fn a_sandbox_call_commits() {
     };
     let reply = desk.call(retrysim::IntentId(0), &request);
     assert!(matches!(reply, retrysim::Reply::Applied(_)), "{reply:?}");
+}
+
+/// A keyed counter written as a user writes one, that answers a failed COMMIT with the error
+/// rusqlite gave it, and whether the database is still whole after SQLite's rollback.
+struct CommitErrorReporter;
+
+impl CommitErrorReporter {
+    fn commit_failure(db: &Connection, error: &rusqlite::Error) -> Reply<i64> {
+        let whole: String = db
+            .query_row("PRAGMA quick_check", [], |row| row.get(0))
+            .unwrap_or_else(|error| format!("unreadable: {error}"));
+        let code = match error {
+            rusqlite::Error::SqliteFailure(failure, _) => {
+                format!("{:?} (extended {})", failure.code, failure.extended_code)
+            }
+            other => format!("not a SQLite failure: {other}"),
+        };
+        Reply::Unavailable(
+            format!(
+                "commit failed: {code}; in a transaction: {}; quick_check {whole}",
+                !db.is_autocommit()
+            )
+            .into(),
+        )
+    }
+}
+
+impl SqlHandler for CommitErrorReporter {
+    type Request = Keyed<i64>;
+    type Value = i64;
+    type Memory = ();
+    const SCHEMA: &'static str =
+        "CREATE TABLE counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
+         INSERT INTO counter VALUES (1, 0);
+         CREATE TABLE records (key TEXT PRIMARY KEY, total INTEGER NOT NULL);";
+    const EFFECT_TABLES: &'static [&'static str] = &["counter"];
+
+    fn workload(&self, _: &mut Decider<'_>, _: &Bounds) -> Workload<Keyed<i64>, AdminSql> {
+        Workload::of_clients(vec![vec![Intent::new(Keyed::new("k1", 5))]])
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        _: &mut (),
+        request: &Keyed<i64>,
+    ) -> Result<Reply<i64>, Stop> {
+        ctx.point("before-begin")?;
+        execute_cached(db, "BEGIN IMMEDIATE")?;
+        let saved = db
+            .prepare_cached("SELECT total FROM records WHERE key = ?1")?
+            .query_row([&request.id], |row| row.get(0));
+        if let Ok(total) = saved {
+            execute_cached(db, "COMMIT")?;
+            return Ok(Reply::Replayed(total));
+        }
+        let total: i64 = db
+            .prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
+            .query_row([request.args], |row| row.get(0))?;
+        db.execute(
+            "INSERT INTO records VALUES (?1, ?2)",
+            params![request.id, total],
+        )?;
+        ctx.point("before-commit")?;
+        if let Err(error) = execute_cached(db, "COMMIT") {
+            return Ok(Self::commit_failure(db, &error));
+        }
+        ctx.point("after-commit")?;
+        Ok(Reply::Applied(total))
+    }
+}
+
+/// What a handler's COMMIT meets at a storage fault is what a failing disk gives: rusqlite's
+/// `SystemIoFailure` (`SQLITE_IOERR_WRITE`), the transaction rolled back by SQLite itself and
+/// the database whole, on invocations one at a time and on overlapping ones' own connections.
+#[test]
+fn a_storage_fault_is_an_io_error_to_the_handler() {
+    for invocations_max in [1, 2] {
+        let bounds = Bounds {
+            faults_max: 1,
+            storage_faults_max: 1,
+            invocations_max,
+            ..Bounds::default()
+        };
+        let mut subject = Simulator::new(OnSql(CommitErrorReporter));
+        let failures: Vec<String> = (0..400)
+            .flat_map(|seed| server_rows(&run_seed(&mut subject, seed, &bounds, true)))
+            .filter(|row| row.contains("commit failed"))
+            .collect();
+        assert!(
+            failures.len() >= 3,
+            "few COMMITs failed at invocations_max {invocations_max}: {failures:?}"
+        );
+        let expected = format!(
+            "commit failed: {:?} (extended {}); in a transaction: false; quick_check ok",
+            ErrorCode::SystemIoFailure,
+            rusqlite::ffi::SQLITE_IOERR_WRITE
+        );
+        for failure in &failures {
+            assert!(failure.ends_with(&expected), "{failure}");
+        }
+    }
 }
