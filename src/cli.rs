@@ -3,7 +3,7 @@
 //! Exit status: 0 clean (or every handler as declared), 1 a violation was found, 2 bad input
 //! or an output error, 3 (`check` only) inconclusive.
 
-use crate::merge::{merge, ShardReport};
+use crate::merge::{merge, ShardReport, REPORT_BYTES_MAX};
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
     check_determinism, exhaust_on_reporting, explore_with_progress, replay, run_seed, shrink,
@@ -866,12 +866,29 @@ fn run_check(
     }))
 }
 
+/// A shard report's text: at most [`REPORT_BYTES_MAX`] bytes of UTF-8 from a file.
+fn read_report(file: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let opened = std::fs::File::open(file).map_err(|error| error.to_string())?;
+    let mut bytes = Vec::new();
+    opened
+        .take(REPORT_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| error.to_string())?;
+    if bytes.len() as u64 > REPORT_BYTES_MAX {
+        return Err(format!(
+            "longer than {} MiB: not a shard report",
+            REPORT_BYTES_MAX / (1024 * 1024)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text: not a shard report".to_string())
+}
+
 fn run_merge(files: &[std::path::PathBuf], json: bool) -> Result<Printed, UsageError> {
     let mut shards = Vec::new();
     for file in files {
         let name = file.display().to_string();
-        let text = std::fs::read_to_string(file)
-            .map_err(|error| UsageError(format!("{name}: {error}")))?;
+        let text = read_report(file).map_err(|why| UsageError(format!("{name}: {why}")))?;
         for (number, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;

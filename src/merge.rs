@@ -5,20 +5,34 @@
 //!   counterexamples found at that fault level, the first in the order one machine explores
 //!   is the whole check's: workloads come in the order of their tapes (the answers that draw
 //!   them come first), and each workload is one shard's, whose first counterexample is the
-//!   one machine's. Runs, states and coverage are the shards' sums: for a check that exhausted
-//!   its bound they are one machine's, run for run; a shard that found a violation stopped at
-//!   its own first violating level, so then they may differ.
+//!   one machine's. Runs, states, levels and coverage are the shards' sums: for a check that
+//!   exhausted its bound they are one machine's, run for run; a shard that found a violation
+//!   stopped at its own first violating level, so then they may differ.
+//! - **`--runs-max` is each shard's own**: N shards may run up to N times the cap between
+//!   them, and the merged report says so (`runs_max_in_all`). If any shard reached its cap,
+//!   the whole check is not exhausted (exit 3), whatever the others did: what that shard
+//!   left unexplored is unexplored. A check that one machine stops at its cap may therefore
+//!   be exhausted by N shards with the same cap; give the shards `--runs-max` of the whole
+//!   divided by N to hold them to one machine's budget.
 //! - **explore**: seeds, runs and per-invariant counts are summed; each invariant's lowest
 //!   failing seed, and the shrunk first failure, are the shards' lowest.
 //!
-//! The shards must be one exploration: the same model, handler, bounds and options, parts
-//! 1 to N of N, each once.
+//! Every report is read in the shape `--json` writes it, field by field: an unknown or
+//! missing field, or a value of the wrong type, is bad input naming the file, and so is a sum
+//! past 2^64. The shards must be one exploration: the same model, handler, bounds and
+//! options, parts 1 to N of N, each once.
 
 use retrysim_models as models;
 use retrysim_sim::{coverage_gaps, Bounds, Invariant};
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::fmt;
+
+/// The most a shard report may hold, in bytes: far more than any report `--json` writes (a
+/// timeline or two), far less than a machine's memory.
+pub const REPORT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 /// Why shard reports cannot be merged (bad input: exit status 2).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +49,8 @@ impl std::error::Error for MergeError {}
 /// The merged verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Merged {
-    /// The merged report, in the shape of one shard's (`shard` is `1/1`).
+    /// The merged report, in the shape of one machine's (`shard` is `1/1`), with `shards`
+    /// (how many were merged) and, for a check, `runs_max_in_all`.
     pub report: Value,
     /// A short text summary.
     pub summary: String,
@@ -52,15 +67,201 @@ pub struct ShardReport {
     pub json: Value,
 }
 
+/// `check --json`, as it is written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckJson {
+    model: String,
+    handler: String,
+    options: CheckOptionsJson,
+    report: CheckReportJson,
+    runs: u64,
+    unique_states: u64,
+    elapsed_seconds: f64,
+    /// A shard's own gaps: the merge judges gaps from the summed coverage instead.
+    #[serde(rename = "coverage_gaps")]
+    _coverage_gaps: Vec<String>,
+    /// The same as `report.violations`.
+    violations: Vec<CounterexampleJson>,
+    minimal: Option<Value>,
+}
+
+/// A check's options: the fields merge reads are typed, the rest must only agree.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct CheckOptionsJson {
+    bounds: BoundsJson,
+    checkpoints: bool,
+    only: Value,
+    prefix: Vec<u32>,
+    reduction: BTreeMap<String, bool>,
+    rounds: Value,
+    runs_max: u64,
+    shard: String,
+    stop: String,
+}
+
+/// A run's bounds, as `Bounds` serialises them: the fault limits merge judges gaps by are
+/// typed (a count, or `"unbounded"`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct BoundsJson {
+    steps_max: u64,
+    clients_max: u64,
+    intents_max: u64,
+    attempts_max: u64,
+    invocations_max: u64,
+    faults_max: Limit,
+    drops_max: Limit,
+    duplicates_max: Limit,
+    crashes_max: Limit,
+    reconnects_max: Limit,
+    storage_faults_max: Limit,
+    timeouts: String,
+    timeout_ms: u64,
+    backoff_ms_base: u64,
+    backoff_jitter_ms: u64,
+    retry_horizon_ms: u64,
+    invocation_limit_ms: Option<u64>,
+    client: String,
+}
+
+/// A fault limit: a count, or `"unbounded"`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+enum Limit {
+    Count(u32),
+    Word(String),
+}
+
+impl Limit {
+    fn value(&self) -> Result<u32, String> {
+        match self {
+            Limit::Count(count) => Ok(*count),
+            Limit::Word(word) if word == "unbounded" => Ok(Bounds::UNBOUNDED),
+            Limit::Word(word) => Err(format!("a fault limit reads `{word}`")),
+        }
+    }
+}
+
+/// A check's report proper.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct CheckReportJson {
+    levels: Vec<LevelJson>,
+    stopped: StoppedJson,
+    step_limited: u64,
+    coverage: CoverageJson,
+    violations: Vec<CounterexampleJson>,
+    workloads: u64,
+    symmetric_workloads: u64,
+}
+
+/// Why a check stopped.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+enum StoppedJson {
+    Exhausted,
+    Violation,
+    RunsMax,
+}
+
+/// One fault level of a check.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct LevelJson {
+    faults_max: u32,
+    runs: u64,
+    pruned: u64,
+    unique_states: u64,
+    final_states: u64,
+}
+
+/// What a check's runs exercised.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct CoverageJson {
+    drops: u64,
+    duplicates: u64,
+    crashes: u64,
+    reconnects: u64,
+    storage: u64,
+    crash_points: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    crashes_covered: BTreeMap<String, u64>,
+    situations: Vec<SituationRunsJson>,
+}
+
+/// How many runs exercised a situation.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct SituationRunsJson {
+    situation: SituationJson,
+    runs: u64,
+}
+
+/// A situation a system declares.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct SituationJson {
+    name: String,
+    tests: String,
+}
+
+/// A check's counterexample.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct CounterexampleJson {
+    invariant: String,
+    tape: Vec<u32>,
+    faults: u32,
+    level_faults_max: u32,
+}
+
+/// `explore --json`, as it is written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExploreJson {
+    model: String,
+    handler: String,
+    seeds: SeedsJson,
+    shard: String,
+    bounds: BoundsJson,
+    executions: u64,
+    elapsed_seconds: f64,
+    runs_with_fault: u64,
+    runs_step_limited: u64,
+    violations: Vec<FailureJson>,
+    first: Option<Value>,
+}
+
+/// A seed range.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct SeedsJson {
+    start: u64,
+    end: u64,
+}
+
+/// An exploration's first failure of one invariant.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct FailureJson {
+    invariant: String,
+    seed: u64,
+    tape: Vec<u32>,
+    runs: u64,
+}
+
 /// Merges the reports of the shards of one check or one exploration.
 pub fn merge(shards: &[ShardReport]) -> Result<Merged, MergeError> {
     let first = shards
         .first()
         .ok_or_else(|| MergeError("no shard reports given".to_string()))?;
     if first.json.get("report").is_some() {
-        merge_checks(shards)
+        merge_checks(&read_all(shards)?)
     } else if first.json.get("executions").is_some() {
-        merge_explorations(shards)
+        merge_explorations(&read_all(shards)?)
     } else {
         Err(MergeError(format!(
             "{}: not the JSON of `check --json` or `explore --json`",
@@ -69,22 +270,51 @@ pub fn merge(shards: &[ShardReport]) -> Result<Merged, MergeError> {
     }
 }
 
-/// Each shard's report in shard order, after checking that they are parts 1..N of one run:
-/// `same` names the fields that must agree, `shard_at` where a report keeps its shard.
-fn in_shard_order<'s>(
-    shards: &'s [ShardReport],
-    same: &[&str],
-    shard_at: &[&str],
-) -> Result<Vec<&'s ShardReport>, MergeError> {
-    let mut numbered = Vec::with_capacity(shards.len());
-    for shard in shards {
-        let text = field(&shard.json, shard_at)
-            .and_then(Value::as_str)
-            .unwrap_or("1/1");
-        let part: retrysim_sim::Shard = text
+/// Each shard's report in the shape its kind is written in, or which file is not.
+fn read_all<T: for<'de> Deserialize<'de>>(
+    shards: &[ShardReport],
+) -> Result<Vec<(&str, T)>, MergeError> {
+    shards
+        .iter()
+        .map(|shard| {
+            T::deserialize(&shard.json)
+                .map(|read| (shard.name.as_str(), read))
+                .map_err(|error| {
+                    MergeError(format!(
+                        "{}: not a shard report as `--json` writes it: {error}",
+                        shard.name
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// `a + b`, or bad input naming what overflowed.
+fn add(a: u64, b: u64, what: &str) -> Result<u64, MergeError> {
+    a.checked_add(b)
+        .ok_or_else(|| MergeError(format!("the shards' {what} add up past 2^64")))
+}
+
+/// The sum of `values`, checked.
+fn sum(values: impl IntoIterator<Item = u64>, what: &str) -> Result<u64, MergeError> {
+    values
+        .into_iter()
+        .try_fold(0, |total, value| add(total, value, what))
+}
+
+/// The reports in shard order, after checking that they are parts 1..N of one run:
+/// `shard_of` reads a report's shard, `same` what must agree between them.
+fn in_shard_order<'r, T, K: PartialEq>(
+    reports: &'r [(&'r str, T)],
+    shard_of: impl Fn(&T) -> &str,
+    same: impl Fn(&T) -> K,
+) -> Result<Vec<&'r (&'r str, T)>, MergeError> {
+    let mut numbered = Vec::with_capacity(reports.len());
+    for report in reports {
+        let part: retrysim_sim::Shard = shard_of(&report.1)
             .parse()
-            .map_err(|error| MergeError(format!("{}: {error}", shard.name)))?;
-        numbered.push((part, shard));
+            .map_err(|error| MergeError(format!("{}: {error}", report.0)))?;
+        numbered.push((part, report));
     }
     let count = numbered[0].0.count();
     numbered.sort_by_key(|(part, _)| part.index());
@@ -98,104 +328,97 @@ fn in_shard_order<'s>(
         )));
     }
     let reference = numbered[0].1;
-    for (_, shard) in &numbered {
-        for key in same {
-            if shard.json.get(*key) != reference.json.get(*key) {
-                return Err(MergeError(format!(
-                    "{} and {} are not shards of one run: their {key} differ",
-                    reference.name, shard.name
-                )));
-            }
+    for (_, report) in &numbered {
+        if same(&report.1) != same(&reference.1) {
+            return Err(MergeError(format!(
+                "{} and {} are not shards of one run: their model, handler, bounds or options \
+                 differ",
+                reference.0, report.0
+            )));
         }
     }
-    Ok(numbered.into_iter().map(|(_, shard)| shard).collect())
+    Ok(numbered.into_iter().map(|(_, report)| report).collect())
 }
 
-fn field<'v>(value: &'v Value, path: &[&str]) -> Option<&'v Value> {
-    path.iter().try_fold(value, |value, key| value.get(*key))
-}
-
-fn number(value: &Value, path: &[&str]) -> u64 {
-    field(value, path).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// The options of a check but its shard: what the shards of one check share.
-fn options_but_shard(json: &Value) -> Value {
-    let mut options = json.get("options").cloned().unwrap_or(Value::Null);
-    if let Some(options) = options.as_object_mut() {
-        options.remove("shard");
+/// A check's options but its shard: what the shards of one check share.
+fn options_but_shard(options: &CheckOptionsJson) -> CheckOptionsJson {
+    CheckOptionsJson {
+        shard: String::new(),
+        ..options.clone()
     }
-    options
 }
 
-fn merge_checks(shards: &[ShardReport]) -> Result<Merged, MergeError> {
-    let shared: Vec<ShardReport> = shards
+fn merge_checks(reports: &[(&str, CheckJson)]) -> Result<Merged, MergeError> {
+    if let Some((name, _)) = reports
         .iter()
-        .map(|shard| {
-            let mut json = shard.json.clone();
-            json["options_but_shard"] = options_but_shard(&shard.json);
-            ShardReport {
-                name: shard.name.clone(),
-                json,
-            }
-        })
-        .collect();
+        .find(|(_, check)| check.violations != check.report.violations)
+    {
+        return Err(MergeError(format!(
+            "{name}: its violations and its report's differ: not a report as `--json` writes it"
+        )));
+    }
     let ordered = in_shard_order(
-        &shared,
-        &["model", "handler", "options_but_shard"],
-        &["options", "shard"],
+        reports,
+        |check| &check.options.shard,
+        |check| {
+            (
+                check.model.clone(),
+                check.handler.clone(),
+                options_but_shard(&check.options),
+            )
+        },
     )?;
-    let reports: Vec<&Value> = ordered.iter().map(|s| &s.json["report"]).collect();
-    let stop = field(&ordered[0].json, &["options", "stop"])
-        .and_then(Value::as_str)
-        .unwrap_or("first-violation")
-        .to_string();
-    let violations = whole_check_violations(&reports, &stop);
+    let checks: Vec<&CheckJson> = ordered.iter().map(|(_, check)| check).collect();
+    let first = checks[0];
+    let stop = first.options.stop.as_str();
+    let violations = whole_check_violations(&checks, stop);
     let minimal = violations.first().and_then(|chosen| {
-        ordered
+        checks
             .iter()
-            .find(|shard| shard.json["report"]["violations"].get(0) == Some(chosen))
-            .and_then(|shard| shard.json.get("minimal").cloned())
+            .find(|check| check.report.violations.first() == Some(chosen))
+            .and_then(|check| check.minimal.clone())
     });
     let stopped = if !violations.is_empty() && stop != "end-of-bound" {
-        "violation"
-    } else if reports.iter().any(|r| r["stopped"] == "runs-max") {
-        "runs-max"
-    } else {
-        "exhausted"
-    };
-    let coverage = summed_coverage(&reports);
-    let gaps = whole_coverage_gaps(&coverage, &ordered[0].json)?;
-    let sum = |path: &[&str]| reports.iter().map(|r| number(r, path)).sum::<u64>();
-    let runs: u64 = ordered.iter().map(|s| number(&s.json, &["runs"])).sum();
-    let states: u64 = ordered
+        StoppedJson::Violation
+    } else if checks
         .iter()
-        .map(|s| number(&s.json, &["unique_states"]))
-        .sum();
-    let mut options = ordered[0].json["options"].clone();
+        .any(|check| check.report.stopped == StoppedJson::RunsMax)
+    {
+        StoppedJson::RunsMax
+    } else {
+        StoppedJson::Exhausted
+    };
+    let coverage = summed_coverage(&checks)?;
+    let gaps = whole_coverage_gaps(&coverage, first)?;
+    let mut options = serde_json::to_value(&first.options).expect("options serialise");
     options["shard"] = json!("1/1");
+    let shard_count = u64::try_from(checks.len()).expect("a count of files fits");
+    let runs_max_in_all = first.options.runs_max.saturating_mul(shard_count);
     let report = json!({
-        "model": ordered[0].json["model"],
-        "handler": ordered[0].json["handler"],
+        "model": first.model,
+        "handler": first.handler,
         "options": options,
-        "shards": ordered.len(),
         "report": {
+            "levels": summed_levels(&checks)?,
             "stopped": stopped,
-            "step_limited": sum(&["step_limited"]),
-            "workloads": sum(&["workloads"]),
-            "symmetric_workloads": number(reports[0], &["symmetric_workloads"]),
+            "step_limited": sum(checks.iter().map(|c| c.report.step_limited), "runs stopped by steps_max")?,
             "coverage": coverage,
             "violations": violations,
+            "workloads": sum(checks.iter().map(|c| c.report.workloads), "workloads")?,
+            "symmetric_workloads": first.report.symmetric_workloads,
         },
-        "runs": runs,
-        "unique_states": states,
+        "runs": sum(checks.iter().map(|c| c.runs), "runs")?,
+        "unique_states": sum(checks.iter().map(|c| c.unique_states), "unique states")?,
+        "elapsed_seconds": checks.iter().map(|c| c.elapsed_seconds).fold(0.0, f64::max),
         "coverage_gaps": gaps,
         "violations": violations,
         "minimal": minimal,
+        "shards": checks.len(),
+        "runs_max_in_all": runs_max_in_all,
     });
     let status = if !violations.is_empty() {
         1
-    } else if stopped == "exhausted" && gaps.is_empty() {
+    } else if stopped == StoppedJson::Exhausted && gaps.is_empty() {
         0
     } else {
         3
@@ -208,45 +431,60 @@ fn merge_checks(shards: &[ShardReport]) -> Result<Merged, MergeError> {
     })
 }
 
+/// The shards' levels added up, level by level (a shard that stopped at a violation has
+/// fewer).
+fn summed_levels(checks: &[&CheckJson]) -> Result<Vec<LevelJson>, MergeError> {
+    let mut levels: BTreeMap<u32, LevelJson> = BTreeMap::new();
+    for level in checks.iter().flat_map(|check| &check.report.levels) {
+        let total = levels.entry(level.faults_max).or_insert(LevelJson {
+            faults_max: level.faults_max,
+            runs: 0,
+            pruned: 0,
+            unique_states: 0,
+            final_states: 0,
+        });
+        total.runs = add(total.runs, level.runs, "runs")?;
+        total.pruned = add(total.pruned, level.pruned, "pruned runs")?;
+        total.unique_states = add(total.unique_states, level.unique_states, "unique states")?;
+        total.final_states = add(total.final_states, level.final_states, "final states")?;
+    }
+    Ok(levels.into_values().collect())
+}
+
 /// The whole check's counterexamples: those of the lowest fault level any shard found one at,
 /// and of those the first in the order of their tapes (which is the order of their
 /// workloads: each shard's are of its own workloads), as one machine stopping as `stop` says
 /// would report them.
-fn whole_check_violations(reports: &[&Value], stop: &str) -> Vec<Value> {
-    let found: Vec<&Value> = reports
+fn whole_check_violations(checks: &[&CheckJson], stop: &str) -> Vec<CounterexampleJson> {
+    let found: Vec<&CounterexampleJson> = checks
         .iter()
-        .filter_map(|r| r["violations"].as_array())
-        .flatten()
+        .flat_map(|check| &check.report.violations)
         .collect();
-    let level = |v: &Value| number(v, &["level_faults_max"]);
-    let Some(lowest) = found.iter().map(|v| level(v)).min() else {
+    let Some(lowest) = found.iter().map(|v| v.level_faults_max).min() else {
         return Vec::new();
     };
-    let mut candidates: Vec<&Value> = if stop == "end-of-bound" {
+    let mut candidates: Vec<&CounterexampleJson> = if stop == "end-of-bound" {
         found.clone()
     } else {
         found
             .iter()
             .copied()
-            .filter(|v| level(v) == lowest)
+            .filter(|v| v.level_faults_max == lowest)
             .collect()
     };
     candidates.sort_by(|a, b| {
-        level(a)
-            .cmp(&level(b))
-            .then_with(|| tape_order(&a["tape"], &b["tape"]))
+        a.level_faults_max
+            .cmp(&b.level_faults_max)
+            .then_with(|| tape_order(&a.tape, &b.tape))
     });
     if stop == "first-violation" {
         // One machine reports the invariants of the first run that broke any.
-        let first_tape = &candidates[0]["tape"];
-        candidates.retain(|v| &v["tape"] == first_tape);
+        let first_tape = candidates[0].tape.clone();
+        candidates.retain(|v| v.tape == first_tape);
     }
-    let mut chosen: Vec<Value> = Vec::new();
+    let mut chosen: Vec<CounterexampleJson> = Vec::new();
     for candidate in candidates {
-        if chosen
-            .iter()
-            .all(|c| c["invariant"] != candidate["invariant"])
-        {
+        if chosen.iter().all(|c| c.invariant != candidate.invariant) {
             chosen.push(candidate.clone());
         }
     }
@@ -254,91 +492,84 @@ fn whole_check_violations(reports: &[&Value], stop: &str) -> Vec<Value> {
 }
 
 /// Depth-first order of two tapes: answer by answer, a missing answer being 0.
-fn tape_order(a: &Value, b: &Value) -> Ordering {
-    let answers = |tape: &Value| -> Vec<u64> {
-        tape.as_array()
-            .map(|answers| answers.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default()
-    };
-    let (a, b) = (answers(a), answers(b));
+fn tape_order(a: &[u32], b: &[u32]) -> Ordering {
     let length = a.len().max(b.len());
-    let at = |tape: &[u64], i: usize| tape.get(i).copied().unwrap_or(0);
+    let at = |tape: &[u32], i: usize| tape.get(i).copied().unwrap_or(0);
     (0..length)
-        .map(|i| at(&a, i).cmp(&at(&b, i)))
+        .map(|i| at(a, i).cmp(&at(b, i)))
         .find(|order| order.is_ne())
         .unwrap_or(Ordering::Equal)
 }
 
 /// The shards' coverage added up: counts summed, maps summed key by key, situations by name.
-fn summed_coverage(reports: &[&Value]) -> Value {
-    let mut total = Map::new();
-    for report in reports {
-        let Some(coverage) = report["coverage"].as_object() else {
-            continue;
-        };
-        for (key, value) in coverage {
-            let slot = total.entry(key.clone()).or_insert(Value::Null);
-            add_into(slot, value);
+fn summed_coverage(checks: &[&CheckJson]) -> Result<CoverageJson, MergeError> {
+    let mut total = CoverageJson::default();
+    for coverage in checks.iter().map(|check| &check.report.coverage) {
+        total.drops = add(total.drops, coverage.drops, "runs with drops")?;
+        total.duplicates = add(
+            total.duplicates,
+            coverage.duplicates,
+            "runs with duplicates",
+        )?;
+        total.crashes = add(total.crashes, coverage.crashes, "runs with crashes")?;
+        total.reconnects = add(
+            total.reconnects,
+            coverage.reconnects,
+            "runs with reconnects",
+        )?;
+        total.storage = add(total.storage, coverage.storage, "runs with storage faults")?;
+        add_by_key(&mut total.crash_points, &coverage.crash_points)?;
+        add_by_key(&mut total.crashes_covered, &coverage.crashes_covered)?;
+        for counted in &coverage.situations {
+            match total
+                .situations
+                .iter_mut()
+                .find(|known| known.situation == counted.situation)
+            {
+                Some(known) => known.runs = add(known.runs, counted.runs, "situation runs")?,
+                None => total.situations.push(counted.clone()),
+            }
         }
     }
-    Value::Object(total)
+    Ok(total)
 }
 
-fn add_into(slot: &mut Value, value: &Value) {
-    match value {
-        Value::Number(_) => {
-            let sum = slot.as_u64().unwrap_or(0) + value.as_u64().unwrap_or(0);
-            *slot = json!(sum);
-        }
-        Value::Object(map) => {
-            if !slot.is_object() {
-                *slot = json!({});
-            }
-            let target = slot.as_object_mut().expect("made an object");
-            for (key, value) in map {
-                add_into(target.entry(key.clone()).or_insert(Value::Null), value);
-            }
-        }
-        Value::Array(items) => {
-            if !slot.is_array() {
-                *slot = json!([]);
-            }
-            let target = slot.as_array_mut().expect("made an array");
-            for item in items {
-                match target
-                    .iter_mut()
-                    .find(|t| t["situation"] == item["situation"])
-                {
-                    Some(existing) => add_into(&mut existing["runs"], &item["runs"]),
-                    None => target.push(item.clone()),
-                }
-            }
-        }
-        _ => *slot = value.clone(),
+fn add_by_key(
+    total: &mut BTreeMap<String, u64>,
+    more: &BTreeMap<String, u64>,
+) -> Result<(), MergeError> {
+    for (key, runs) in more {
+        let slot = total.entry(key.clone()).or_insert(0);
+        *slot = add(*slot, *runs, "crash point runs")?;
     }
+    Ok(())
 }
 
 /// What no shard exercised: [`coverage_gaps`] of the summed coverage, under the check's
 /// bounds, with the situations of the handler the reports name.
-fn whole_coverage_gaps(coverage: &Value, report: &Value) -> Result<Vec<String>, MergeError> {
-    let text = |key: &str| report[key].as_str().unwrap_or("?");
-    let entry = models::find(text("model"), text("handler"))
+fn whole_coverage_gaps(
+    coverage: &CoverageJson,
+    check: &CheckJson,
+) -> Result<Vec<String>, MergeError> {
+    let entry = models::find(&check.model, &check.handler)
         .map_err(|error| MergeError(format!("the reports name no built-in handler: {error}")))?;
-    let bounds = bounds_of(&report["options"]["bounds"]);
-    let kinds = ["drops", "duplicates", "crashes", "reconnects", "storage"];
-    let kind_runs = kinds.map(|kind| number(coverage, &[kind]));
-    let empty = Map::new();
-    let points = coverage["crash_points"].as_object().unwrap_or(&empty);
-    let crash_points = points.iter().map(|(point, runs)| {
-        let covered = number(coverage, &["crashes_covered", point]);
-        (point.as_str(), runs.as_u64().unwrap_or(0) + covered)
+    let bounds = gap_bounds(&check.options.bounds)?;
+    let kind_runs = [
+        coverage.drops,
+        coverage.duplicates,
+        coverage.crashes,
+        coverage.reconnects,
+        coverage.storage,
+    ];
+    let crash_points = coverage.crash_points.iter().map(|(point, runs)| {
+        let covered = coverage.crashes_covered.get(point).copied().unwrap_or(0);
+        (point.as_str(), runs.saturating_add(covered))
     });
-    let never: Vec<&str> = coverage["situations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|situation| number(situation, &["runs"]) == 0)
-        .filter_map(|situation| situation["situation"]["name"].as_str())
+    let never: Vec<&str> = coverage
+        .situations
+        .iter()
+        .filter(|counted| counted.runs == 0)
+        .map(|counted| counted.situation.name.as_str())
         .collect();
     let situations = (entry.build)().situations();
     let untested = situations.iter().filter(|s| never.contains(&s.name));
@@ -346,132 +577,154 @@ fn whole_coverage_gaps(coverage: &Value, report: &Value) -> Result<Vec<String>, 
 }
 
 /// The per-kind fault limits of a report's bounds (what coverage gaps depend on).
-fn bounds_of(json: &Value) -> Bounds {
-    let limit = |key: &str| match &json[key] {
-        Value::String(text) if text == "unbounded" => Bounds::UNBOUNDED,
-        other => other
-            .as_u64()
-            .and_then(|value| u32::try_from(value).ok())
-            .unwrap_or(0),
-    };
-    Bounds {
-        faults_max: limit("faults_max"),
-        drops_max: limit("drops_max"),
-        duplicates_max: limit("duplicates_max"),
-        crashes_max: limit("crashes_max"),
-        reconnects_max: limit("reconnects_max"),
-        storage_faults_max: limit("storage_faults_max"),
+fn gap_bounds(json: &BoundsJson) -> Result<Bounds, MergeError> {
+    let limit = |limit: &Limit| limit.value().map_err(MergeError);
+    Ok(Bounds {
+        faults_max: limit(&json.faults_max)?,
+        drops_max: limit(&json.drops_max)?,
+        duplicates_max: limit(&json.duplicates_max)?,
+        crashes_max: limit(&json.crashes_max)?,
+        reconnects_max: limit(&json.reconnects_max)?,
+        storage_faults_max: limit(&json.storage_faults_max)?,
         ..Bounds::default()
-    }
+    })
 }
 
-fn check_summary(report: &Value, stopped: &str, gaps: &[String]) -> String {
+fn check_summary(report: &Value, stopped: StoppedJson, gaps: &[String]) -> String {
+    let bound = match stopped {
+        StoppedJson::Exhausted => "exhausted",
+        StoppedJson::Violation => "stopped at a violation",
+        StoppedJson::RunsMax => "NOT exhausted: a shard reached its runs_max",
+    };
     let mut text = format!(
-        "{}/{}: {} check shards merged\nruns explored: {}; unique states: {}\nbound: {stopped}\n",
-        report["model"].as_str().unwrap_or("?"),
-        report["handler"].as_str().unwrap_or("?"),
+        "{}/{}: {} check shards merged\nruns explored: {}; unique states: {}\n\
+         runs_max: {} per shard, {} in all\nbound: {bound}\n",
+        report["model"].as_str().unwrap_or_default(),
+        report["handler"].as_str().unwrap_or_default(),
         report["shards"],
         report["runs"],
         report["unique_states"],
+        report["options"]["runs_max"],
+        report["runs_max_in_all"],
     );
     if !gaps.is_empty() && report["violations"].as_array().is_none_or(Vec::is_empty) {
         text += &format!("coverage gaps: {}\n", gaps.join(", "));
     }
-    text + &violations_text(report)
-}
-
-fn violations_text(report: &Value) -> String {
-    let mut text = String::new();
     for violation in report["violations"].as_array().into_iter().flatten() {
         text += &format!(
             "VIOLATED {} ({} fault(s))\n",
-            violation["invariant"].as_str().unwrap_or("?"),
+            violation["invariant"].as_str().unwrap_or_default(),
             violation["faults"]
         );
     }
-    let replay = field(report, &["minimal", "replay"])
-        .or_else(|| field(report, &["first", "replay"]))
-        .and_then(Value::as_str);
-    if let Some(replay) = replay {
-        text += &format!("reproduce: {replay}\n");
-    }
-    if text.is_empty() {
-        text = "no violation\n".to_string();
-    }
-    text
+    text + &reproduction(report, "minimal")
 }
 
-fn merge_explorations(shards: &[ShardReport]) -> Result<Merged, MergeError> {
-    let ordered = in_shard_order(shards, &["model", "handler", "bounds"], &["shard"])?;
+/// The reproduction command of the report's `key` (its shrunk failure), or `no violation`.
+fn reproduction(report: &Value, key: &str) -> String {
+    match report[key]["replay"].as_str() {
+        Some(replay) => format!("reproduce: {replay}\n"),
+        None if report["violations"].as_array().is_none_or(Vec::is_empty) => {
+            "no violation\n".to_string()
+        }
+        None => String::new(),
+    }
+}
+
+fn merge_explorations(reports: &[(&str, ExploreJson)]) -> Result<Merged, MergeError> {
+    let ordered = in_shard_order(
+        reports,
+        |explore| &explore.shard,
+        |explore| {
+            (
+                explore.model.clone(),
+                explore.handler.clone(),
+                explore.bounds.clone(),
+            )
+        },
+    )?;
     for pair in ordered.windows(2) {
-        if pair[0].json["seeds"]["end"] != pair[1].json["seeds"]["start"] {
+        if pair[0].1.seeds.end != pair[1].1.seeds.start {
             return Err(MergeError(format!(
                 "{} and {} are not adjacent slices of one seed range",
-                pair[0].name, pair[1].name
+                pair[0].0, pair[1].0
             )));
         }
     }
-    let jsons: Vec<&Value> = ordered.iter().map(|s| &s.json).collect();
-    let sum = |key: &str| jsons.iter().map(|j| number(j, &[key])).sum::<u64>();
-    let mut violations: Vec<Value> = Vec::new();
-    for failure in jsons
-        .iter()
-        .filter_map(|j| j["violations"].as_array())
-        .flatten()
-    {
-        match violations
-            .iter_mut()
-            .find(|v| v["invariant"] == failure["invariant"])
-        {
-            Some(known) => {
-                let runs = number(known, &["runs"]) + number(failure, &["runs"]);
-                if number(failure, &["seed"]) < number(known, &["seed"]) {
-                    *known = failure.clone();
-                }
-                known["runs"] = json!(runs);
-            }
-            None => violations.push(failure.clone()),
-        }
-    }
-    let order = |v: &Value| {
-        Invariant::ALL
-            .iter()
-            .position(|i| serde_json::to_value(i).ok().as_ref() == Some(&v["invariant"]))
-    };
-    violations.sort_by_key(order);
+    let explorations: Vec<&ExploreJson> = ordered.iter().map(|(_, explore)| explore).collect();
+    let violations = whole_explore_violations(&explorations)?;
     // The shards are in seed order: the first shard with a failure has the lowest seed.
-    let first = jsons
+    let first = explorations
         .iter()
-        .find(|j| !j["first"].is_null())
-        .map(|j| j["first"].clone());
-    let last = jsons.last().expect("at least one shard");
+        .find_map(|explore| explore.first.clone());
+    let head = explorations[0];
+    let last = explorations.last().expect("at least one shard");
+    let seeds = SeedsJson {
+        start: head.seeds.start,
+        end: last.seeds.end,
+    };
     let report = json!({
-        "model": jsons[0]["model"],
-        "handler": jsons[0]["handler"],
+        "model": head.model,
+        "handler": head.handler,
+        "seeds": seeds,
         "shard": "1/1",
-        "shards": jsons.len(),
-        "seeds": { "start": jsons[0]["seeds"]["start"], "end": last["seeds"]["end"] },
-        "bounds": jsons[0]["bounds"],
-        "executions": sum("executions"),
-        "runs_with_fault": sum("runs_with_fault"),
-        "runs_step_limited": sum("runs_step_limited"),
+        "bounds": head.bounds,
+        "executions": sum(explorations.iter().map(|e| e.executions), "executions")?,
+        "elapsed_seconds": explorations.iter().map(|e| e.elapsed_seconds).fold(0.0, f64::max),
+        "runs_with_fault": sum(explorations.iter().map(|e| e.runs_with_fault), "runs with a fault")?,
+        "runs_step_limited": sum(explorations.iter().map(|e| e.runs_step_limited), "runs stopped by steps_max")?,
         "violations": violations,
         "first": first,
+        "shards": explorations.len(),
     });
     let status = u8::from(!violations.is_empty());
-    let summary = format!(
-        "{}/{}: {} explore shards merged\n{} executions (seeds {}..{})\n{}",
-        report["model"].as_str().unwrap_or("?"),
-        report["handler"].as_str().unwrap_or("?"),
-        report["shards"],
+    let mut summary = format!(
+        "{}/{}: {} explore shards merged\n{} executions (seeds {}..{})\n",
+        head.model,
+        head.handler,
+        explorations.len(),
         report["executions"],
-        report["seeds"]["start"],
-        report["seeds"]["end"],
-        violations_text(&report)
+        seeds.start,
+        seeds.end,
     );
+    for failure in &violations {
+        summary += &format!(
+            "VIOLATED {} (first at seed {}; {} failing seed(s))\n",
+            failure.invariant, failure.seed, failure.runs
+        );
+    }
+    summary += &reproduction(&report, "first");
     Ok(Merged {
         report,
         summary,
         status,
     })
+}
+
+/// Each invariant's failures over the shards: the lowest failing seed and the count of
+/// failing seeds, in [`Invariant::ALL`] order.
+fn whole_explore_violations(explorations: &[&ExploreJson]) -> Result<Vec<FailureJson>, MergeError> {
+    let mut violations: Vec<FailureJson> = Vec::new();
+    for failure in explorations.iter().flat_map(|explore| &explore.violations) {
+        match violations
+            .iter_mut()
+            .find(|known| known.invariant == failure.invariant)
+        {
+            Some(known) => {
+                let runs = add(known.runs, failure.runs, "failing seeds")?;
+                if failure.seed < known.seed {
+                    *known = failure.clone();
+                }
+                known.runs = runs;
+            }
+            None => violations.push(failure.clone()),
+        }
+    }
+    let order = |failure: &FailureJson| {
+        Invariant::ALL
+            .iter()
+            .position(|invariant| invariant.name() == failure.invariant)
+    };
+    violations.sort_by_key(order);
+    Ok(violations)
 }

@@ -1,5 +1,6 @@
 //! The `retrysim` binary: exit statuses, bad input, and replay commands that reproduce.
 
+use retrysim::CHECK_RUNS_MAX;
 use std::process::{Command, Output};
 
 fn retrysim(args: &[&str]) -> Output {
@@ -816,9 +817,87 @@ fn merged_check_shards_are_the_whole_check() {
     for key in ["runs", "unique_states", "coverage_gaps", "violations"] {
         assert_eq!(merged[key], whole[key], "{key}");
     }
-    for key in ["stopped", "coverage", "workloads", "step_limited"] {
+    for key in ["stopped", "coverage", "workloads", "step_limited", "levels"] {
         assert_eq!(merged["report"][key], whole["report"][key], "{key}");
     }
+    assert_eq!(merged["shards"], 3);
+    assert_eq!(merged["runs_max_in_all"], 3 * CHECK_RUNS_MAX);
+}
+
+/// Reports that are not as `--json` writes them are bad input naming the file: a stub with
+/// one known field, a field of the wrong type, a field unknown to the shape, counts whose sum
+/// passes 2^64, bytes that are not UTF-8, and a file with no end.
+#[test]
+fn merge_refuses_what_is_not_a_report() {
+    let mut args = vec!["check", "--model", "counter", "--handler", "keyed-sqlite"];
+    args.extend(SMALL_CHECK);
+    let (files, _) = shard_reports("merge-shape", &args, 2);
+    let shard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    let directory =
+        std::env::temp_dir().join(format!("retrysim-merge-shape-{}", std::process::id()));
+    let write = |name: &str, bytes: &[u8]| {
+        let file = directory.join(name);
+        std::fs::write(&file, bytes).unwrap();
+        file.display().to_string()
+    };
+    let edited = |name: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut json = shard.clone();
+        edit(&mut json);
+        write(name, json.to_string().as_bytes())
+    };
+    let stub = write("stub.json", br#"{"executions":0}"#);
+    let mistyped = edited("mistyped.json", &|json| json["runs"] = "many".into());
+    let unknown = edited("unknown.json", &|json| json["extra"] = 1.into());
+    let huge = edited("huge.json", &|json| json["runs"] = u64::MAX.into());
+    let not_text = write("not-text.json", &[0xff, 0xfe, b'{']);
+    let cases: [(Vec<&str>, &str); 6] = [
+        (vec![&stub], "stub.json: not a shard report"),
+        (
+            vec![&mistyped, &files[1]],
+            "mistyped.json: not a shard report",
+        ),
+        (
+            vec![&unknown, &files[1]],
+            "unknown.json: not a shard report",
+        ),
+        (vec![&huge, &files[1]], "runs add up past 2^64"),
+        (vec![&not_text], "not-text.json: not UTF-8"),
+        (vec!["/dev/zero"], "/dev/zero: longer than 64 MiB"),
+    ];
+    for (inputs, why) in cases {
+        let mut args = vec!["merge"];
+        args.extend(inputs);
+        let output = retrysim(&args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let error = stderr(&output);
+        assert!(
+            error.contains(why) && error.lines().count() == 1,
+            "{why}: {error}"
+        );
+        assert!(stdout(&output).is_empty());
+    }
+}
+
+/// A shard that reaches its own `--runs-max` leaves the merged check not exhausted (exit 3),
+/// and the summary says the cap is each shard's.
+#[test]
+fn a_shard_at_its_runs_max_leaves_the_merged_check_unexhausted() {
+    let mut args = vec!["check", "--model", "counter", "--handler", "keyed-sqlite"];
+    args.extend(SMALL_CHECK);
+    args.extend(["--runs-max", "1000"]);
+    let (files, statuses) = shard_reports("merge-runs-max", &args, 2);
+    assert!(statuses.contains(&Some(3)), "{statuses:?}");
+    let mut merge = vec!["merge"];
+    merge.extend(files.iter().map(String::as_str));
+    let output = retrysim(&merge);
+    assert_eq!(output.status.code(), Some(3));
+    let text = stdout(&output);
+    assert!(
+        text.contains("runs_max: 1000 per shard, 2000 in all"),
+        "{text}"
+    );
+    assert!(text.contains("bound: NOT exhausted"), "{text}");
 }
 
 /// The shards of a failing check, merged, give the whole check's counterexample (the same
@@ -860,6 +939,13 @@ fn merged_explore_shards_are_the_whole_exploration() {
         assert_eq!(merged[key], whole[key], "{key}");
     }
     assert_eq!(merged["first"]["replay"], whole["first"]["replay"]);
+    let mut text_args = vec!["merge"];
+    text_args.extend(files.iter().map(String::as_str));
+    let text = stdout(&retrysim(&text_args));
+    assert!(
+        text.contains("VIOLATED at-most-once-effect (first at seed ") && !text.contains("null"),
+        "{text}"
+    );
 }
 
 /// Reports that are not the parts of one run are bad input: exit 2, one line saying why.
