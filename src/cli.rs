@@ -451,6 +451,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    if standard_output_closed() {
+        note("error: standard output is closed: nowhere to write the output");
+        return ExitCode::from(2);
+    }
     let result = match Cli::try_parse_from(args) {
         Ok(cli) => run(cli.command, width_in_force(cli.width)),
         Err(error) if !error.use_stderr() => {
@@ -524,6 +528,25 @@ fn write_out(printed: Printed) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether the process was started with its standard output closed (`retrysim list >&-`).
+/// Rust's runtime then opens `/dev/null` on it, read-write, before `main`, and the output
+/// would be lost with exit status 0. A shell's `> /dev/null` opens it write-only, so the
+/// two are told apart by the descriptor's access mode (Linux: `/proc/self/fdinfo`).
+fn standard_output_closed() -> bool {
+    const READ_WRITE: u32 = 2;
+    const ACCESS_MODE: u32 = 3;
+    let on_null = std::fs::read_link("/proc/self/fd/1")
+        .is_ok_and(|target| target == std::path::Path::new("/dev/null"));
+    let flags = std::fs::read_to_string("/proc/self/fdinfo/1")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("flags:"))
+                .and_then(|octal| u32::from_str_radix(octal.trim(), 8).ok())
+        });
+    on_null && flags.is_some_and(|flags| flags & ACCESS_MODE == READ_WRITE)
 }
 
 /// A line on standard error; an error writing it has nowhere left to go.

@@ -1057,3 +1057,28 @@ fn bounds_no_run_can_hold_are_refused() {
         "--storage-faults-max 1: counter/keyed-atomic has no storage faults to inject",
     );
 }
+
+/// Started with its standard output closed, the CLI writes nothing it could lose: exit 2 and
+/// one line on standard error. Sent to `/dev/null` by the shell, it runs as usual.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_closed_standard_output_is_an_error() {
+    let run = |redirect: &str| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "'{}' list {redirect}",
+                env!("CARGO_BIN_EXE_retrysim")
+            ))
+            .output()
+            .expect("sh runs")
+    };
+    let closed = run(">&-");
+    assert_eq!(closed.status.code(), Some(2));
+    assert_eq!(
+        stderr(&closed),
+        "error: standard output is closed: nowhere to write the output\n"
+    );
+    let discarded = run("> /dev/null");
+    assert_eq!(discarded.status.code(), Some(0), "{}", stderr(&discarded));
+}
