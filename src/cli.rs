@@ -443,6 +443,13 @@ impl Printed {
         self.status = status;
         self
     }
+
+    /// Its text fitted to `width_chars` ([`report::fit_to_width`]): for text output, never
+    /// for JSON, Mermaid or HTML.
+    fn fitted(mut self, width_chars: usize) -> Self {
+        self.text = report::fit_to_width(&self.text, width_chars);
+        self
+    }
 }
 
 /// Runs the CLI on `args` (the program name first) and returns its exit status.
@@ -478,8 +485,9 @@ where
 
 fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageError> {
     match command {
-        None => Ok(run_matrix(width_chars)),
-        Some(Command::List { json }) => Ok(list(json)),
+        None => Ok(run_matrix(width_chars).fitted(width_chars)),
+        Some(Command::List { json }) if json => Ok(list(json, width_chars)),
+        Some(Command::List { json }) => Ok(list(json, width_chars).fitted(width_chars)),
         Some(Command::Explore {
             target,
             seeds,
@@ -589,7 +597,11 @@ fn threads_in_force(asked: Option<usize>) -> usize {
     }
 }
 
-fn list(json: bool) -> Printed {
+/// The fewest characters a handler's summary in `list` keeps per line before its
+/// continuation lines stop hanging under it.
+const LIST_SUMMARY_MIN_CHARS: usize = 30;
+
+fn list(json: bool, width_chars: usize) -> Printed {
     let mut out = Printed::new();
     if json {
         let value = json!({
@@ -615,6 +627,16 @@ fn list(json: bool) -> Printed {
         let _ = writeln!(out.text, "{value}");
         return out;
     }
+    let name_width = models::handlers()
+        .iter()
+        .map(|h| h.handler.len())
+        .max()
+        .unwrap_or(0);
+    let declared_width = models::handlers()
+        .iter()
+        .map(|h| h.declared.to_string().len())
+        .max()
+        .unwrap_or(0);
     for domain in models::domains() {
         let _ = writeln!(out.text, "{}: {}", domain.name, domain.summary);
         for handler in models::handlers()
@@ -639,13 +661,23 @@ fn list(json: bool) -> Printed {
             } else {
                 format!(" ({})", notes.join(", "))
             };
-            let _ = writeln!(
-                out.text,
-                "  {:<22} {:<34} {}{notes}",
+            let head = format!(
+                "  {:<name_width$}  {:<declared_width$}  ",
                 handler.handler,
                 handler.declared.to_string(),
-                handler.summary
             );
+            let summary = format!("{}{notes}", handler.summary);
+            // The summary's lines hang under its first while it keeps room to read; else it
+            // goes under the name.
+            let lines = if width_chars >= head.len() + LIST_SUMMARY_MIN_CHARS {
+                report::fill(&summary, width_chars, &head, &" ".repeat(head.len()))
+            } else {
+                let under = " ".repeat(6);
+                let mut lines = vec![head.trim_end().to_string()];
+                lines.extend(report::fill(&summary, width_chars, &under, &under));
+                lines
+            };
+            let _ = writeln!(out.text, "{}", lines.join("\n"));
         }
     }
     let _ = writeln!(
@@ -654,10 +686,15 @@ fn list(json: bool) -> Printed {
         Bounds::default().retry_horizon_ms
     );
     out.text.push_str("invariants:\n");
+    let invariant_width = Invariant::ALL
+        .iter()
+        .map(|i| i.name().len())
+        .max()
+        .unwrap_or(0);
     for invariant in Invariant::ALL {
         let _ = writeln!(
             out.text,
-            "  {:<22} {}",
+            "  {:<invariant_width$}  {}",
             invariant.name(),
             invariant.holds_when()
         );
@@ -877,6 +914,7 @@ fn run_check(
             subject.invariants(),
             width_chars,
         );
+        out = out.fitted(width_chars);
     }
     // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
     let gaps_judged = options.shard.is_whole() && !gaps.is_empty();
@@ -996,6 +1034,7 @@ fn run_explore(
             shrunk.as_ref(),
             width_chars,
         );
+        out = out.fitted(width_chars);
     }
     Ok(out.ending(exit_for(exploration.violations.is_empty())))
 }
@@ -1043,6 +1082,7 @@ fn run_replay(
                 "\nreproduce: {}",
                 report::replay_command(entry, &bounds, &schedule)
             );
+            out = out.fitted(width_chars);
         }
     }
     Ok(out.ending(exit_for(outcome.violations.is_empty())))
@@ -1156,7 +1196,8 @@ fn run_matrix(width_chars: usize) -> Printed {
         );
     }
     out.text.push('\n');
-    out.text.push_str(&report::matrix(&rows));
+    out.text
+        .push_str(&report::matrix_within(&rows, width_chars));
     for row in &rows {
         out.text
             .push_str(&shortest_failure(row, &bounds_of(row.entry), width_chars));

@@ -284,7 +284,50 @@ impl MatrixRow<'_> {
 }
 
 /// The handlers × invariants matrix: each cell `clean`, `n/a`, or the first failing seed.
-pub fn matrix(rows: &[MatrixRow<'_>]) -> String {
+/// Where its lines would not fit in `width_chars`, one entry per handler instead: whether
+/// it is as declared, its declaration, and the invariants it broke with their first seeds.
+pub fn matrix_within(rows: &[MatrixRow<'_>], width_chars: usize) -> String {
+    let table = matrix(rows);
+    let widest = table.lines().map(|line| line.chars().count()).max();
+    if widest.unwrap_or(0) <= width_chars {
+        return table;
+    }
+    let names: Vec<String> = rows
+        .iter()
+        .map(|row| format!("{}/{}", row.entry.domain, row.entry.handler))
+        .collect();
+    let name_width = names.iter().map(String::len).max().unwrap_or(0);
+    let mut out = String::from(
+        "handler, as declared, declaration; then the invariants it broke (first seed)\n",
+    );
+    for (row, name) in rows.iter().zip(&names) {
+        let as_declared = if row.as_declared() { "yes" } else { "NO" };
+        let _ = writeln!(
+            out,
+            "{name:<name_width$}  {as_declared:<3}  {}",
+            row.entry.declared
+        );
+        let broken: Vec<String> = row
+            .exploration
+            .violations
+            .iter()
+            .map(|failure| format!("{} (seed {})", failure.invariant.name(), failure.seed))
+            .collect();
+        let verdict = if broken.is_empty() {
+            format!(
+                "clean in all {} invariants that apply",
+                row.applicable.len()
+            )
+        } else {
+            format!("broke {}", broken.join(", "))
+        };
+        let _ = writeln!(out, "    {verdict}");
+    }
+    fit_to_width(&out, width_chars)
+}
+
+/// The handlers × invariants matrix as one table, as wide as it needs.
+fn matrix(rows: &[MatrixRow<'_>]) -> String {
     let mut table = vec![{
         let mut titles = vec!["handler".to_string()];
         titles.extend(Invariant::ALL.iter().map(|i| i.name().to_string()));
@@ -481,4 +524,96 @@ pub fn check_report(
         );
     }
     out
+}
+
+/// `text` with every line longer than `width_chars` broken at spaces (or, inside a word too
+/// long for a line, after its commas: a tape), each continuation indented four spaces past
+/// the line's own indent. A line that holds a command (`reproduce: retrysim ...`) stays
+/// whole, so that it can be copied; a line that fits is left as it is, tables included.
+pub fn fit_to_width(text: &str, width_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() <= width_chars || holds_command(body) {
+            out.push_str(line);
+            continue;
+        }
+        let indent = body.len() - body.trim_start().len();
+        let continuation = " ".repeat(indent + 4);
+        let lines = fill(
+            body.trim_start(),
+            width_chars,
+            &body[..indent],
+            &continuation,
+        );
+        out.push_str(&lines.join("\n"));
+        out.push_str(newline);
+    }
+    out
+}
+
+/// Whether `line` gives a command to run (`reproduce: retrysim replay ...`).
+fn holds_command(line: &str) -> bool {
+    let text = line.trim_start();
+    text.starts_with("retrysim ")
+        || text
+            .split_once(": ")
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with("retrysim "))
+}
+
+/// `words` filled into lines of at most `width_chars` (where a piece allows), the first
+/// line after `first_indent`, the rest after `indent`.
+pub(crate) fn fill(
+    words: &str,
+    width_chars: usize,
+    first_indent: &str,
+    indent: &str,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = first_indent.to_string();
+    let mut empty = true;
+    for word in words
+        .split(' ')
+        .flat_map(|word| pieces(word, width_chars.saturating_sub(indent.len())))
+    {
+        let needed = line.chars().count() + usize::from(!empty) + word.chars().count();
+        if needed > width_chars && !empty {
+            lines.push(std::mem::replace(&mut line, indent.to_string()));
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    lines.push(line);
+    lines
+}
+
+/// `word` whole if it fits in `room` characters, else cut after commas into pieces that
+/// do where it can (a piece with no comma to cut at stays whole).
+fn pieces(word: &str, room: usize) -> Vec<&str> {
+    if word.chars().count() <= room || !word.contains(',') {
+        return vec![word];
+    }
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut last_comma = None;
+    for (at, character) in word.char_indices() {
+        if at - start >= room {
+            if let Some(comma) = last_comma.filter(|&comma| comma > start) {
+                pieces.push(&word[start..comma]);
+                start = comma;
+            }
+        }
+        if character == ',' {
+            last_comma = Some(at + 1);
+        }
+    }
+    pieces.push(&word[start..]);
+    pieces
 }

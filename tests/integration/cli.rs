@@ -284,10 +284,11 @@ fn replay_fits_its_timeline_to_the_width() {
     let output = retrysim(&args);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let text = stdout(&output);
-    let table = text.lines().skip(3).take_while(|line| !line.is_empty());
-    for line in table {
+    // Every line fits, headers (tape, bounds) included, but the command to copy.
+    for line in text.lines().filter(|line| !line.starts_with("reproduce: ")) {
         assert!(line.chars().count() <= 80, "{line}");
     }
+    assert!(text.contains("\nbounds: steps_max=200"), "{text}");
     args.pop();
     args.push("10");
     assert_bad_input(&args, "--width");
@@ -1081,4 +1082,28 @@ fn a_closed_standard_output_is_an_error() {
     );
     let discarded = run("> /dev/null");
     assert_eq!(discarded.status.code(), Some(0), "{}", stderr(&discarded));
+}
+
+/// `list` fits the width in force, and its columns line up whatever the longest name: each
+/// handler's declaration starts in one column.
+#[test]
+fn list_fits_the_width_and_aligns_its_columns() {
+    for width in ["60", "100"] {
+        let text = stdout(&retrysim(&["list", "--width", width]));
+        let width: usize = width.parse().unwrap();
+        for line in text.lines() {
+            assert!(line.chars().count() <= width, "{line}");
+        }
+    }
+    let text = stdout(&retrysim(&["list", "--width", "400"]));
+    let declared_at: std::collections::BTreeSet<usize> = text
+        .lines()
+        .filter_map(|line| {
+            ["correct", "faulty ("]
+                .iter()
+                .filter_map(|word| line.find(&format!("  {word}")))
+                .min()
+        })
+        .collect();
+    assert_eq!(declared_at.len(), 1, "{text}");
 }

@@ -320,23 +320,55 @@ fn a_failure_as_a_self_contained_html_page() {
     }
 }
 
+/// The text matrix is one table where it fits; where it would not, one entry per handler
+/// with what it broke, every line within the width.
+#[test]
+fn the_text_matrix_fits_the_width() {
+    let rows = matrix_rows();
+    let wide = retrysim::report::matrix_within(&rows, 1000);
+    assert!(
+        wide.starts_with("handler ") && wide.contains("  at-most-once-effect  "),
+        "{wide}"
+    );
+    let narrow = retrysim::report::matrix_within(&rows, 100);
+    for line in narrow.lines() {
+        assert!(line.chars().count() <= 100, "{line}");
+    }
+    let naive = rows[0]
+        .exploration
+        .failure(Invariant::AtMostOnceEffect)
+        .unwrap();
+    assert!(
+        narrow.contains(&format!("broke at-most-once-effect (seed {})", naive.seed)),
+        "{narrow}"
+    );
+    assert!(
+        narrow.contains("clean in all 7 invariants that apply"),
+        "{narrow}"
+    );
+}
+
+/// Rows for counter/naive and counter/keyed-sqlite over seeds 0..200.
+fn matrix_rows() -> Vec<retrysim::report::MatrixRow<'static>> {
+    [("counter", "naive"), ("counter", "keyed-sqlite")]
+        .iter()
+        .map(|&(domain, handler)| {
+            let entry = entry(domain, handler);
+            let bounds = entry.bounds_from(Bounds::default());
+            retrysim::report::MatrixRow {
+                entry,
+                exploration: explore(&entry.build, 0..200, &bounds, 2),
+                applicable: (entry.build)().invariants(),
+            }
+        })
+        .collect()
+}
+
 /// The matrix page links every failing cell to its page and diagram, says n/a and clean
 /// where they apply, and whether each handler is as declared.
 #[test]
 fn the_matrix_page_links_each_failure() {
-    let rows: Vec<retrysim::report::MatrixRow<'_>> =
-        [("counter", "naive"), ("counter", "keyed-sqlite")]
-            .iter()
-            .map(|&(domain, handler)| {
-                let entry = entry(domain, handler);
-                let bounds = entry.bounds_from(Bounds::default());
-                retrysim::report::MatrixRow {
-                    entry,
-                    exploration: explore(&entry.build, 0..200, &bounds, 2),
-                    applicable: (entry.build)().invariants(),
-                }
-            })
-            .collect();
+    let rows = matrix_rows();
     let page = retrysim::html::matrix_page(&rows, &(0..200));
     let naive = rows[0]
         .exploration
