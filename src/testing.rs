@@ -9,7 +9,12 @@
 //!   explores as usual; a tape without `RETRYSIM_CHECK` is an error;
 //! - `RETRYSIM_CHECK=… RETRYSIM_SEED=17` does the same for one seed;
 //! - `RETRYSIM_CHECK_DETERMINISM=1` runs every seed twice and fails at the first diverging
-//!   timeline row.
+//!   timeline row (`0`, `false` or `no` leaves it off; another value is an error).
+//!
+//! Setting both `RETRYSIM_TAPE` and `RETRYSIM_SEED` is an error, and so are bounds from the
+//! environment or a regressions line that the system refuses (`RETRYSIM_CLIENTS_MAX=0`). A
+//! regressions file that exists but cannot be read as text is an error; lines of other checks
+//! are left to them, with a note naming those checks.
 //!
 //! A failure prints all of these, ready to paste, with the test's own name as the filter of
 //! `cargo test` when the check runs inside one.
@@ -35,7 +40,8 @@ pub struct Check {
     exhaustive: bool,
     bounds: Bounds,
     regressions: Option<PathBuf>,
-    determinism: bool,
+    /// Set by [`Check::check_determinism`]; unset, `RETRYSIM_CHECK_DETERMINISM` decides.
+    determinism: Option<bool>,
 }
 
 /// A check of the built-in handler `handler` of `domain`, over seeds `0..1000` by default.
@@ -64,7 +70,7 @@ impl Check {
             exhaustive: false,
             bounds: Bounds::default(),
             regressions: None,
-            determinism: std::env::var_os("RETRYSIM_CHECK_DETERMINISM").is_some(),
+            determinism: None,
         }
     }
 
@@ -109,10 +115,29 @@ impl Check {
         self
     }
 
-    /// Runs every seed twice and fails at the first divergence.
+    /// Runs every seed twice and fails at the first divergence (whatever
+    /// `RETRYSIM_CHECK_DETERMINISM` says).
     pub fn check_determinism(mut self, on: bool) -> Self {
-        self.determinism = on;
+        self.determinism = Some(on);
         self
+    }
+
+    /// Whether seeds run twice: as set, else as `RETRYSIM_CHECK_DETERMINISM` says (`1`,
+    /// `true` or `yes`; `0`, `false`, `no` or empty for no; anything else is an error).
+    fn determinism(&self) -> Result<bool, String> {
+        if let Some(on) = self.determinism {
+            return Ok(on);
+        }
+        let Some(value) = std::env::var_os("RETRYSIM_CHECK_DETERMINISM") else {
+            return Ok(false);
+        };
+        match value.to_str().map(str::trim) {
+            Some("1" | "true" | "yes") => Ok(true),
+            Some("0" | "false" | "no" | "") => Ok(false),
+            _ => Err(format!(
+                "RETRYSIM_CHECK_DETERMINISM={value:?}: expected 1, true or yes (on), or 0, false or no (off)"
+            )),
+        }
     }
 
     /// Runs the check. Panics on a violation with the shrunk timeline and a reproduction; the
@@ -131,7 +156,7 @@ impl Check {
             return self.judge_one(&outcome, "the requested schedule");
         }
         self.replay_regressions()?;
-        if self.determinism {
+        if self.determinism()? {
             let mut subject = (self.factory)();
             for seed in self.seeds.clone() {
                 check_determinism(&mut *subject, seed, &self.bounds)?;
@@ -149,6 +174,7 @@ impl Check {
     /// Bad settings: a name that is not one word, bounds no run can reach, or no seeds to
     /// explore.
     fn validate(&self) -> Result<(), String> {
+        self.determinism()?;
         if self.name.is_empty() || self.name.contains(char::is_whitespace) {
             return Err(format!(
                 "check name {:?} must be one word: regressions files and RETRYSIM_CHECK name checks by it",
@@ -171,11 +197,19 @@ impl Check {
     /// check's: `RETRYSIM_CHECK` must name it. Another check's schedule is left alone, with a
     /// note.
     fn reproduction_is_mine(&self) -> Result<bool, String> {
-        let asked = ["RETRYSIM_TAPE", "RETRYSIM_SEED"]
+        let asked: Vec<&str> = ["RETRYSIM_TAPE", "RETRYSIM_SEED"]
             .into_iter()
-            .find(|variable| std::env::var_os(variable).is_some());
-        let Some(variable) = asked else {
-            return Ok(false);
+            .filter(|variable| std::env::var_os(variable).is_some())
+            .collect();
+        let variable = match asked[..] {
+            [] => return Ok(false),
+            [variable] => variable,
+            _ => {
+                return Err(format!(
+                    "{}: RETRYSIM_TAPE and RETRYSIM_SEED are both set; a reproduction replays one schedule: unset one",
+                    self.name
+                ))
+            }
         };
         match std::env::var("RETRYSIM_CHECK") {
             Ok(name) if name == self.name => Ok(true),
@@ -211,6 +245,12 @@ impl Check {
                     .map_err(|_| format!("{variable}={text:?} is not a count"))?;
             }
         }
+        subject.check_bounds(&bounds).map_err(|error| {
+            format!(
+                "{}: RETRYSIM_FAULTS_MAX or RETRYSIM_CLIENTS_MAX: {error}",
+                self.name
+            )
+        })?;
         if let Ok(text) = std::env::var("RETRYSIM_TAPE") {
             let tape: Tape = text.parse().map_err(|e| format!("RETRYSIM_TAPE: {e}"))?;
             let outcome = replay(&mut *subject, &tape, &bounds).map_err(|e| e.to_string())?;
@@ -291,17 +331,30 @@ impl Check {
         let Some(path) = &self.regressions else {
             return Ok(());
         };
-        let Ok(text) = std::fs::read_to_string(path) else {
-            return Ok(());
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            // None stored yet: the first failure creates it.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => {
+                return Err(format!(
+                    "{}: regressions file {}: {error}",
+                    self.name,
+                    path.display()
+                ))
+            }
         };
         let mut subject = (self.factory)();
+        let mut others: Vec<String> = Vec::new();
         for (number, line) in text.lines().enumerate() {
-            let Some(regression) = Regression::parse(line)
-                .map_err(|e| format!("{}:{}: {e}", path.display(), number + 1))?
+            let at = || format!("{}:{}", path.display(), number + 1);
+            let Some(regression) = Regression::parse(line).map_err(|e| format!("{}: {e}", at()))?
             else {
                 continue;
             };
             if regression.check != self.name {
+                if !others.contains(&regression.check) {
+                    others.push(regression.check);
+                }
                 continue;
             }
             let bounds = Bounds {
@@ -309,6 +362,9 @@ impl Check {
                 clients_max: regression.clients_max,
                 ..self.bounds
             };
+            subject
+                .check_bounds(&bounds)
+                .map_err(|error| format!("{}: {}: {error}: {line}", self.name, at()))?;
             let outcome = subject.run(
                 &mut TapeChoices::lenient(regression.tape.answers()),
                 &bounds,
@@ -324,10 +380,17 @@ impl Check {
                 ));
             }
             eprintln!(
-                "retrysim: {}: stored regression no longer fails ({}:{}): {line}",
+                "retrysim: {}: stored regression no longer fails ({}): {line}",
+                self.name,
+                at()
+            );
+        }
+        if !others.is_empty() {
+            eprintln!(
+                "retrysim: {}: {} also holds regressions of {}, which only the checks of those names replay; delete the lines of a check that no longer exists",
                 self.name,
                 path.display(),
-                number + 1
+                others.join(", ")
             );
         }
         Ok(())

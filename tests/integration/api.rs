@@ -286,6 +286,100 @@ fn a_reproduction_replays_only_in_its_own_check() {
     assert!(text.contains("RETRYSIM_CHECK is not"), "{text}");
 }
 
+/// A variable set wrong is an error the test shows, never a silent choice: a tape and a seed
+/// at once, bounds the system refuses, a determinism switch that is neither on nor off.
+#[test]
+fn environment_set_wrong_is_an_error() {
+    let run = |test: &str, variables: &[(&str, &str)]| {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", test, "--ignored", "--nocapture"]);
+        for variable in [
+            "RETRYSIM_CHECK",
+            "RETRYSIM_TAPE",
+            "RETRYSIM_SEED",
+            "RETRYSIM_CHECK_DETERMINISM",
+        ] {
+            child.env_remove(variable);
+        }
+        child.envs(variables.iter().copied());
+        let output = child.output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).to_string()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text)
+    };
+    let naive = "api::reproduction_target_naive";
+    let check = ("RETRYSIM_CHECK", "counter/naive");
+    let (passed, text) = run(
+        naive,
+        &[check, ("RETRYSIM_TAPE", "0"), ("RETRYSIM_SEED", "1")],
+    );
+    assert!(
+        !passed && text.contains("RETRYSIM_TAPE and RETRYSIM_SEED are both set"),
+        "{text}"
+    );
+    let (passed, text) = run(
+        naive,
+        &[check, ("RETRYSIM_SEED", "1"), ("RETRYSIM_CLIENTS_MAX", "0")],
+    );
+    assert!(
+        !passed && text.contains("RETRYSIM_FAULTS_MAX or RETRYSIM_CLIENTS_MAX"),
+        "{text}"
+    );
+    let sqlite = "api::reproduction_target_keyed_sqlite";
+    let (passed, text) = run(sqlite, &[("RETRYSIM_CHECK_DETERMINISM", "maybe")]);
+    assert!(
+        !passed && text.contains("RETRYSIM_CHECK_DETERMINISM=\"maybe\""),
+        "{text}"
+    );
+    let (passed, text) = run(sqlite, &[("RETRYSIM_CHECK_DETERMINISM", "0")]);
+    assert!(passed, "{text}");
+}
+
+/// A regressions file that exists but is not text, or is a directory, is an error; a line
+/// whose bounds the system refuses is an error naming it; lines of other checks are left to
+/// them.
+#[test]
+fn a_regressions_file_that_cannot_be_used_is_an_error() {
+    let not_text = scratch_file("not-text-regressions.txt");
+    std::fs::write(&not_text, [0xff, 0xfe, 0x00]).unwrap();
+    let directory = scratch_file("directory-regressions");
+    std::fs::create_dir_all(&directory).unwrap();
+    for (path, why) in [(&not_text, "valid UTF-8"), (&directory, "directory")] {
+        let error = check("counter", "keyed-sqlite")
+            .seeds(0..10)
+            .regressions(path)
+            .verdict()
+            .unwrap_err();
+        assert!(
+            error.contains("regressions file") && error.contains(why),
+            "{error}"
+        );
+    }
+    for clients in ["0", "99"] {
+        let path = scratch_file(&format!("clients-{clients}-regressions.txt"));
+        let line = format!(
+            "counter/keyed-sqlite at-most-once-effect faults_max=1 clients_max={clients} tape=0"
+        );
+        std::fs::write(&path, format!("{line}\n")).unwrap();
+        let error = check("counter", "keyed-sqlite")
+            .seeds(0..10)
+            .regressions(&path)
+            .verdict()
+            .unwrap_err();
+        assert!(error.contains(":1: ") && error.contains(&line), "{error}");
+    }
+    let shared = scratch_file("shared-regressions.txt");
+    std::fs::write(
+        &shared,
+        "counter/retired at-most-once-effect faults_max=1 clients_max=1 tape=0\n",
+    )
+    .unwrap();
+    check("counter", "keyed-sqlite")
+        .seeds(0..10)
+        .regressions(&shared)
+        .run();
+}
+
 #[test]
 fn a_malformed_regressions_file_is_an_error() {
     let path = scratch_file("malformed-regressions.txt");
