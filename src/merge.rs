@@ -155,6 +155,7 @@ struct CheckReportJson {
     violations: Vec<CounterexampleJson>,
     workloads: u64,
     symmetric_workloads: u64,
+    visited_bytes_peak: u64,
 }
 
 /// Why a check stopped.
@@ -406,6 +407,7 @@ fn merge_checks(reports: &[(&str, CheckJson)]) -> Result<Merged, MergeError> {
             "violations": violations,
             "workloads": sum(checks.iter().map(|c| c.report.workloads), "workloads")?,
             "symmetric_workloads": first.report.symmetric_workloads,
+            "visited_bytes_peak": sum(checks.iter().map(|c| c.report.visited_bytes_peak), "explored states' memory")?,
         },
         "runs": sum(checks.iter().map(|c| c.runs), "runs")?,
         "unique_states": sum(checks.iter().map(|c| c.unique_states), "unique states")?,

@@ -419,6 +419,13 @@ pub fn check_report(
         report.unique_states(),
         report.step_limited
     );
+    if report.visited_bytes_peak > 0 {
+        let _ = writeln!(
+            out,
+            "explored states held: {:.1} MB at most (state hashing's tables; more threads hold more besides)",
+            report.visited_bytes_peak as f64 / 1e6
+        );
+    }
     if report.symmetric_workloads > 0 {
         let _ = writeln!(
             out,

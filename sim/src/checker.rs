@@ -355,6 +355,11 @@ pub struct CheckReport {
     /// Workloads not explored because one explored differs from each only by which client
     /// is which (the symmetry reduction): their runs are the explored one's, renamed.
     pub symmetric_workloads: u64,
+    /// The most memory the tables of explored states held at the end of a level, in bytes
+    /// ([`Visited::memory_bytes`]): they only grow within a check, so this is about their
+    /// peak. A check on more threads holds more besides (each thread's copies of states to
+    /// resume from, and its share of a workload's new states before they are taken in).
+    pub visited_bytes_peak: u64,
 }
 
 impl CheckReport {
@@ -451,6 +456,7 @@ fn exhaust_counting(
                 )
             });
         let kept = search.level_of(parts);
+        search.note_visited(&visits);
         search.merge_reporting(&bounds, kept, level_done);
         if search.take_forget_states() {
             visits = fresh_visits(options, workloads.len(), steps_matter);
@@ -571,6 +577,7 @@ fn exhaust_on_counting(
                 .collect();
             // The parts one thread would have explored: the others are dropped.
             let kept = search.level_of(parts.into_iter());
+            search.note_visited(&visits);
             search.merge_reporting(&bounds, kept, level_done);
             if search.take_forget_states() {
                 visits = fresh_visits(options, workloads.len(), steps_matter);
@@ -751,6 +758,7 @@ impl<'o> Search<'o> {
                 violations: Vec::new(),
                 workloads: workloads as u64,
                 symmetric_workloads,
+                visited_bytes_peak: 0,
             },
             next_faults_max: Some(0),
             last_faults_max: options
@@ -798,6 +806,13 @@ impl<'o> Search<'o> {
     }
 
     /// [`Search::merge`], handing the level to `level_done` if it stands in the report.
+    /// Notes the memory the tables of explored states hold after a level.
+    fn note_visited(&mut self, visits: &[Option<Visited>]) {
+        let bytes = visits.iter().flatten().map(Visited::memory_bytes).sum();
+        let peak = &mut self.report.visited_bytes_peak;
+        *peak = (*peak).max(bytes);
+    }
+
     fn merge_reporting(
         &mut self,
         bounds: &Bounds,

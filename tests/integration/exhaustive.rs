@@ -1162,3 +1162,20 @@ fn a_run_between_enumerations_leaves_their_runs_as_they_are() {
     );
     assert_eq!(kept, fresh);
 }
+
+/// A check reports the memory its tables of explored states held: some with state hashing,
+/// none without it, and more for a bigger bound.
+#[test]
+fn a_check_reports_the_memory_of_its_explored_states() {
+    let entry = crate::entry("counter", "keyed-sqlite");
+    let held = |bounds: Bounds, reduction: Reduction| {
+        check_to_level_end(&mut *(entry.build)(), bounds, reduction, u64::MAX).visited_bytes_peak
+    };
+    let one = small(1, 1);
+    let two = small(2, 1);
+    assert_eq!(held(one, Reduction::NONE), 0);
+    let small_bytes = held(one, Reduction::ALL);
+    let larger_bytes = held(two, Reduction::ALL);
+    assert!(small_bytes > 0, "{small_bytes}");
+    assert!(larger_bytes > small_bytes, "{larger_bytes} {small_bytes}");
+}

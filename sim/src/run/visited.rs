@@ -293,6 +293,26 @@ impl Visited {
         self.states.is_empty()
     }
 
+    /// The memory its tables hold, in bytes: each table's allocated slots (a hash table's
+    /// entries and control bytes, a list's capacity), not what the allocator rounds them to.
+    pub fn memory_bytes(&self) -> u64 {
+        fn table<K, V>(capacity: usize) -> usize {
+            // A hash table keeps one control byte per slot beside each entry.
+            capacity * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        let later_visits: usize = self
+            .more
+            .values()
+            .map(|visits| visits.capacity() * std::mem::size_of::<Visit>())
+            .sum();
+        let bytes = table::<u64, FirstVisit>(self.states.capacity())
+            + table::<u64, Vec<Visit>>(self.more.capacity())
+            + later_visits
+            + self.kinds.list.capacity() * std::mem::size_of::<VisitKind>()
+            + table::<VisitKind, u32>(self.kinds.index.capacity());
+        bytes as u64
+    }
+
     /// Whether `visit`'s state was explored before (here, or in `earlier`, states explored
     /// before these, read only) with at least as much ahead, or with at least as much ahead
     /// in all but some steps left asleep; records the visit here unless it is covered.
