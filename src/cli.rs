@@ -452,6 +452,31 @@ impl Printed {
     }
 }
 
+/// Whether `args` (the program name first) is a command line the CLI accepts, without
+/// running it: the flags parse, the model and handler exist, and the bounds are ones the
+/// handler can reach. The error is the one line the CLI would print (exit status 2).
+pub fn accepts<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(|error| one_line(&error.render().to_string()))?;
+    let resolved = match &cli.command {
+        Some(Command::Explore { target, bounds, .. })
+        | Some(Command::Check { target, bounds, .. })
+        | Some(Command::Replay { target, bounds, .. }) => Some((target, bounds)),
+        _ => None,
+    };
+    if let Some((target, bounds)) = resolved {
+        let entry =
+            models::find(&target.model, &target.handler).map_err(|e| UsageError::from(e).0)?;
+        bounds
+            .bounds(entry, &*(entry.build)())
+            .map_err(|error| error.0)?;
+    }
+    Ok(())
+}
+
 /// Runs the CLI on `args` (the program name first) and returns its exit status.
 pub fn main<I, T>(args: I) -> ExitCode
 where

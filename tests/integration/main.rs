@@ -10,6 +10,7 @@ mod browser;
 mod cli;
 mod counter;
 mod determinism;
+mod docs;
 mod exhaustive;
 mod interval;
 mod liveness;
