@@ -415,6 +415,7 @@ fn parse_tape(text: &str) -> Result<Tape, String> {
 }
 
 /// Bad input: reported on one line, exit status 2.
+#[derive(Debug)]
 struct UsageError(String);
 
 impl<E: std::fmt::Display> From<E> for UsageError {
@@ -1136,9 +1137,7 @@ fn matrix_rows() -> Vec<MatrixRow<'static>> {
 /// its shortest failure as a page and a Mermaid diagram beside it. The directory is made (or
 /// found) before any exploring, so bad input writes nothing.
 fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageError> {
-    let unwritable =
-        |error: std::io::Error| UsageError(format!("cannot write {}: {error}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(unwritable)?;
+    let staging = Staging::beside(dir)?;
     let rows = matrix_rows();
     let mut pages = 0;
     for row in &rows {
@@ -1149,23 +1148,99 @@ fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageError> {
             else {
                 continue;
             };
-            let file = dir.join(crate::html::cell_file(row.entry, invariant));
+            let file = crate::html::cell_file(row.entry, invariant);
             let page = crate::html::run_html(row.entry, &shrunk.bounds, &shrunk.outcome);
             let diagram = report::run_mermaid(row.entry, &shrunk.bounds, &shrunk.outcome);
-            std::fs::write(file.with_extension("html"), page).map_err(unwritable)?;
-            std::fs::write(file.with_extension("mmd"), diagram).map_err(unwritable)?;
+            staging.write(&format!("{file}.html"), &page)?;
+            staging.write(&format!("{file}.mmd"), &diagram)?;
+            let title = format!(
+                "{}/{}: {}",
+                row.entry.domain,
+                row.entry.handler,
+                invariant.name()
+            );
+            staging.write(
+                &format!("{file}-diagram.html"),
+                &crate::diagram::diagram_page(&title, &diagram),
+            )?;
             pages += 1;
         }
     }
-    let index = crate::html::matrix_page(&rows, &DEFAULT_SEEDS);
-    std::fs::write(dir.join("index.html"), index).map_err(unwritable)?;
+    staging.write(
+        "index.html",
+        &crate::html::matrix_page(&rows, &DEFAULT_SEEDS),
+    )?;
+    staging.put_in_place()?;
     let mut out = Printed::new();
     let _ = writeln!(
         out.text,
-        "wrote {} with {pages} failure pages and their Mermaid diagrams",
+        "wrote {} with {pages} failure pages and their sequence diagrams",
         dir.join("index.html").display()
     );
     Ok(out.ending(exit_for(rows.iter().all(MatrixRow::as_declared))))
+}
+
+/// A report directory being written: a hidden directory beside the one asked for, made
+/// before any run (so an unwritable place is said at once), renamed into place only once every
+/// file is written. An error, or an interrupt, leaves the directory asked for as it was.
+struct Staging {
+    /// The directory asked for.
+    target: std::path::PathBuf,
+    /// Where the files are written first.
+    path: std::path::PathBuf,
+}
+
+impl Staging {
+    fn beside(target: &std::path::Path) -> Result<Self, UsageError> {
+        let name = target.file_name().ok_or_else(|| {
+            UsageError(format!("--out {}: not a directory name", target.display()))
+        })?;
+        if target.exists() && !target.is_dir() {
+            return Err(UsageError(format!(
+                "--out {}: a file is there, not a directory",
+                target.display()
+            )));
+        }
+        let parent = match target.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        let hidden = format!(".{}.partial-{}", name.to_string_lossy(), std::process::id());
+        let path = parent.join(hidden);
+        std::fs::create_dir_all(&path)
+            .map_err(|error| UsageError(format!("cannot write {}: {error}", path.display())))?;
+        Ok(Staging {
+            target: target.to_path_buf(),
+            path,
+        })
+    }
+
+    /// Writes `name` into the staging directory; on an error, says which file.
+    fn write(&self, name: &str, text: &str) -> Result<(), UsageError> {
+        let file = self.path.join(name);
+        std::fs::write(&file, text).map_err(|error| {
+            let _ = std::fs::remove_dir_all(&self.path);
+            UsageError(format!("cannot write {}: {error}", file.display()))
+        })
+    }
+
+    /// Renames the written directory into place, replacing what was there.
+    fn put_in_place(self) -> Result<(), UsageError> {
+        let failed = |what: &std::path::Path, error: std::io::Error| {
+            UsageError(format!("cannot replace {}: {error}", what.display()))
+        };
+        if self.target.exists() {
+            let old = self.path.with_extension("old");
+            std::fs::rename(&self.target, &old).map_err(|error| failed(&self.target, error))?;
+            std::fs::rename(&self.path, &self.target)
+                .map_err(|error| failed(&self.target, error))?;
+            std::fs::remove_dir_all(&old).map_err(|error| failed(&old, error))?;
+        } else {
+            std::fs::rename(&self.path, &self.target)
+                .map_err(|error| failed(&self.target, error))?;
+        }
+        Ok(())
+    }
 }
 
 fn run_matrix(width_chars: usize) -> Printed {
@@ -1267,4 +1342,52 @@ fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds, width_chars: usize) ->
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Staging;
+
+    /// A fresh scratch directory for one test.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("retrysim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    /// What a report directory held before is replaced whole, and nothing is left beside it.
+    #[test]
+    fn a_report_directory_is_replaced_whole() {
+        let parent = scratch("staging-replaced");
+        let target = parent.join("report");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("stale.html"), "old").unwrap();
+        let staging = Staging::beside(&target).unwrap();
+        staging.write("index.html", "new").unwrap();
+        assert!(
+            target.join("stale.html").exists(),
+            "untouched until in place"
+        );
+        staging.put_in_place().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(target.join("index.html")).unwrap(),
+            "new"
+        );
+        assert!(!target.join("stale.html").exists());
+        let left: Vec<_> = std::fs::read_dir(&parent).unwrap().collect();
+        assert_eq!(left.len(), 1, "only the report: {left:?}");
+    }
+
+    /// A file that cannot be written is named, and the directory asked for is left as it was.
+    #[test]
+    fn a_file_that_cannot_be_written_is_named() {
+        let parent = scratch("staging-unwritable");
+        let target = parent.join("report");
+        let staging = Staging::beside(&target).unwrap();
+        let error = staging.write("no-such-dir/page.html", "x").unwrap_err();
+        assert!(error.0.contains("page.html"), "{}", error.0);
+        assert!(!target.exists());
+        assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
+    }
 }

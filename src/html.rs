@@ -336,8 +336,8 @@ pub fn cell_file(entry: &HandlerEntry, invariant: retrysim_sim::Invariant) -> St
 }
 
 /// The handlers × invariants matrix as a self-contained HTML page: each failing cell names the
-/// seed that first found it and links to its failure's page and Mermaid diagram (files named
-/// by [`cell_file`] beside it).
+/// seed that first found it and links to its failure's page and its sequence diagram's page
+/// (files named by [`cell_file`] beside it: `.html`, `-diagram.html`).
 pub fn matrix_page(rows: &[crate::report::MatrixRow<'_>], seeds: &std::ops::Range<u64>) -> String {
     use retrysim_sim::Invariant;
     let mut out = format!(
@@ -345,9 +345,10 @@ pub fn matrix_page(rows: &[crate::report::MatrixRow<'_>], seeds: &std::ops::Rang
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>retrysim: every built-in handler</title>\n<style>{STYLE}\
          td.bad{{color:#a40000}} td.ok{{color:#0a6b0a}} th{{top:0}}\
+         main{{display:block}} .wrap{{min-width:0}} th,td{{font-size:12px;padding:3px 4px}}\
          @media (max-width:760px){{thead{{display:table-header-group}}}}</style>\n</head>\n<body>\n<header>\n\
          <h1>retrysim: every built-in handler over seeds {}..{}</h1>\n\
-         <p>Each failing cell links to its shortest failure: the page, and its Mermaid diagram.</p>\n\
+         <p>Each failing cell links to its shortest failure: its page, and its sequence diagram (the Mermaid text is beside it, as <code>.mmd</code>).</p>\n\
          </header>\n<main>\n<div class=\"wrap\">\n<table>\n<thead><tr><th>handler</th>",
         seeds.start, seeds.end
     );
@@ -369,7 +370,7 @@ pub fn matrix_page(rows: &[crate::report::MatrixRow<'_>], seeds: &std::ops::Rang
                     let file = cell_file(row.entry, invariant);
                     format!(
                         "<td class=\"bad\"><a href=\"{file}.html\">seed {}</a> \
-                         (<a href=\"{file}.mmd\">mermaid</a>)</td>",
+                         (<a href=\"{file}-diagram.html\">diagram</a>)</td>",
                         failure.seed
                     )
                 }

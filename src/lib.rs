@@ -133,6 +133,7 @@
 //! in `retrysim-models` (as [`models`]); the `retrysim` binary is a client of [`cli`].
 
 pub mod cli;
+pub mod diagram;
 pub mod html;
 pub mod merge;
 pub mod property;

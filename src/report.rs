@@ -422,7 +422,7 @@ pub fn check_report(
     if report.visited_bytes_peak > 0 {
         let _ = writeln!(
             out,
-            "explored states held: {:.1} MB at most (state hashing's tables; more threads hold more besides)",
+            "explored states: {:.1} MB of table entries at most (state hashing's; tables and threads hold more besides)",
             report.visited_bytes_peak as f64 / 1e6
         );
     }

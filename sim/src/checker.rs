@@ -355,9 +355,11 @@ pub struct CheckReport {
     /// Workloads not explored because one explored differs from each only by which client
     /// is which (the symmetry reduction): their runs are the explored one's, renamed.
     pub symmetric_workloads: u64,
-    /// The most memory the tables of explored states held at the end of a level, in bytes
-    /// ([`Visited::memory_bytes`]): they only grow within a check, so this is about their
-    /// peak. A check on more threads holds more besides (each thread's copies of states to
+    /// The most memory the entries of the tables of explored states took at the end of a
+    /// level, in bytes ([`Visited::memory_bytes`]): they only grow within a check, so this is
+    /// about their peak. It is the one figure of a report that the number of threads moves
+    /// (parts explored at once may each record a state the other met). The tables keep room to spare
+    /// besides, and a check on more threads holds more (each thread's copies of states to
     /// resume from, and its share of a workload's new states before they are taken in).
     pub visited_bytes_peak: u64,
 }

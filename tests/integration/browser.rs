@@ -205,7 +205,8 @@ fn matrix_page_works(browser: &Path) {
     std::fs::write(&plain, &page).unwrap();
     let counted = "<script>(function(){document.body.setAttribute('data-selftest',JSON.stringify({\
 rows:document.querySelectorAll('tbody tr').length,\
-links:document.querySelectorAll('td.bad a[href$=\".html\"]').length,\
+links:document.querySelectorAll('td.bad a[href$=\".html\"]:not([href$=\"-diagram.html\"])').length,\
+diagrams:document.querySelectorAll('td.bad a[href$=\"-diagram.html\"]').length,\
 errors:window.__errors}));})();</script>";
     let tested = page
         .replacen("<head>", &format!("<head>{BEFORE_PAGE}"), 1)
@@ -218,6 +219,7 @@ errors:window.__errors}));})();</script>";
     );
     assert_eq!(seen["rows"], rows.len(), "{seen}");
     assert_eq!(seen["links"], failing, "{seen}");
+    assert_eq!(seen["diagrams"], failing, "{seen}");
     assert_eq!(seen["errors"], Value::Array(Vec::new()), "{seen}");
     for (size, window) in [("desktop", "1280,800"), ("phone", "390,844")] {
         let shot = dir.join("screenshots").join(format!("matrix-{size}.png"));

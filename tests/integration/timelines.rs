@@ -379,8 +379,51 @@ fn the_matrix_page_links_each_failure() {
         naive.seed
     );
     assert!(page.contains(&link), "{page}");
-    assert!(page.contains("counter-naive-at-most-once-effect.mmd"));
+    assert!(page.contains("<a href=\"counter-naive-at-most-once-effect-diagram.html\">diagram</a>"));
     assert!(page.contains("<td>n/a</td>") && page.contains("<td class=\"ok\">clean</td>"));
     assert_eq!(page.matches("<td class=\"ok\">yes</td>").count(), 2);
     assert!(!page.contains("keyed-sqlite-at-most-once-effect"));
+}
+
+/// A failure's sequence diagram, drawn by retrysim as SVG with no script: a lifeline per
+/// participant, a line per message (the lost ones crossed out), a box per note, and the
+/// Mermaid text it was drawn from below it.
+#[test]
+fn a_diagram_page_draws_the_sequence_without_a_script() {
+    let entry = entry("payment", "no-provider-key");
+    let bounds = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        ..entry.bounds_from(Bounds::default())
+    };
+    let tape: retrysim::Tape = "0,0,0,2".parse().unwrap();
+    let outcome = retrysim::replay(&mut *(entry.build)(), &tape, &bounds).unwrap();
+    let mermaid = retrysim::report::run_mermaid(entry, &bounds, &outcome);
+    let page = retrysim::diagram::diagram_page("payment/no-provider-key", &mermaid);
+    assert!(page.contains("<svg") && !page.contains("<script"), "{page}");
+    let participants = mermaid
+        .lines()
+        .filter(|line| {
+            line.trim_start().starts_with("actor ") || line.trim_start().starts_with("participant ")
+        })
+        .count();
+    let messages = mermaid
+        .lines()
+        .filter(|line| !line.contains("Note ") && (line.contains("->>") || line.contains("-x")))
+        .count();
+    let lost = mermaid
+        .lines()
+        .filter(|line| !line.contains("Note ") && line.contains("-x"))
+        .count();
+    let notes = mermaid
+        .lines()
+        .filter(|line| line.trim_start().starts_with("Note "))
+        .count();
+    assert_eq!(page.matches("class=\"lifeline\"").count(), participants);
+    assert_eq!(page.matches("class=\"message\"").count(), messages);
+    assert_eq!(page.matches("class=\"note\"").count(), notes);
+    assert!(lost > 0, "{mermaid}");
+    assert_eq!(page.matches(">×</text>").count(), lost);
+    assert!(page.contains("VIOLATED at-most-once-effect"), "{page}");
+    assert!(page.contains("<summary>Mermaid source</summary>"));
 }

@@ -293,23 +293,17 @@ impl Visited {
         self.states.is_empty()
     }
 
-    /// The memory its tables hold, in bytes: each table's allocated slots (a hash table's
-    /// entries and control bytes, a list's capacity), not what the allocator rounds them to.
+    /// The memory its entries take, in bytes: every first and later visit and every kind of
+    /// visit, at the size each has in its table. A hash table keeps room to spare besides (up
+    /// to as much again); the entries are what a check's states cost.
     pub fn memory_bytes(&self) -> u64 {
-        fn table<K, V>(capacity: usize) -> usize {
-            // A hash table keeps one control byte per slot beside each entry.
-            capacity * (std::mem::size_of::<(K, V)>() + 1)
-        }
-        let later_visits: usize = self
-            .more
-            .values()
-            .map(|visits| visits.capacity() * std::mem::size_of::<Visit>())
-            .sum();
-        let bytes = table::<u64, FirstVisit>(self.states.capacity())
-            + table::<u64, Vec<Visit>>(self.more.capacity())
-            + later_visits
-            + self.kinds.list.capacity() * std::mem::size_of::<VisitKind>()
-            + table::<VisitKind, u32>(self.kinds.index.capacity());
+        use std::mem::size_of;
+        let later_visits: usize = self.more.values().map(Vec::len).sum();
+        let bytes = self.states.len() * size_of::<(u64, FirstVisit)>()
+            + self.more.len() * size_of::<(u64, Vec<Visit>)>()
+            + later_visits * size_of::<Visit>()
+            + self.kinds.list.len() * size_of::<VisitKind>()
+            + self.kinds.index.len() * size_of::<(VisitKind, u32)>();
         bytes as u64
     }
 
