@@ -171,6 +171,38 @@ fn every_command_is_one_the_cli_accepts() {
     assert!(checked >= 25, "{checked} commands");
 }
 
+/// The guide's quick commands run as written: every `replay`, `explore` and `list` in its
+/// `sh` blocks ends with a verdict (0 clean, 1 a violation), never bad input. (The checks'
+/// figures take seconds to minutes each; `every_command_is_one_the_cli_accepts` holds them to
+/// what the CLI accepts.)
+#[test]
+fn the_quick_commands_run_as_written() {
+    let mut ran = 0;
+    for (path, text) in documents() {
+        for line in blocks(&text, "sh").into_iter().flat_map(str::lines) {
+            let Some(args) = command_of(line) else {
+                continue;
+            };
+            if !["replay", "explore", "list"].contains(&args[1].as_str()) {
+                continue;
+            }
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+                .args(&args[1..])
+                .output()
+                .expect("the binary runs");
+            let status = output.status.code();
+            assert!(
+                matches!(status, Some(0 | 1)),
+                "{}: `{line}` exited {status:?}: {}",
+                path.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 5, "{ran} commands");
+}
+
 /// A command the CLI refuses is told apart: the test above can fail.
 #[test]
 fn a_command_the_cli_refuses_is_told_apart() {
