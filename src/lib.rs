@@ -153,7 +153,7 @@ pub use retrysim_sim::{
     Invariant, Keyed, Lane, Ledger, Level, Link, NoAnswer, NoEvent, Odds, OnSql, Paths, Progress,
     Provider, Reduction, Reply, Request, Rounds, Row, RunEnd, RunOutcome, Sandbox, SeededChoices,
     Session, SetAside, Shard, Shrunk, Simulator, Situation, SituationRuns, SqlHandler, SqlStore,
-    StateHasher, Status, StopAt, Stopped, StoreCopy, Subject, SubjectFactory, System, Tape,
+    StateHasher, Status, Stop, StopAt, Stopped, StoreCopy, Subject, SubjectFactory, System, Tape,
     TapeChoices, TapeError, Timeline, Timeouts, Violation, Visited, Workload, WorkloadLimits,
     CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,
 };

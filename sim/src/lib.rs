@@ -63,6 +63,7 @@ pub use shard::Shard;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use situation::Situation;
 pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
+pub use sqlite::Stop;
 pub use state_hash::{fingerprint_of, StateHasher};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{

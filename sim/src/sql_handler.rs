@@ -12,7 +12,9 @@
 //! is rolled back and answered [`Reply::Unavailable`].
 
 use crate::choices::Decider;
+use crate::clock::Deadline;
 use crate::run::Ctx;
+use crate::situation::Situation;
 use crate::sqlite::{settle, settle_lookup, DbImage, HarnessDb, Stop};
 use crate::system::{
     Crash, IntentId, IntentTag, Reply, Request, Status, StoreCopy, System, Workload, WorkloadLimits,
@@ -91,6 +93,51 @@ pub trait SqlHandler {
     fn workload_limits(&self) -> WorkloadLimits {
         WorkloadLimits::NONE
     }
+
+    /// A query that finds `request`'s record pending (in progress), given its request id as
+    /// `?1`: any row means pending. Once faults stop, an intent its client could still send
+    /// must not leave its record so (`eventual-verdict`'s record half), which catches a claim
+    /// no one ever resolves. `None` (the default) for a handler with no pending state.
+    ///
+    /// `Some("SELECT 1 FROM claims WHERE key = ?1 AND total IS NULL")`
+    const PENDING_RECORD_SQL: Option<&'static str> = None;
+
+    /// Whether every submission is answered with a verdict (applied, replayed, refused,
+    /// denied, key reuse) unless a storage error stops it: never *pending*, *unavailable* or
+    /// *retry after* otherwise. An exhaustive check then hashes requests in flight without
+    /// their attempt, and explores fewer states; the engine panics, naming the answer, on a
+    /// submission answered otherwise. `false` by default ([`System::answers_only_verdicts`]).
+    const ANSWERS_ONLY_VERDICTS: bool = false;
+
+    /// The deadlines the committed store declares (read on `db`'s keeper): moments at which
+    /// it changes by itself ([`SqlHandler::pass_time`]). Time can pass to the earliest one
+    /// still ahead. A retention purge on a table with a `created_ms` column is
+    /// [`crate::sqlite::Retention::deadlines`]. None by default.
+    fn deadlines(&self, _db: &HarnessDb) -> Vec<Deadline> {
+        Vec::new()
+    }
+
+    /// Time has passed to `now_ms`, one of [`SqlHandler::deadlines`]: run what the store does
+    /// by itself then, outside any intent, on `db`'s keeper ([`crate::sqlite::Retention::purge`]
+    /// deletes the rows whose retention ended). Nothing by default.
+    fn pass_time(&self, _db: &HarnessDb, _now_ms: u64) {}
+
+    /// The situations the workloads draw that an invariant needs in order to be tested (see
+    /// [`System::situations`]): a check over a bound that never exercised one reports its
+    /// invariant untested. None by default.
+    fn situations(&self) -> &'static [Situation] {
+        &[]
+    }
+
+    /// Whether `workload` exercises `situation`, one of [`SqlHandler::situations`]; by default
+    /// what a workload's requests show by themselves ([`Situation::in_requests`]).
+    fn exercises(
+        &self,
+        workload: &Workload<Self::Request, AdminSql>,
+        situation: &Situation,
+    ) -> bool {
+        situation.in_requests(workload).unwrap_or(false)
+    }
 }
 
 /// An outside change to the store: one SQL statement an administrator runs on the committed
@@ -157,13 +204,45 @@ impl<H: SqlHandler> System for OnSql<H> {
             .restore(copy.get().expect("a copy of this database"));
     }
 
-    /// Its database's commits (and, for a provider, its charges) are all it changes
-    /// durably, and the harness reports each.
-    /// A [`SqlHandler`]'s store tells no pending records and no records of outside effects.
+    /// A [`SqlHandler`]'s store tells pending records only through
+    /// [`SqlHandler::PENDING_RECORD_SQL`], and no records of outside effects.
     fn judges_records(&self) -> bool {
-        false
+        H::PENDING_RECORD_SQL.is_some()
     }
 
+    fn is_pending(&self, store: &SqlStore, request: &H::Request) -> bool {
+        let Some(sql) = H::PENDING_RECORD_SQL else {
+            return false;
+        };
+        store
+            .db
+            .keeper()
+            .prepare_cached(sql)
+            .and_then(|mut query| query.exists([request.request_id()]))
+            .unwrap_or_else(|error| panic!("PENDING_RECORD_SQL {sql:?} fails: {error}"))
+    }
+
+    fn answers_only_verdicts(&self) -> bool {
+        H::ANSWERS_ONLY_VERDICTS
+    }
+
+    fn deadlines(&self, store: &SqlStore) -> Vec<Deadline> {
+        self.0.deadlines(&store.db)
+    }
+
+    fn pass_time(&self, store: &mut SqlStore, now_ms: u64) {
+        self.0.pass_time(&store.db, now_ms);
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        self.0.situations()
+    }
+
+    fn exercises(&self, workload: &Workload<H::Request, AdminSql>, situation: &Situation) -> bool {
+        self.0.exercises(workload, situation)
+    }
+
+    /// Its database's commits are all it changes durably, and the harness reports each.
     fn reports_durable_changes(&self) -> bool {
         true
     }

@@ -16,6 +16,7 @@ mod interval;
 mod liveness;
 mod outside;
 mod overlap;
+mod own_capabilities;
 mod own_handler;
 mod payment;
 mod property;
