@@ -122,6 +122,31 @@ pub trait SqlHandler {
     /// deletes the rows whose retention ended). Nothing by default.
     fn pass_time(&self, _db: &HarnessDb, _now_ms: u64) {}
 
+    /// The tables whose rows the harness records under the intent that wrote them, without
+    /// counting their changes as effects: a queue whose rows a background job serves (an
+    /// outbox), so that [`HarnessDb::row_intent`] says which intent queued a row. None by
+    /// default.
+    const RECORDED_TABLES: &'static [&'static str] = &[];
+
+    /// The intent whose invocation queued the store's next piece of background work (an
+    /// outbox row a relay sends), by the harness's own record
+    /// ([`HarnessDb::row_intent`] of a [`SqlHandler::RECORDED_TABLES`] row); `None`, the
+    /// default, when nothing is queued. While work is queued the schedule may run it
+    /// ([`SqlHandler::run_job`]) at any step between invocations, time does not pass (the
+    /// job is prompt), and the run does not end.
+    fn job_due(&self, _db: &HarnessDb) -> Option<IntentId> {
+        None
+    }
+
+    /// Does the next piece of queued background work on `db` (the server's connection),
+    /// serving the intent [`SqlHandler::job_due`] named: its effects are that intent's. Call
+    /// `ctx.point(name)?` at crash points (a crash restarts the server). A storage error
+    /// rolls the job's transaction back and leaves the work queued. Only called when work is
+    /// due.
+    fn run_job(&self, _ctx: &mut Ctx<'_>, _db: &Connection) -> Result<(), Stop> {
+        unreachable!("run_job is called only for a handler whose job_due says work is queued")
+    }
+
     /// The situations the workloads draw that an invariant needs in order to be tested (see
     /// [`System::situations`]): a check over a bound that never exercised one reports its
     /// invariant untested. None by default.
@@ -179,7 +204,12 @@ impl<H: SqlHandler> System for OnSql<H> {
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqlStore {
-        let db = HarnessDb::create(tag, H::SCHEMA, H::EFFECT_TABLES)
+        let traced: Vec<&str> = H::EFFECT_TABLES
+            .iter()
+            .chain(H::RECORDED_TABLES)
+            .copied()
+            .collect();
+        let db = HarnessDb::create(tag, H::SCHEMA, &traced)
             .unwrap_or_else(|error| panic!("the handler's schema loads: {error}"));
         let initial = db.save();
         let tables = user_tables(db.keeper()).expect("the schema's tables are readable");
@@ -232,6 +262,25 @@ impl<H: SqlHandler> System for OnSql<H> {
 
     fn pass_time(&self, store: &mut SqlStore, now_ms: u64) {
         self.0.pass_time(&store.db, now_ms);
+    }
+
+    fn job_due(&self, store: &SqlStore) -> Option<IntentId> {
+        self.0.job_due(&store.db)
+    }
+
+    fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut SqlStore) -> Result<(), Crash> {
+        let server = store.db.server();
+        match self.0.run_job(ctx, server) {
+            Ok(()) => Ok(()),
+            Err(Stop::Crash(crash)) => Err(crash),
+            Err(Stop::Storage(_)) => {
+                // The work stays queued: the job's next run tries it again.
+                if !server.is_autocommit() {
+                    let _ = server.execute_batch("ROLLBACK");
+                }
+                Ok(())
+            }
+        }
     }
 
     fn situations(&self) -> &'static [Situation] {
@@ -331,7 +380,10 @@ impl<H: SqlHandler> System for OnSql<H> {
     }
 
     fn effects(&self, store: &SqlStore) -> Vec<IntentId> {
-        store.db.effects()
+        if H::RECORDED_TABLES.is_empty() {
+            return store.db.effects();
+        }
+        store.db.effects_outside(H::RECORDED_TABLES)
     }
 
     /// Every table, one after another: `table [row; row]`, each row its values by commas.

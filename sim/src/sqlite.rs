@@ -232,6 +232,29 @@ impl HarnessDb {
             .collect()
     }
 
+    /// The ground truth but for the changes to `recorded` (tables whose rows are recorded
+    /// under their intents without being effects): the intent of every other committed
+    /// effect, in commit order.
+    pub fn effects_outside(&self, recorded: &[&str]) -> Vec<IntentId> {
+        let quoted: Vec<String> = recorded
+            .iter()
+            .map(|table| format!("'{}'", table.replace('\'', "''")))
+            .collect();
+        let sql = format!(
+            "SELECT intent FROM retrysim_effects WHERE table_name NOT IN ({}) ORDER BY seq",
+            quoted.join(", ")
+        );
+        let mut statement = self
+            .keeper
+            .prepare_cached(&sql)
+            .expect("the harness table exists");
+        let rows = statement
+            .query_map([], |row| row.get::<_, u32>(0))
+            .expect("the harness table is readable");
+        rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
+            .collect()
+    }
+
     /// The ground truth of one effect table: the intent of every committed effect on
     /// `table`, in commit order.
     pub fn effects_in(&self, table: &str) -> Vec<IntentId> {

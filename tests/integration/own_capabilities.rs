@@ -1,7 +1,8 @@
 //! What a handler written with `SqlHandler` alone can declare beyond its schema and handler:
-//! a retention purge on its own schema (store deadlines and the job at each), and pending
-//! records for `eventual-verdict`'s record half. Each is held in both directions: the faulty
-//! variant caught, the correct one clean.
+//! a retention purge on its own schema (store deadlines and the job at each), pending records
+//! for `eventual-verdict`'s record half, and a background job (an outbox relay) serving the
+//! intents whose rows it queued. Each is held in both directions: the faulty variant caught,
+//! the correct one clean; and every reduction to plain enumeration.
 
 use retrysim::sqlite::rusqlite::{params, Connection, OptionalExtension};
 use retrysim::sqlite::{execute_cached, HarnessDb, Retention};
@@ -268,7 +269,17 @@ fn every_reduction_agrees_with_plain_enumeration_on_these_handlers() {
         faults_max: 1,
         ..Bounds::default()
     };
-    let subjects: [(&str, Build); 3] = [
+    let subjects: [(&str, Build); 5] = [
+        ("outbox, relay in one transaction", || {
+            Box::new(Simulator::new(OnSql(OutboxCounter {
+                one_transaction: true,
+            })))
+        }),
+        ("outbox, relay in two", || {
+            Box::new(Simulator::new(OnSql(OutboxCounter {
+                one_transaction: false,
+            })))
+        }),
         ("stuck claim", || {
             Box::new(Simulator::new(OnSql(PendingClaim { resolves: false })))
         }),
@@ -298,6 +309,128 @@ fn every_reduction_agrees_with_plain_enumeration_on_these_handlers() {
             assert_eq!(reduced, plain, "{name} with {reduction:?}");
         }
     }
-    // The stuck claim and the short retention break invariants at this bound.
-    assert_eq!(with_violations, 2);
+    // The stuck claim, the short retention and the two-transaction relay break invariants
+    // at this bound.
+    assert_eq!(with_violations, 3);
+}
+
+/// An outbox on its own schema: the handler queues the deposit and answers *pending*; a
+/// relay, a background job of the server, applies each queued row to the ledger and marks it
+/// sent. `one_transaction` says whether it does both in one transaction (correct) or marks
+/// the row in a second one, after a crash point (a crash between them sends it again).
+struct OutboxCounter {
+    one_transaction: bool,
+}
+
+impl SqlHandler for OutboxCounter {
+    type Request = Keyed<i64>;
+    type Value = i64;
+    type Memory = ();
+    const SCHEMA: &'static str =
+        "CREATE TABLE ledger (id INTEGER PRIMARY KEY, key TEXT NOT NULL, amount INTEGER NOT NULL);
+         CREATE TABLE outbox (key TEXT PRIMARY KEY, amount INTEGER NOT NULL,
+                              sent INTEGER NOT NULL DEFAULT 0);";
+    const EFFECT_TABLES: &'static [&'static str] = &["ledger"];
+    const RECORDED_TABLES: &'static [&'static str] = &["outbox"];
+
+    fn workload(&self, _: &mut Decider<'_>, _: &Bounds) -> Workload<Keyed<i64>, AdminSql> {
+        one_add()
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        _: &mut (),
+        request: &Keyed<i64>,
+    ) -> Result<Reply<i64>, Stop> {
+        ctx.point("before-begin")?;
+        execute_cached(db, "BEGIN IMMEDIATE")?;
+        let queued: Option<(i64, bool)> = db
+            .prepare_cached("SELECT amount, sent FROM outbox WHERE key = ?1")?
+            .query_row([&request.id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        let reply = match queued {
+            Some((amount, true)) => Reply::Replayed(amount),
+            Some((_, false)) => Reply::Pending,
+            None => {
+                db.execute(
+                    "INSERT INTO outbox (key, amount) VALUES (?1, ?2)",
+                    params![request.id, request.args],
+                )?;
+                Reply::Pending
+            }
+        };
+        execute_cached(db, "COMMIT")?;
+        Ok(reply)
+    }
+
+    fn job_due(&self, db: &HarnessDb) -> Option<retrysim::IntentId> {
+        let row: i64 = db
+            .keeper()
+            .prepare_cached("SELECT rowid FROM outbox WHERE sent = 0 ORDER BY rowid LIMIT 1")
+            .and_then(|mut next| next.query_row([], |row| row.get(0)).optional())
+            .expect("the outbox reads")?;
+        db.row_intent("outbox", row)
+    }
+
+    fn run_job(&self, ctx: &mut Ctx<'_>, db: &Connection) -> Result<(), Stop> {
+        ctx.point("relay-begin")?;
+        execute_cached(db, "BEGIN IMMEDIATE")?;
+        let (row, key, amount): (i64, String, i64) = db
+            .prepare_cached("SELECT rowid, key, amount FROM outbox WHERE sent = 0 ORDER BY rowid")?
+            .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        db.execute(
+            "INSERT INTO ledger (key, amount) VALUES (?1, ?2)",
+            params![key, amount],
+        )?;
+        if !self.one_transaction {
+            execute_cached(db, "COMMIT")?;
+            ctx.point("relay-applied")?;
+            execute_cached(db, "BEGIN IMMEDIATE")?;
+        }
+        db.execute("UPDATE outbox SET sent = 1 WHERE rowid = ?1", [row])?;
+        ctx.point("relay-before-commit")?;
+        execute_cached(db, "COMMIT")?;
+        Ok(())
+    }
+}
+
+/// A relay that applies a queued row and marks it sent in one transaction is clean; one that
+/// marks it in a second transaction applies it again after a crash between the two, and
+/// `at-most-once-effect` catches it with that one crash. The queue's rows are recorded under
+/// their intents without counting as effects.
+#[test]
+fn an_outbox_relay_is_a_background_job_of_its_own_schema() {
+    let bounds = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        faults_max: 1,
+        ..Bounds::default()
+    };
+    let check = |one_transaction: bool| {
+        exhaust(
+            &mut Simulator::new(OnSql(OutboxCounter { one_transaction })),
+            &CheckOptions::new(bounds),
+        )
+    };
+    let split = check(false);
+    let found = split
+        .violation(Invariant::AtMostOnceEffect)
+        .expect("a crash between the relay's two transactions sends the row twice");
+    assert_eq!(found.faults, 1);
+    let whole = check(true);
+    assert!(whole.violations.is_empty(), "{:?}", whole.violations);
+    assert!(whole.clean(), "{whole:?}");
+    let runs = explore(
+        &|| -> Box<dyn Subject> {
+            Box::new(Simulator::new(OnSql(OutboxCounter {
+                one_transaction: true,
+            })))
+        },
+        0..2_000,
+        &Bounds::default(),
+        2,
+    );
+    assert!(runs.violations.is_empty(), "{:?}", runs.violations);
 }
