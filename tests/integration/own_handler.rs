@@ -106,3 +106,70 @@ fn lookups_and_outside_changes_come_with_a_sql_handler() {
     assert!(looked_up, "no run looked a note up");
     assert!(changed, "no run made the outside change");
 }
+
+/// A counter handler written outside the crate from `counter`'s public steps, as
+/// `keyed-sqlite` is: correct as is; with the key's record saved in a transaction of its own
+/// after the deposit commits, a crash between the two applies a retry again.
+mod counter_steps {
+    use retrysim::models::counter::{
+        add, answer_saved, applied, save_record, saved_record, Accepted, CounterRequest, OnSqlite,
+        SqliteHandler, SAVE_RECORD,
+    };
+    use retrysim::sqlite::execute_cached;
+    use retrysim::sqlite::rusqlite::Connection;
+    use retrysim::{exhaust, Bounds, CheckOptions, Ctx, Invariant, Reply, Simulator, Stop};
+
+    /// `split` commits the deposit before it saves the record.
+    struct Variant {
+        split: bool,
+    }
+
+    impl SqliteHandler for Variant {
+        fn submit(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            request: &CounterRequest,
+        ) -> Result<Reply<Accepted>, Stop> {
+            ctx.point("before-begin")?;
+            execute_cached(db, "BEGIN IMMEDIATE")?;
+            if let Some(saved) = saved_record(db, request)? {
+                execute_cached(db, "COMMIT")?;
+                return Ok(answer_saved(saved, request));
+            }
+            let total = add(db, request.amount)?;
+            if self.split {
+                execute_cached(db, "COMMIT")?;
+                ctx.point("after-effect")?;
+                execute_cached(db, "BEGIN IMMEDIATE")?;
+            }
+            save_record(db, request, total, SAVE_RECORD)?;
+            execute_cached(db, "COMMIT")?;
+            ctx.point("after-commit")?;
+            Ok(applied(request, total))
+        }
+    }
+
+    #[test]
+    fn a_counter_variant_from_the_public_steps() {
+        let bounds = Bounds {
+            clients_max: 1,
+            intents_max: 1,
+            faults_max: 1,
+            ..Bounds::default()
+        };
+        let check = |split: bool| {
+            exhaust(
+                &mut Simulator::new(OnSqlite(Variant { split })),
+                &CheckOptions::new(bounds),
+            )
+        };
+        let whole = check(false);
+        assert!(whole.violations.is_empty(), "{:?}", whole.violations);
+        let split = check(true);
+        assert!(
+            split.violation(Invariant::AtMostOnceEffect).is_some(),
+            "{split:?}"
+        );
+    }
+}

@@ -97,12 +97,7 @@ impl SqliteHandler for KeyedSqlite {
         }
         let total = add(db, request.amount)?;
         ctx.point("after-effect")?;
-        save_record(
-            db,
-            request,
-            total,
-            "INSERT INTO records VALUES (?1, ?2, ?3, ?4, retrysim_now())",
-        )?;
+        save_record(db, request, total, SAVE_RECORD)?;
         ctx.point("before-commit")?;
         execute_cached(db, "COMMIT")?;
         ctx.point("after-commit")?;
@@ -116,16 +111,20 @@ impl SqliteHandler for KeyedSqlite {
 }
 
 /// What a record saved under a key holds: the amount sent, and the response given.
-pub(super) struct Saved {
-    amount: i64,
-    response: Accepted,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Saved {
+    /// The amount the request that saved it sent.
+    pub amount: i64,
+    /// The response it was answered with, which a retry replays.
+    pub response: Accepted,
 }
 
+/// The `INSERT` of a request's record for [`save_record`]: its key, amount, accepted amount
+/// and total, and its creation time from the simulated clock.
+pub const SAVE_RECORD: &str = "INSERT INTO records VALUES (?1, ?2, ?3, ?4, retrysim_now())";
+
 /// The record saved under the request's key, if any.
-pub(super) fn saved_record(
-    db: &Connection,
-    request: &CounterRequest,
-) -> rusqlite::Result<Option<Saved>> {
+pub fn saved_record(db: &Connection, request: &CounterRequest) -> rusqlite::Result<Option<Saved>> {
     db.prepare_cached("SELECT amount, accepted_amount, total FROM records WHERE key = ?1")?
         .query_row([&request.key], |row| {
             Ok(Saved {
@@ -141,7 +140,7 @@ pub(super) fn saved_record(
 
 /// The answer to a request whose key has a record: the saved response as a replay, or a
 /// key-reuse refusal when the amount differs.
-pub(super) fn answer_saved(saved: Saved, request: &CounterRequest) -> Reply<Accepted> {
+pub fn answer_saved(saved: Saved, request: &CounterRequest) -> Reply<Accepted> {
     if saved.amount != request.amount {
         return Reply::KeyReuse;
     }
@@ -149,14 +148,14 @@ pub(super) fn answer_saved(saved: Saved, request: &CounterRequest) -> Reply<Acce
 }
 
 /// Adds `amount` to the total (the effect); returns the new total.
-pub(super) fn add(db: &Connection, amount: i64) -> rusqlite::Result<i64> {
+pub fn add(db: &Connection, amount: i64) -> rusqlite::Result<i64> {
     db.prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
         .query_row([amount], |row| row.get(0))
 }
 
 /// Saves the request's record with `insert`, an `INSERT INTO records` of four parameters and
 /// the creation time, `retrysim_now()`.
-pub(super) fn save_record(
+pub fn save_record(
     db: &Connection,
     request: &CounterRequest,
     total: i64,
@@ -167,7 +166,7 @@ pub(super) fn save_record(
 }
 
 /// The response to a request applied now.
-pub(super) fn applied(request: &CounterRequest, total: i64) -> Reply<Accepted> {
+pub fn applied(request: &CounterRequest, total: i64) -> Reply<Accepted> {
     Reply::Applied(Accepted {
         amount: request.amount,
         total,

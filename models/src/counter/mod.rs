@@ -14,12 +14,13 @@ mod sqlite;
 
 pub use keyed_memory::{KeyedAtomic, KeyedMemory, Records};
 pub use keyed_sqlite::{
-    KeyedSqlite, ShortRetention, UnavailableAfterCommit, RETENTION_MS, SHORT_RETENTION_MS,
+    add, answer_saved, applied, save_record, saved_record, KeyedSqlite, Saved, ShortRetention,
+    UnavailableAfterCommit, RETENTION_MS, SAVE_RECORD, SHORT_RETENTION_MS,
 };
 pub use keyed_sqlite_deferred::KeyedSqliteDeferred;
 pub use memory::{MemoryHandler, MemoryTotal, OnMemory};
 pub use naive::Naive;
-pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler};
+pub use sqlite::{OnSqlite, SqliteCounter, SqliteHandler, SCHEMA};
 
 use retrysim_sim::{
     Bounds, ChoiceKind, Decider, Intent, NoEvent, Request, Workload, WorkloadLimits,

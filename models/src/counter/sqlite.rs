@@ -9,7 +9,10 @@ use retrysim_sim::{
 };
 use rusqlite::Connection;
 
-const SCHEMA: &str = "
+/// The counter's schema, which every SQLite counter handler shares: the total (`counter`,
+/// the effect table), the records saved under keys (`records`, with their creation time for
+/// retention), and an audit trail (`audit`).
+pub const SCHEMA: &str = "
 CREATE TABLE counter (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     total INTEGER NOT NULL
