@@ -173,3 +173,66 @@ mod counter_steps {
         );
     }
 }
+
+/// A reservation handler written outside the crate from `reservation`'s public steps: the
+/// action-record contract, lease take-over included, is clean as is; with its status lookup
+/// unscoped by tenant it discloses another tenant's reservation.
+mod reservation_steps {
+    use retrysim::models::reservation::{
+        record, status, submit_with_record, OnReservation, Reference, ReservationHandler,
+        ReservationRequest, SessionRecords,
+    };
+    use retrysim::sqlite::rusqlite::Connection;
+    use retrysim::{exhaust, explore, Bounds, CheckOptions, Ctx, Invariant, Reply, Simulator};
+    use retrysim::{Status, Stop, Subject};
+
+    /// `scoped` says whether the lookup finds records by tenant and request id, or by request
+    /// id alone.
+    struct Variant {
+        scoped: bool,
+    }
+
+    impl ReservationHandler for Variant {
+        fn submit(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            _: &mut SessionRecords,
+            request: &ReservationRequest,
+        ) -> Result<Reply<Reference>, Stop> {
+            submit_with_record(ctx, db, request, false)
+        }
+
+        fn lookup(
+            &self,
+            _: &mut Ctx<'_>,
+            db: &Connection,
+            _: &mut SessionRecords,
+            request: &ReservationRequest,
+        ) -> Result<Status<Reference>, Stop> {
+            Ok(status(record(db, request, self.scoped)?, request))
+        }
+    }
+
+    #[test]
+    fn a_reservation_variant_from_the_public_steps() {
+        let build = |scoped: bool| {
+            move || -> Box<dyn Subject> {
+                Box::new(Simulator::new(OnReservation(Variant { scoped })))
+            }
+        };
+        let bounds = Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            faults_max: 1,
+            ..Bounds::default()
+        };
+        let scoped = exhaust(&mut *build(true)(), &CheckOptions::new(bounds));
+        assert!(scoped.violations.is_empty(), "{:?}", scoped.violations);
+        let unscoped = explore(&build(false), 0..2_000, &Bounds::default(), 2);
+        assert!(
+            unscoped.failure(Invariant::ScopeIsolation).is_some(),
+            "{unscoped:?}"
+        );
+    }
+}

@@ -8,19 +8,23 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 /// An action record: its slot, state, reservation reference, and whether its owner still
 /// holds it (no lease, or a lease not yet expired by `retrysim_now()`).
-struct Record {
-    slot: String,
-    state: String,
-    reference: Option<String>,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The slot the request reserves.
+    pub slot: String,
+    /// `pending` or `completed`.
+    pub state: String,
+    /// The reservation's reference, once completed.
+    pub reference: Option<String>,
     /// How long its owner's lease still runs (at most 0 once expired); `None`: no lease.
-    lease_left_ms: Option<i64>,
+    pub lease_left_ms: Option<i64>,
 }
 
 /// The columns [`record`] reads.
-const RECORD_COLUMNS: &str = "slot, state, reservation_ref, lease_expires_ms - retrysim_now()";
+pub const RECORD_COLUMNS: &str = "slot, state, reservation_ref, lease_expires_ms - retrysim_now()";
 
 /// The record under (tenant, request id), or under the request id alone when not `scoped`.
-fn record(
+pub fn record(
     db: &Connection,
     request: &ReservationRequest,
     scoped: bool,
@@ -50,7 +54,8 @@ fn record(
 }
 
 /// What a submission does with an existing record.
-enum Found {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
     /// Answer at once.
     Answer(Reply<Reference>),
     /// A pending record whose owner is gone: take the action over under the same id.
@@ -59,7 +64,7 @@ enum Found {
 
 /// What a submission does with an existing record; `take_over` says whether a pending record
 /// whose owner's lease expired may be taken over.
-fn found(record: Record, request: &ReservationRequest, take_over: bool) -> Found {
+pub fn found(record: Record, request: &ReservationRequest, take_over: bool) -> Found {
     if record.slot != request.slot {
         return Found::Answer(Reply::KeyReuse);
     }
@@ -80,7 +85,7 @@ fn found(record: Record, request: &ReservationRequest, take_over: bool) -> Found
 
 /// The status a lookup answers for a record: the request id is bound to its slot, so a
 /// lookup with another slot is a conflict, not the other action's result.
-fn status(record: Option<Record>, request: &ReservationRequest) -> Status<Reference> {
+pub fn status(record: Option<Record>, request: &ReservationRequest) -> Status<Reference> {
     match record {
         None => Status::NotFound,
         Some(record) if record.slot != request.slot => Status::Conflict,
@@ -93,7 +98,7 @@ fn status(record: Option<Record>, request: &ReservationRequest) -> Status<Refere
 }
 
 /// Inserts a reservation and returns its reference (`rsv-N`, N one more than the count).
-fn reserve(db: &Connection, request: &ReservationRequest) -> rusqlite::Result<Reference> {
+pub fn reserve(db: &Connection, request: &ReservationRequest) -> rusqlite::Result<Reference> {
     let reference: String = db
         .prepare_cached("SELECT 'rsv-' || (count(*) + 1) FROM reservations")?
         .query_row([], |row| row.get(0))?;
@@ -104,7 +109,7 @@ fn reserve(db: &Connection, request: &ReservationRequest) -> rusqlite::Result<Re
 
 /// Records the action completed with `reference`: a new record, or the pending one it took
 /// over.
-fn record_completed(
+pub fn record_completed(
     db: &Connection,
     request: &ReservationRequest,
     reference: &Reference,
@@ -125,7 +130,7 @@ fn record_completed(
 
 /// Submission under the action-record contract; `split` commits the reservation before its
 /// record instead of with it.
-fn submit_with_record(
+pub fn submit_with_record(
     ctx: &mut Ctx<'_>,
     db: &Connection,
     request: &ReservationRequest,

@@ -20,7 +20,10 @@ mod store;
 mod types;
 mod workload;
 
-pub use handlers::{ActionRecord, SessionMemory, SplitCommit, StuckPending, UnscopedLookup};
+pub use handlers::{
+    found, record, record_completed, reserve, status, submit_with_record, ActionRecord, Found,
+    Record, SessionMemory, SplitCommit, StuckPending, UnscopedLookup, RECORD_COLUMNS,
+};
 pub use store::{
     OnReservation, RecordSeen, ReservationHandler, ReservationStore, SessionRecords, INVARIANTS,
     PENDING_LEASE_MS, SCHEMA,
