@@ -4,6 +4,7 @@
 //! and actors, messages (`->>` delivered, `-->>` an answer, `-x` lost) and notes (`over`,
 //! `right of`), in order, down lifelines.
 
+use crate::html::escape;
 use std::fmt::Write as _;
 
 /// The width of a participant's column, in pixels.
@@ -274,19 +275,4 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 /// Mermaid's `#59;` (a semicolon, which ends a statement in Mermaid) as the character.
 fn unescape(text: &str) -> String {
     text.replace("#59;", ";")
-}
-
-/// `text` safe inside HTML and SVG text and attributes.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for character in text.chars() {
-        match character {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            other => out.push(other),
-        }
-    }
-    out
 }

@@ -314,7 +314,7 @@ fn arrow_ends(text: &str, timeline: &Timeline) -> Option<(Lane, Lane, bool)> {
 }
 
 /// Text safe in HTML content and attribute values.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for character in text.chars() {
         match character {

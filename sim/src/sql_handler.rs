@@ -15,7 +15,7 @@ use crate::choices::Decider;
 use crate::clock::Deadline;
 use crate::run::Ctx;
 use crate::situation::Situation;
-use crate::sqlite::{settle, settle_lookup, DbImage, HarnessDb, Stop};
+use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop};
 use crate::system::{
     Crash, IntentId, IntentTag, Reply, Request, Status, StoreCopy, System, Workload, WorkloadLimits,
 };
@@ -270,17 +270,7 @@ impl<H: SqlHandler> System for OnSql<H> {
 
     fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut SqlStore) -> Result<(), Crash> {
         let server = store.db.server();
-        match self.0.run_job(ctx, server) {
-            Ok(()) => Ok(()),
-            Err(Stop::Crash(crash)) => Err(crash),
-            Err(Stop::Storage(_)) => {
-                // The work stays queued: the job's next run tries it again.
-                if !server.is_autocommit() {
-                    let _ = server.execute_batch("ROLLBACK");
-                }
-                Ok(())
-            }
-        }
+        settle_job(self.0.run_job(ctx, server), server)
     }
 
     fn situations(&self) -> &'static [Situation] {

@@ -221,12 +221,17 @@ impl HarnessDb {
 
     /// The ground truth: the intent of every committed effect, in commit order.
     pub fn effects(&self) -> Vec<IntentId> {
+        self.intents_of("SELECT intent FROM retrysim_effects ORDER BY seq", [])
+    }
+
+    /// The intents `sql` (a query of `retrysim_effects`' `intent` column) reads with `params`.
+    fn intents_of(&self, sql: &str, params: impl rusqlite::Params) -> Vec<IntentId> {
         let mut statement = self
             .keeper
-            .prepare_cached("SELECT intent FROM retrysim_effects ORDER BY seq")
+            .prepare_cached(sql)
             .expect("the harness table exists");
         let rows = statement
-            .query_map([], |row| row.get::<_, u32>(0))
+            .query_map(params, |row| row.get::<_, u32>(0))
             .expect("the harness table is readable");
         rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
             .collect()
@@ -244,31 +249,16 @@ impl HarnessDb {
             "SELECT intent FROM retrysim_effects WHERE table_name NOT IN ({}) ORDER BY seq",
             quoted.join(", ")
         );
-        let mut statement = self
-            .keeper
-            .prepare_cached(&sql)
-            .expect("the harness table exists");
-        let rows = statement
-            .query_map([], |row| row.get::<_, u32>(0))
-            .expect("the harness table is readable");
-        rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
-            .collect()
+        self.intents_of(&sql, [])
     }
 
     /// The ground truth of one effect table: the intent of every committed effect on
     /// `table`, in commit order.
     pub fn effects_in(&self, table: &str) -> Vec<IntentId> {
-        let mut statement = self
-            .keeper
-            .prepare_cached(
-                "SELECT intent FROM retrysim_effects WHERE table_name = ?1 ORDER BY seq",
-            )
-            .expect("the harness table exists");
-        let rows = statement
-            .query_map([table], |row| row.get::<_, u32>(0))
-            .expect("the harness table is readable");
-        rows.map(|raw| IntentId(raw.expect("intent is an integer") - 1))
-            .collect()
+        self.intents_of(
+            "SELECT intent FROM retrysim_effects WHERE table_name = ?1 ORDER BY seq",
+            [table],
+        )
     }
 
     /// The intent whose invocation inserted the row `row_id` of the effect table `table`, by
@@ -662,6 +652,20 @@ pub fn settle_lookup<V>(
             Ok(Status::Unavailable(
                 format!("storage error: {error}").into(),
             ))
+        }
+    }
+}
+
+/// Turns a background job's result into the engine's: a crash passes through, a storage
+/// error rolls back any open transaction and leaves the work queued (the job's next run tries
+/// it again).
+pub fn settle_job(result: Result<(), Stop>, connection: &Connection) -> Result<(), Crash> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(Stop::Crash(crash)) => Err(crash),
+        Err(Stop::Storage(_)) => {
+            roll_back(connection);
+            Ok(())
         }
     }
 }

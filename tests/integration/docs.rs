@@ -29,7 +29,7 @@ fn documents() -> Vec<(PathBuf, String)> {
 }
 
 /// The fenced blocks of `markdown` in `language`.
-fn blocks<'a>(markdown: &'a str, language: &str) -> Vec<&'a str> {
+pub fn blocks<'a>(markdown: &'a str, language: &str) -> Vec<&'a str> {
     let opening = format!("```{language}\n");
     let mut found = Vec::new();
     let mut rest = markdown;

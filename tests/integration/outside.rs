@@ -16,24 +16,24 @@ pub type Add = Keyed<i64>;
 type Answer = Result<Reply<i64>, Stop>;
 
 /// A counter and the records of the requests applied to it.
-const COUNTER_SCHEMA: &str =
+pub const COUNTER_SCHEMA: &str =
     "CREATE TABLE counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
      INSERT INTO counter VALUES (1, 0);
      CREATE TABLE records (key TEXT PRIMARY KEY, total INTEGER NOT NULL);";
 
 /// One client adding 5 under `k1`.
-fn one_add() -> Workload<Add, AdminSql> {
+pub fn one_add() -> Workload<Add, AdminSql> {
     Workload::of_clients(vec![vec![Intent::new(Keyed::new("k1", 5))]])
 }
 
 /// Adds `amount` to the counter; the new total.
-fn add(db: &Connection, amount: i64) -> rusqlite::Result<i64> {
+pub fn add(db: &Connection, amount: i64) -> rusqlite::Result<i64> {
     db.prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
         .query_row([amount], |row| row.get(0))
 }
 
 /// The total saved under the request's key, if any.
-fn saved(db: &Connection, request: &Add) -> rusqlite::Result<Option<i64>> {
+pub fn saved(db: &Connection, request: &Add) -> rusqlite::Result<Option<i64>> {
     db.prepare_cached("SELECT total FROM records WHERE key = ?1")?
         .query_row([&request.id], |row| row.get(0))
         .optional()

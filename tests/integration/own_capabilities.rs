@@ -6,20 +6,11 @@
 use retrysim::sqlite::execute_cached;
 use retrysim::sqlite::rusqlite::{params, Connection, OptionalExtension};
 use retrysim::{
-    exhaust, AdminSql, Bounds, CheckOptions, Ctx, Decider, Intent, Invariant, Keyed, OnSql, Reply,
+    exhaust, AdminSql, Bounds, CheckOptions, Ctx, Decider, Invariant, Keyed, OnSql, Reply,
     Simulator, SqlHandler, Stop, Subject, Workload,
 };
 
-/// One client adding 5 under `k1`.
-fn one_add() -> Workload<Keyed<i64>, AdminSql> {
-    Workload::of_clients(vec![vec![Intent::new(Keyed::new("k1", 5))]])
-}
-
-/// Adds `amount` to the counter; the new total.
-fn add(db: &Connection, amount: i64) -> retrysim::sqlite::rusqlite::Result<i64> {
-    db.prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
-        .query_row([amount], |row| row.get(0))
-}
+use crate::outside::{add, one_add};
 
 /// A claim that records a pending row first, then applies the effect and completes the row in
 /// a second transaction. `resolves` says what a later invocation does on a pending claim:

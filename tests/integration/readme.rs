@@ -1,18 +1,6 @@
 //! README.md as a user reads it: every Rust block in it is code that compiles and runs.
 
-/// The fenced blocks of `markdown` in the language `language`, each as its text.
-fn blocks<'a>(markdown: &'a str, language: &str) -> Vec<&'a str> {
-    let opening = format!("```{language}\n");
-    let mut found = Vec::new();
-    let mut rest = markdown;
-    while let Some(start) = rest.find(&opening) {
-        let body = &rest[start + opening.len()..];
-        let end = body.find("```").expect("a closed block");
-        found.push(&body[..end]);
-        rest = &body[end + 3..];
-    }
-    found
-}
+use crate::docs::blocks;
 
 /// Every Rust block of the README is, word for word, part of `tests/readme_example.rs`, a
 /// test target that `cargo test` builds and runs with the system the block uses defined.

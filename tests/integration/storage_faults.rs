@@ -3,6 +3,7 @@
 //! `truthful-reply` holds every reply to what its own invocation committed.
 
 use crate::entry;
+use crate::outside::{add, one_add, saved, COUNTER_SCHEMA};
 use retrysim::models::counter::{CounterRequest, KeyedSqlite, OnSqlite};
 use retrysim::models::reservation::{
     ActionRecord, OnReservation, ReservationRequest, REQUEST_ID, TENANT_A,
@@ -10,8 +11,8 @@ use retrysim::models::reservation::{
 use retrysim::sqlite::rusqlite::{self, params, Connection, ErrorCode};
 use retrysim::sqlite::{execute_cached, Stop};
 use retrysim::{
-    exhaust, replay, run_seed, AdminSql, Bounds, CheckOptions, Ctx, Decider, Intent, Invariant,
-    Keyed, Lane, OnSql, Reply, RunOutcome, Sandbox, Session, Simulator, SqlHandler, Status, Tape,
+    exhaust, replay, run_seed, AdminSql, Bounds, CheckOptions, Ctx, Decider, Invariant, Keyed,
+    Lane, OnSql, Reply, RunOutcome, Sandbox, Session, Simulator, SqlHandler, Status, Tape,
     Workload,
 };
 
@@ -180,14 +181,11 @@ impl SqlHandler for CommitErrorReporter {
     type Request = Keyed<i64>;
     type Value = i64;
     type Memory = ();
-    const SCHEMA: &'static str =
-        "CREATE TABLE counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
-         INSERT INTO counter VALUES (1, 0);
-         CREATE TABLE records (key TEXT PRIMARY KEY, total INTEGER NOT NULL);";
+    const SCHEMA: &'static str = COUNTER_SCHEMA;
     const EFFECT_TABLES: &'static [&'static str] = &["counter"];
 
     fn workload(&self, _: &mut Decider<'_>, _: &Bounds) -> Workload<Keyed<i64>, AdminSql> {
-        Workload::of_clients(vec![vec![Intent::new(Keyed::new("k1", 5))]])
+        one_add()
     }
 
     fn handle(
@@ -199,16 +197,11 @@ impl SqlHandler for CommitErrorReporter {
     ) -> Result<Reply<i64>, Stop> {
         ctx.point("before-begin")?;
         execute_cached(db, "BEGIN IMMEDIATE")?;
-        let saved = db
-            .prepare_cached("SELECT total FROM records WHERE key = ?1")?
-            .query_row([&request.id], |row| row.get(0));
-        if let Ok(total) = saved {
+        if let Some(total) = saved(db, request)? {
             execute_cached(db, "COMMIT")?;
             return Ok(Reply::Replayed(total));
         }
-        let total: i64 = db
-            .prepare_cached("UPDATE counter SET total = total + ?1 WHERE id = 1 RETURNING total")?
-            .query_row([request.args], |row| row.get(0))?;
+        let total = add(db, request.args)?;
         db.execute(
             "INSERT INTO records VALUES (?1, ?2)",
             params![request.id, total],

@@ -2,7 +2,9 @@
 //! any [`PaymentHandler`] a system under test.
 
 use super::workload::{workload, PaymentRequest, Receipt, WORKLOAD_LIMITS};
-use retrysim_sim::sqlite::{column_strings, settle, settle_lookup, DbImage, HarnessDb, Stop};
+use retrysim_sim::sqlite::{
+    column_strings, settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop,
+};
 use retrysim_sim::{
     Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant,
     NoEvent, Provider, Reply, Situation, Status, StoreCopy, System, Workload, WorkloadLimits,
@@ -268,16 +270,7 @@ impl<H: PaymentHandler> System for OnPayment<H> {
     /// The relay sends the first unsent outbox row; a storage error leaves it queued.
     fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut PaymentStore) -> Result<(), Crash> {
         let server = store.db.server();
-        match self.0.relay(ctx, server, &store.provider) {
-            Ok(()) => Ok(()),
-            Err(Stop::Crash(crash)) => Err(crash),
-            Err(Stop::Storage(_)) => {
-                if !server.is_autocommit() {
-                    let _ = server.execute_batch("ROLLBACK");
-                }
-                Ok(())
-            }
-        }
+        settle_job(self.0.relay(ctx, server, &store.provider), server)
     }
 
     fn supports_lookup(&self) -> bool {
