@@ -109,6 +109,15 @@ pub trait SqlHandler {
     /// submission answered otherwise. `false` by default ([`System::answers_only_verdicts`]).
     const ANSWERS_ONLY_VERDICTS: bool = false;
 
+    /// Columns of absolute simulated times, as `(table, column)` (a lease's end, a row's
+    /// creation time, written from `retrysim_now()`), that state hashing leaves out. Two
+    /// stores that differ only in when they were written are then one state, as for the
+    /// built-in stores, and a check explores far fewer. Sound only if every way the
+    /// handler's behaviour depends on such a column shows in [`SqlHandler::deadlines`]
+    /// (which state hashing holds relative to now): a lease's end as a deadline while the
+    /// lease is held, a creation time through its retention's expiry. None by default.
+    const TIME_COLUMNS: &'static [(&'static str, &'static str)] = &[];
+
     /// The deadlines the committed store declares (read on `db`'s keeper): moments at which
     /// it changes by itself ([`SqlHandler::pass_time`]). Time can pass to the earliest one
     /// still ahead. A retention purge on a table with a `created_ms` column is
@@ -186,6 +195,8 @@ pub struct SqlStore {
     db: HarnessDb,
     initial: DbImage,
     tables: Vec<String>,
+    /// What state hashing reads of each table: every column but the time columns.
+    hashed: Vec<String>,
 }
 
 impl SqlStore {
@@ -213,10 +224,22 @@ impl<H: SqlHandler> System for OnSql<H> {
             .unwrap_or_else(|error| panic!("the handler's schema loads: {error}"));
         let initial = db.save();
         let tables = user_tables(db.keeper()).expect("the schema's tables are readable");
+        let hashed = tables
+            .iter()
+            .map(|table| {
+                let times: Vec<&str> = H::TIME_COLUMNS
+                    .iter()
+                    .filter(|(of, _)| of == table)
+                    .map(|(_, column)| *column)
+                    .collect();
+                db.select_without(table, &times)
+            })
+            .collect();
         SqlStore {
             db,
             initial,
             tables,
+            hashed,
         }
     }
 
@@ -390,9 +413,10 @@ impl<H: SqlHandler> System for OnSql<H> {
         described.join(" ")
     }
 
+    /// Every table, but for its [`SqlHandler::TIME_COLUMNS`].
     fn fingerprint(&self, store: &SqlStore) -> u64 {
-        let tables: Vec<&str> = store.tables.iter().map(String::as_str).collect();
-        store.db.fingerprint(&tables)
+        let selects: Vec<&str> = store.hashed.iter().map(String::as_str).collect();
+        store.db.fingerprint_of(&selects)
     }
 
     fn invariants(&self) -> &'static [Invariant] {

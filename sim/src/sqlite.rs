@@ -89,6 +89,9 @@ impl PartialEq for DbImage {
 struct TableReader {
     name: String,
     select: String,
+    /// The columns `select` reads, quoted, and its `ORDER BY`.
+    columns: Vec<String>,
+    order: &'static str,
 }
 
 impl TableReader {
@@ -119,7 +122,32 @@ impl TableReader {
         Ok(TableReader {
             name: table.to_string(),
             select: format!("SELECT {list} FROM \"{table}\"{order}"),
+            columns,
+            order,
         })
+    }
+
+    /// Its select without the columns `left_out`.
+    fn select_without(&self, left_out: &[&str]) -> String {
+        for out in left_out {
+            assert!(
+                self.columns.contains(&format!("\"{out}\"")),
+                "table {} has no column {out:?} to leave out",
+                self.name
+            );
+        }
+        let kept: Vec<&str> = self
+            .columns
+            .iter()
+            .map(String::as_str)
+            .filter(|column| !left_out.iter().any(|out| *column == format!("\"{out}\"")))
+            .collect();
+        let list = if kept.is_empty() {
+            "1".to_string()
+        } else {
+            kept.join(", ")
+        };
+        format!("SELECT {list} FROM \"{}\"{}", self.name, self.order)
     }
 }
 
@@ -328,6 +356,16 @@ impl HarnessDb {
         }
         execute_cached(&self.keeper, "COMMIT").expect("a read transaction ends");
         hasher.finish()
+    }
+
+    /// The select that [`HarnessDb::fingerprint`] reads `table` with, but for the columns
+    /// `left_out`: for [`HarnessDb::fingerprint_of`] of a store whose times in those columns
+    /// its deadlines tell relative to now.
+    ///
+    /// # Panics
+    /// If the database has no such table, or the table no such column.
+    pub fn select_without(&self, table: &str, left_out: &[&str]) -> String {
+        self.reader(table).select_without(left_out)
     }
 
     fn reader(&self, table: &str) -> &TableReader {
