@@ -207,6 +207,8 @@ fn matrix_page_works(browser: &Path) {
 rows:document.querySelectorAll('tbody tr').length,\
 links:document.querySelectorAll('td.bad a[href$=\".html\"]:not([href$=\"-diagram.html\"])').length,\
 diagrams:document.querySelectorAll('td.bad a[href$=\"-diagram.html\"]').length,\
+overflow:Math.max(document.documentElement.scrollWidth-window.innerWidth,\
+document.querySelector('.wrap').scrollWidth-document.querySelector('.wrap').clientWidth),\
 errors:window.__errors}));})();</script>";
     let tested = page
         .replacen("<head>", &format!("<head>{BEFORE_PAGE}"), 1)
@@ -214,8 +216,17 @@ errors:window.__errors}));})();</script>";
     let test_page = dir.join("matrix.selftest.html");
     std::fs::write(&test_page, tested).unwrap();
     let seen = body_attribute(
-        &chromium(browser, &test_page, &["--dump-dom"]),
+        &chromium(
+            browser,
+            &test_page,
+            &["--dump-dom", "--window-size=1280,800"],
+        ),
         "data-selftest",
+    );
+    // At the desktop size the whole matrix fits, its last column included.
+    assert!(
+        seen["overflow"].as_i64().is_some_and(|px| px <= 0),
+        "{seen}"
     );
     assert_eq!(seen["rows"], rows.len(), "{seen}");
     assert_eq!(seen["links"], failing, "{seen}");
