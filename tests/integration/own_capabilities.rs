@@ -293,9 +293,9 @@ fn time_columns_left_out_of_hashing_keep_verdicts_and_cut_runs() {
 
 /// The runs and states of the fenced lease at two clients with a request id each, three
 /// attempts and two faults, with its lease column hashed and left out (`cargo test --release
-/// -- --ignored fenced_lease_sizes --nocapture`; the bench prints the same).
+/// --test integration -- --ignored fenced_lease_sizes --nocapture`).
 #[test]
-#[ignore = "a measurement: about a minute"]
+#[ignore = "a measurement: about 8 s in a release build"]
 fn fenced_lease_sizes() {
     let bounds = Bounds {
         clients_max: 2,

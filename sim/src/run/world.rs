@@ -756,13 +756,6 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         }
     }
 
-    /// The messages in flight that can change what happens next: all but the replies to
-    /// intents their clients have concluded, which can only be ignored (or dropped, to the
-    /// same effect).
-    fn live_messages(&self) -> impl Iterator<Item = &Message<R, V>> {
-        self.network.iter().filter(|message| self.awaited(message))
-    }
-
     /// Whether `message` can still change what happens: a request or a lookup, or an answer
     /// to an intent its client has not concluded.
     fn awaited(&self, message: &Message<R, V>) -> bool {
@@ -800,13 +793,20 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
     pub(crate) fn finished(&self) -> bool {
         self.clients.iter().all(|c| c.phase == Phase::Done)
             && self.events.iter().all(Option::is_none)
-            && self.live_messages().next().is_none()
+            && !self.work_in_flight()
     }
 
     /// Whether something in flight is awaited (a request, a lookup, or an answer to an
-    /// intent still open).
+    /// intent still open): the replies to concluded intents can only be ignored.
     pub(crate) fn work_in_flight(&self) -> bool {
         self.live_messages().next().is_some()
+    }
+
+    /// The messages in flight that can change what happens next: all but the replies to
+    /// intents their clients have concluded, which can only be ignored (or dropped, to the
+    /// same effect).
+    fn live_messages(&self) -> impl Iterator<Item = &Message<R, V>> {
+        self.network.iter().filter(|message| self.awaited(message))
     }
 
     /// The labels of the messages in flight no client awaits, oldest first.
