@@ -73,6 +73,23 @@ pub struct Provider {
     version: Cell<u64>,
 }
 
+impl<'r> Ctx<'r> {
+    /// The outside service (a payment provider with idempotency keys) of a
+    /// [`crate::SqlHandler`] that declares [`crate::SqlHandler::CALLS_PROVIDER`]:
+    /// `ctx.provider().charge(ctx, Some(key), order, amount)?`. Its charges are the
+    /// handler's effects, recorded by the harness under the intent being served.
+    ///
+    /// # Panics
+    ///
+    /// When the handler's system gives it no provider (a `SqlHandler` without
+    /// `CALLS_PROVIDER`, or a context made outside a run).
+    pub fn provider(&self) -> &'r Provider {
+        self.outside
+            .and_then(|outside| outside.downcast_ref())
+            .expect("this handler has no provider: a SqlHandler that calls one sets CALLS_PROVIDER")
+    }
+}
+
 impl Provider {
     /// A provider with no charges, recording intents from `tag`.
     pub fn new(tag: &IntentTag) -> Self {

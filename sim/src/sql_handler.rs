@@ -1,7 +1,10 @@
 //! Your own handler on your own SQLite schema: write the schema, the handler and the workload
 //! ([`SqlHandler`]); [`OnSql`] makes it a system under test, with store setup and reset,
-//! checkpoints, ground truth (triggers on the tables you name as effects), crash points,
-//! storage faults, overlapping invocations on connections of their own, and timelines.
+//! checkpoints, ground truth (triggers on the tables you name as effects, or an outside
+//! provider's record of its charges), crash points, storage faults, overlapping invocations on
+//! connections of their own, and timelines. Each optional capability (store deadlines,
+//! pending records, background jobs, an outside provider, time columns) is an associated
+//! const or method with a default that does nothing.
 //!
 //! The rules a handler follows are those of [`System`]: call `ctx.point(name)?` at crash
 //! points and return the `Err` at once; put a crash point between a COMMIT and the next write
@@ -13,9 +16,11 @@
 
 use crate::choices::Decider;
 use crate::clock::Deadline;
+use crate::provider::{Charge, Provider};
 use crate::run::Ctx;
 use crate::situation::Situation;
 use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop};
+use crate::state_hash::fingerprint_of;
 use crate::system::{
     Crash, IntentId, IntentTag, Reply, Request, Status, StoreCopy, System, Workload, WorkloadLimits,
 };
@@ -38,8 +43,27 @@ pub trait SqlHandler {
     const SCHEMA: &'static str;
 
     /// The tables whose changes are the effects the invariants count (a row inserted, updated
-    /// or deleted there while serving an intent is one effect of that intent).
+    /// or deleted there while serving an intent is one effect of that intent). For a handler
+    /// that [calls a provider](SqlHandler::CALLS_PROVIDER), the local records of its charges
+    /// instead (a `payments` row per charge), judged against the charges by
+    /// `no-orphan-effect`; empty for none.
     const EFFECT_TABLES: &'static [&'static str];
+
+    /// Whether the handler calls an outside service: a payment provider with idempotency
+    /// keys ([`crate::Provider`]), reached through [`Ctx::provider`] in `handle`, `lookup`
+    /// and `run_job`. Its charges are then the effects the invariants count (the harness
+    /// records each under the intent being served), and the provider is reset, copied and
+    /// described with the database. Each call is a crash point on a lossy link of its own:
+    /// the call or its answer may be lost ([`crate::NoAnswer`]).
+    ///
+    /// ```ignore
+    /// const CALLS_PROVIDER: bool = true;
+    /// // in handle:
+    /// let charged = ctx.provider().charge(ctx, Some(&request.id), "o1", 5)?;
+    /// ```
+    ///
+    /// `false` by default.
+    const CALLS_PROVIDER: bool = false;
 
     /// Draws the run's workload: the clients and their intents, and any outside changes
     /// ([`AdminSql`]: at a moment the schedule chooses, or before the run as setup). Ask
@@ -77,9 +101,15 @@ pub trait SqlHandler {
         Ok(Status::NotFound)
     }
 
-    /// The invariants that apply; the retry contract's core ones by default.
+    /// The invariants that apply; the retry contract's core ones by default, and
+    /// `no-orphan-effect` with them for a handler that calls a provider and records its
+    /// charges in [`SqlHandler::EFFECT_TABLES`].
     fn invariants(&self) -> &'static [Invariant] {
-        Invariant::CORE
+        if Self::CALLS_PROVIDER && !Self::EFFECT_TABLES.is_empty() {
+            CORE_AND_ORPHANS
+        } else {
+            Invariant::CORE
+        }
     }
 
     /// Whether the committed store (read on `db`, the harness's own connection) holds the
@@ -193,6 +223,8 @@ pub struct OnSql<H>(pub H);
 /// from.
 pub struct SqlStore {
     db: HarnessDb,
+    /// The outside service, used by a handler that [calls one](SqlHandler::CALLS_PROVIDER).
+    provider: Provider,
     initial: DbImage,
     tables: Vec<String>,
     /// What state hashing reads of each table: every column but the time columns.
@@ -203,6 +235,38 @@ impl SqlStore {
     /// The harness database; its keeper connection reads committed state.
     pub fn db(&self) -> &HarnessDb {
         &self.db
+    }
+
+    /// The outside service; it holds charges only for a handler that
+    /// [calls it](SqlHandler::CALLS_PROVIDER).
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+}
+
+/// The core invariants and `no-orphan-effect`.
+const CORE_AND_ORPHANS: &[Invariant] = &[
+    Invariant::AtMostOnceEffect,
+    Invariant::OutcomeAgreement,
+    Invariant::NoSilentKeyReuse,
+    Invariant::ReplayFidelity,
+    Invariant::TruthfulReply,
+    Invariant::NoDeadlock,
+    Invariant::EventualVerdict,
+    Invariant::NoOrphanEffect,
+];
+
+/// Runs `serve` with `ctx`, which gives the handler the store's provider when it
+/// [calls one](SqlHandler::CALLS_PROVIDER).
+fn with_provider<H: SqlHandler, T>(
+    ctx: &mut Ctx<'_>,
+    provider: &Provider,
+    serve: impl FnOnce(&mut Ctx<'_>) -> T,
+) -> T {
+    if H::CALLS_PROVIDER {
+        serve(&mut ctx.with_outside(provider))
+    } else {
+        serve(ctx)
     }
 }
 
@@ -237,6 +301,7 @@ impl<H: SqlHandler> System for OnSql<H> {
             .collect();
         SqlStore {
             db,
+            provider: Provider::new(tag),
             initial,
             tables,
             hashed,
@@ -245,22 +310,36 @@ impl<H: SqlHandler> System for OnSql<H> {
 
     fn reset(&self, store: &mut SqlStore) {
         store.db.restore(&store.initial);
+        if H::CALLS_PROVIDER {
+            store.provider.reset();
+        }
     }
 
     fn save(&self, store: &SqlStore) -> Option<StoreCopy> {
+        if H::CALLS_PROVIDER {
+            return Some(StoreCopy::new((store.db.save(), store.provider.save())));
+        }
         Some(StoreCopy::new(store.db.save()))
     }
 
     fn restore(&self, store: &mut SqlStore, copy: &StoreCopy) {
+        if H::CALLS_PROVIDER {
+            let (image, charges): &(DbImage, Vec<Charge>) =
+                copy.get().expect("a copy of this database and provider");
+            store.db.restore(image);
+            store.provider.restore(charges);
+            return;
+        }
         store
             .db
             .restore(copy.get().expect("a copy of this database"));
     }
 
     /// A [`SqlHandler`]'s store tells pending records only through
-    /// [`SqlHandler::PENDING_RECORD_SQL`], and no records of outside effects.
+    /// [`SqlHandler::PENDING_RECORD_SQL`], and records of outside effects only for a handler
+    /// that calls a provider and names its record tables.
     fn judges_records(&self) -> bool {
-        H::PENDING_RECORD_SQL.is_some()
+        H::PENDING_RECORD_SQL.is_some() || records_charges::<H>()
     }
 
     fn is_pending(&self, store: &SqlStore, request: &H::Request) -> bool {
@@ -293,7 +372,8 @@ impl<H: SqlHandler> System for OnSql<H> {
 
     fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut SqlStore) -> Result<(), Crash> {
         let server = store.db.server();
-        settle_job(self.0.run_job(ctx, server), server)
+        let done = with_provider::<H, _>(ctx, &store.provider, |ctx| self.0.run_job(ctx, server));
+        settle_job(done, server)
     }
 
     fn situations(&self) -> &'static [Situation] {
@@ -310,7 +390,12 @@ impl<H: SqlHandler> System for OnSql<H> {
     }
 
     fn store_version(&self, store: &SqlStore) -> Option<u64> {
-        Some(store.db.version())
+        let outside = if H::CALLS_PROVIDER {
+            store.provider.version()
+        } else {
+            0
+        };
+        Some(store.db.version() + outside)
     }
 
     fn storage_faults_possible(&self) -> bool {
@@ -349,7 +434,10 @@ impl<H: SqlHandler> System for OnSql<H> {
         request: &H::Request,
     ) -> Result<Status<H::Value>, Crash> {
         let server = store.db.server();
-        settle_lookup(self.0.lookup(ctx, server, request), server)
+        let status = with_provider::<H, _>(ctx, &store.provider, |ctx| {
+            self.0.lookup(ctx, server, request)
+        });
+        settle_lookup(status, server)
     }
 
     fn observe(&self, _store: &SqlStore, _request: &H::Request) {}
@@ -366,7 +454,10 @@ impl<H: SqlHandler> System for OnSql<H> {
         request: &H::Request,
     ) -> Result<Reply<H::Value>, Crash> {
         let server = store.db.server();
-        settle(self.0.handle(ctx, server, memory, request), server)
+        let reply = with_provider::<H, _>(ctx, &store.provider, |ctx| {
+            self.0.handle(ctx, server, memory, request)
+        });
+        settle(reply, server)
     }
 
     fn connect(&self, store: &SqlStore) -> Option<Connection> {
@@ -381,22 +472,30 @@ impl<H: SqlHandler> System for OnSql<H> {
     fn handle_on(
         &self,
         ctx: &mut Ctx<'_>,
-        _store: &SqlStore,
+        store: &SqlStore,
         connection: &Connection,
         request: &H::Request,
     ) -> Result<Reply<H::Value>, Crash> {
         let mut memory = H::Memory::default();
-        settle(
-            self.0.handle(ctx, connection, &mut memory, request),
-            connection,
-        )
+        let reply = with_provider::<H, _>(ctx, &store.provider, |ctx| {
+            self.0.handle(ctx, connection, &mut memory, request)
+        });
+        settle(reply, connection)
     }
 
+    /// The provider's charges for a handler that calls one; else the changes to
+    /// [`SqlHandler::EFFECT_TABLES`].
     fn effects(&self, store: &SqlStore) -> Vec<IntentId> {
-        if H::RECORDED_TABLES.is_empty() {
-            return store.db.effects();
+        if H::CALLS_PROVIDER {
+            return store.provider.effects();
         }
-        store.db.effects_outside(H::RECORDED_TABLES)
+        table_effects::<H>(store)
+    }
+
+    /// For a handler that calls a provider: the changes to [`SqlHandler::EFFECT_TABLES`],
+    /// the local records of its charges.
+    fn effect_records(&self, store: &SqlStore) -> Option<Vec<IntentId>> {
+        records_charges::<H>().then(|| table_effects::<H>(store))
     }
 
     /// Every table, one after another: `table [row; row]`, each row its values by commas.
@@ -410,13 +509,24 @@ impl<H: SqlHandler> System for OnSql<H> {
                 format!("{table} [{}]", rows.join("; "))
             })
             .collect();
+        if H::CALLS_PROVIDER {
+            return format!(
+                "{}; provider: {}",
+                described.join(" "),
+                store.provider.describe()
+            );
+        }
         described.join(" ")
     }
 
-    /// Every table, but for its [`SqlHandler::TIME_COLUMNS`].
+    /// Every table, but for its [`SqlHandler::TIME_COLUMNS`], and the provider's charges.
     fn fingerprint(&self, store: &SqlStore) -> u64 {
         let selects: Vec<&str> = store.hashed.iter().map(String::as_str).collect();
-        store.db.fingerprint_of(&selects)
+        let local = store.db.fingerprint_of(&selects);
+        if H::CALLS_PROVIDER {
+            return local ^ fingerprint_of(&store.provider.charges());
+        }
+        local
     }
 
     fn invariants(&self) -> &'static [Invariant] {
@@ -426,6 +536,19 @@ impl<H: SqlHandler> System for OnSql<H> {
     fn workload_limits(&self) -> WorkloadLimits {
         self.0.workload_limits()
     }
+}
+
+/// Whether `H` calls a provider and records its charges locally.
+fn records_charges<H: SqlHandler>() -> bool {
+    H::CALLS_PROVIDER && !H::EFFECT_TABLES.is_empty()
+}
+
+/// The harness's record of the changes to [`SqlHandler::EFFECT_TABLES`].
+fn table_effects<H: SqlHandler>(store: &SqlStore) -> Vec<IntentId> {
+    if H::RECORDED_TABLES.is_empty() {
+        return store.db.effects();
+    }
+    store.db.effects_outside(H::RECORDED_TABLES)
 }
 
 /// The schema's own tables, by name (not the harness's).

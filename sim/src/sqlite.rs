@@ -247,6 +247,28 @@ impl HarnessDb {
         &self.keeper
     }
 
+    /// The deadlines `sql` selects from the committed store: each row a moment in simulated
+    /// milliseconds and what happens then, e.g. `SELECT lease_ends_ms, 'the lease on ' ||
+    /// key || ' ends' FROM claims WHERE charge IS NULL` for the leases still held (a time
+    /// before 0 reads 0). For [`crate::SqlHandler::deadlines`].
+    ///
+    /// # Panics
+    /// If the statement fails.
+    pub fn deadlines(&self, sql: &str) -> Vec<Deadline> {
+        let mut rows = self
+            .keeper
+            .prepare_cached(sql)
+            .unwrap_or_else(|error| panic!("the deadlines' query {sql:?} fails: {error}"));
+        rows.query_map([], |row| {
+            Ok(Deadline {
+                at_ms: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+                what: row.get(1)?,
+            })
+        })
+        .and_then(Iterator::collect)
+        .unwrap_or_else(|error| panic!("the deadlines' query {sql:?} fails: {error}"))
+    }
+
     /// The ground truth: the intent of every committed effect, in commit order.
     pub fn effects(&self) -> Vec<IntentId> {
         self.intents_of("SELECT intent FROM retrysim_effects ORDER BY seq", [])
@@ -527,19 +549,10 @@ pub struct Retention {
 impl Retention {
     /// When each committed row of the table expires, and what expires then.
     pub fn deadlines(&self, db: &HarnessDb) -> Vec<Deadline> {
-        let sql = format!("SELECT {}, created_ms FROM {}", self.row_name, self.table);
-        let mut rows = db.keeper().prepare_cached(&sql).expect("the table reads");
-        rows.query_map([], |row| {
-            let created_ms: i64 = row.get(1)?;
-            Ok(Deadline {
-                at_ms: u64::try_from(created_ms)
-                    .unwrap_or(0)
-                    .saturating_add(self.retention_ms),
-                what: format!("{} expires", row.get::<_, String>(0)?),
-            })
-        })
-        .and_then(Iterator::collect)
-        .expect("the table reads")
+        db.deadlines(&format!(
+            "SELECT created_ms + {}, {} || ' expires' FROM {}",
+            self.retention_ms, self.row_name, self.table
+        ))
     }
 
     /// Purges the rows expired by `now_ms`, outside any intent.
@@ -713,6 +726,23 @@ pub fn settle_job(result: Result<(), Stop>, connection: &Connection) -> Result<(
 fn roll_back(connection: &Connection) {
     if !connection.is_autocommit() {
         let _ = connection.execute_batch("ROLLBACK");
+    }
+}
+
+/// The answer of a handler once it has called an outside service: a storage error from then
+/// on cannot say that nothing happened outside, so it is rolled back and answered
+/// [`Reply::Pending`] instead of *unavailable* (which tells the client nothing was done).
+/// A crash passes through.
+pub fn pending_on_storage_error<V>(
+    result: Result<Reply<V>, Stop>,
+    connection: &Connection,
+) -> Result<Reply<V>, Stop> {
+    match result {
+        Err(Stop::Storage(_)) => {
+            roll_back(connection);
+            Ok(Reply::Pending)
+        }
+        other => other,
     }
 }
 

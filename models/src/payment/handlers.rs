@@ -3,7 +3,7 @@
 
 use super::store::{PaymentHandler, LEASE_MS, SHORT_LEASE_MS};
 use super::workload::{PaymentRequest, Receipt};
-use retrysim_sim::sqlite::{execute_cached, Stop};
+use retrysim_sim::sqlite::{execute_cached, pending_on_storage_error, Stop};
 use retrysim_sim::{ChargeId, Charged, Ctx, NoAnswer, Provider, Reply, Status};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -169,7 +169,7 @@ impl PaymentHandler for CompletedBeforeCall {
         let reply = recorded
             .map(|_| charged(request, id, replayed))
             .map_err(Stop::from);
-        after_call(reply, db)
+        pending_on_storage_error(reply, db)
     }
 }
 
@@ -195,7 +195,7 @@ fn pay_with(
     ctx.point(AFTER_PROVIDER)?;
     // What the call came to is known now; a storage error from here on cannot say that
     // nothing was charged, so it is answered pending.
-    after_call(settle_call(flow, db, request, claim, answer), db)
+    pending_on_storage_error(settle_call(flow, db, request, claim, answer), db)
 }
 
 /// Records what the provider call came to and answers it.
@@ -247,23 +247,6 @@ fn charged(request: &PaymentRequest, id: ChargeId, replayed: bool) -> Reply<Rece
         Reply::Replayed(receipt)
     } else {
         Reply::Applied(receipt)
-    }
-}
-
-/// The answer after the provider call: a storage error is rolled back and answered pending,
-/// since the call may have charged.
-fn after_call(
-    result: Result<Reply<Receipt>, Stop>,
-    db: &Connection,
-) -> Result<Reply<Receipt>, Stop> {
-    match result {
-        Err(Stop::Storage(_)) => {
-            if !db.is_autocommit() {
-                let _ = db.execute_batch("ROLLBACK");
-            }
-            Ok(Reply::Pending)
-        }
-        other => other,
     }
 }
 

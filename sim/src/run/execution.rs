@@ -294,6 +294,7 @@ impl<S: System> Execution<'_, '_, S> {
                 points: Some(&mut self.points),
                 session: Session::default(),
                 clock: self.tag.clock().clone(),
+                outside: None,
             };
             self.system.run_job(&mut ctx, self.store)
         };
@@ -628,6 +629,7 @@ impl<S: System> Execution<'_, '_, S> {
                 points: Some(&mut self.points),
                 session,
                 clock: self.tag.clock().clone(),
+                outside: None,
             };
             self.system
                 .handle(&mut ctx, self.store, &mut self.memory, request)
@@ -757,6 +759,7 @@ impl<S: System> Execution<'_, '_, S> {
                 points: Some(&mut self.points),
                 session,
                 clock: self.tag.clock().clone(),
+                outside: None,
             };
             self.system
                 .lookup(&mut ctx, self.store, &mut self.memory, request)

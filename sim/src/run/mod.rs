@@ -27,6 +27,7 @@ use corosensei::stack::DefaultStack;
 use execution::{Execution, StoreReads};
 use serde::Serialize;
 use sleep::SleepSet;
+use std::any::Any;
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -52,12 +53,15 @@ pub struct Session {
     pub generation: u32,
 }
 
-/// The handler's view of the engine: crash points, the session a request came in on, and
-/// the simulated clock.
+/// The handler's view of the engine: crash points, the session a request came in on, the
+/// simulated clock, and the outside service its system gives it, if any.
 pub struct Ctx<'r> {
     points: Option<&'r mut dyn CrashPoints>,
     session: Session,
     clock: Clock,
+    /// The outside service of the handler's system (a [`crate::Provider`]), read through
+    /// `Ctx::provider`.
+    pub(crate) outside: Option<&'r dyn Any>,
 }
 
 trait CrashPoints {
@@ -81,7 +85,7 @@ pub enum Link {
     AnswerLost,
 }
 
-impl Ctx<'_> {
+impl<'r> Ctx<'r> {
     /// A context that never crashes, for calling a handler directly (outside a run).
     pub fn never_crash() -> Ctx<'static> {
         Self::never_crash_in(Session::default())
@@ -94,6 +98,7 @@ impl Ctx<'_> {
             points: None,
             session,
             clock: Clock::default(),
+            outside: None,
         }
     }
 
@@ -103,6 +108,21 @@ impl Ctx<'_> {
             points: None,
             session,
             clock: clock.clone(),
+            outside: None,
+        }
+    }
+
+    /// A context like this one that also gives the handler `outside`, its system's outside
+    /// service (read through `Ctx::provider`), for as long as it lives.
+    pub(crate) fn with_outside<'b>(&'b mut self, outside: &'b dyn Any) -> Ctx<'b> {
+        Ctx {
+            points: match &mut self.points {
+                Some(points) => Some(&mut **points),
+                None => None,
+            },
+            session: self.session,
+            clock: self.clock.clone(),
+            outside: Some(outside),
         }
     }
 

@@ -137,6 +137,7 @@ impl<V> Task<V> {
                 points: Some(&mut points),
                 session,
                 clock,
+                outside: None,
             };
             // SAFETY: the connection is boxed in the task and outlives its body.
             handle(&mut ctx, unsafe { &*lent })
