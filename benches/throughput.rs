@@ -1,15 +1,21 @@
 //! Exploration throughput: runs per second for every built-in handler on one thread, then
 //! exhaustive checks: with and without state hashing and checkpoints, at the bound that must
 //! hold (two clients, three attempts, two faults), at a peer model checker's bound, and the
-//! payment domain's correct handlers.
+//! payment domain's correct handlers, and a handler of one's own with its time columns hashed
+//! and left out.
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count, and
 //! the names of the sections to run: random, timeouts, overlap, exhaustive, peer, real,
-//! payment).
+//! payment, time).
+
+/// Handlers written with `SqlHandler` alone, shared with the integration tests.
+#[allow(dead_code)]
+#[path = "../tests/integration/outside.rs"]
+mod outside;
 
 use retrysim::{
     exhaust, exhaust_on, explore, models, workload_answers, Bounds, CheckOptions, CheckReport,
-    Reduction, Tape, Timeouts,
+    OnSql, Reduction, Simulator, Tape, Timeouts,
 };
 use std::time::Instant;
 
@@ -30,7 +36,7 @@ fn main() {
         .filter(|arg| arg.parse::<u64>().is_err() && !arg.starts_with('-'))
         .collect();
     let wanted = |section: &str| named.is_empty() || named.contains(&section);
-    let sections: [(&str, &dyn Fn()); 7] = [
+    let sections: [(&str, &dyn Fn()); 8] = [
         ("random", &|| random_exploration(seeds)),
         ("timeouts", &|| timeout_models(seeds)),
         ("overlap", &|| overlapping_invocations(seeds)),
@@ -38,6 +44,7 @@ fn main() {
         ("peer", &peer_bound),
         ("real", &real_bounds),
         ("payment", &payment_checks),
+        ("time", &time_columns),
     ];
     for (name, section) in sections {
         if wanted(name) {
@@ -439,6 +446,45 @@ fn peer_bound() {
     println!(
         "  two threads on one workload: {:.2} times one thread (each the fastest of three)",
         alone_elapsed / shared_elapsed
+    );
+}
+
+/// A fenced lease on a schema of its own (`outside::TimedLease`) at two clients with a request
+/// id each, three attempts and two faults: with its lease column hashed as it is, and declared
+/// a time column (`SqlHandler::TIME_COLUMNS`), left out of state hashing.
+fn time_columns() {
+    println!("\ntime columns, a fenced lease of one's own (clients, intents per client, attempts_max, faults_max):");
+    let bounds = Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 3,
+        faults_max: 2,
+        ..Bounds::default()
+    };
+    let options = CheckOptions::new(bounds);
+    let started = Instant::now();
+    let hashed = exhaust(
+        &mut Simulator::new(OnSql(outside::TimedLease::<true>)),
+        &options,
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    print_check(
+        ("fenced lease", "lease column hashed"),
+        &bounds,
+        &hashed,
+        elapsed,
+    );
+    let started = Instant::now();
+    let left_out = exhaust(
+        &mut Simulator::new(OnSql(outside::TimedLease::<false>)),
+        &options,
+    );
+    let elapsed = started.elapsed().as_secs_f64();
+    print_check(
+        ("fenced lease", "time column left out"),
+        &bounds,
+        &left_out,
+        elapsed,
     );
 }
 

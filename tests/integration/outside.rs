@@ -3,10 +3,11 @@
 //! held to plain enumeration's on these too (`reductions.rs`).
 
 use retrysim::sqlite::rusqlite::{self, params, Connection, ErrorCode, OptionalExtension};
+use retrysim::sqlite::HarnessDb;
 use retrysim::sqlite::{execute_cached, Stop};
 use retrysim::{
-    AdminSql, Bounds, Ctx, Decider, Intent, Keyed, OnSql, Reply, Simulator, SqlHandler, Subject,
-    Workload,
+    AdminSql, Bounds, Ctx, Deadline, Decider, Intent, Keyed, OnSql, Reply, Simulator, SqlHandler,
+    Subject, Workload,
 };
 
 /// "Add this amount", under a request id.
@@ -177,6 +178,49 @@ impl SqlHandler for LeaseClaim {
         execute_cached(db, "COMMIT")?;
         ctx.point("after-commit")?;
         Ok(Reply::Applied(total))
+    }
+}
+
+/// [`LeaseClaim`] for two clients with a request id each, with its leases'
+/// ends declared as deadlines; `HASH_TIMES` hashes the lease column as it is, and without it
+/// the column is a time column, left out of state hashing.
+pub struct TimedLease<const HASH_TIMES: bool>;
+
+impl<const HASH_TIMES: bool> SqlHandler for TimedLease<HASH_TIMES> {
+    type Request = Keyed<i64>;
+    type Value = i64;
+    type Memory = ();
+    const SCHEMA: &'static str = LeaseClaim::SCHEMA;
+    const EFFECT_TABLES: &'static [&'static str] = LeaseClaim::EFFECT_TABLES;
+    const TIME_COLUMNS: &'static [(&'static str, &'static str)] = if HASH_TIMES {
+        &[]
+    } else {
+        &[("claims", "lease_until_ms")]
+    };
+
+    /// A client with `k1`, and with two clients allowed one more with `k2`.
+    fn workload(&self, _: &mut Decider<'_>, bounds: &Bounds) -> Workload<Keyed<i64>, AdminSql> {
+        let one = |key: &'static str| vec![Intent::new(Keyed::new(key, 5))];
+        let clients = ["k1", "k2"].into_iter().take(bounds.clients_max as usize);
+        Workload::of_clients(clients.map(one).collect())
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        memory: &mut (),
+        request: &Keyed<i64>,
+    ) -> Result<Reply<i64>, Stop> {
+        LeaseClaim.handle(ctx, db, memory, request)
+    }
+
+    /// The end of each lease still held: from then on a retry may take the claim over.
+    fn deadlines(&self, db: &HarnessDb) -> Vec<Deadline> {
+        db.deadlines(
+            "SELECT lease_until_ms, 'the lease on ' || key || ' ends' FROM claims \
+             WHERE total IS NULL",
+        )
     }
 }
 

@@ -10,8 +10,7 @@ use retrysim::{
     Simulator, SqlHandler, Stop, Subject, Workload,
 };
 
-use crate::outside::{add, one_add};
-use retrysim::Intent;
+use crate::outside::{add, one_add, TimedLease};
 
 /// A claim that records a pending row first, then applies the effect and completes the row in
 /// a second transaction. `resolves` says what a later invocation does on a pending claim:
@@ -196,58 +195,6 @@ fn every_reduction_agrees_with_plain_enumeration_on_these_handlers() {
     assert_eq!(with_violations, 1);
 }
 
-/// [`crate::outside::LeaseClaim`] for two clients with a request id each, with its leases'
-/// ends declared as deadlines; `HASH_TIMES` hashes the lease column as it is, and without it
-/// the column is a time column, left out of state hashing.
-struct TimedLease<const HASH_TIMES: bool>;
-
-impl<const HASH_TIMES: bool> SqlHandler for TimedLease<HASH_TIMES> {
-    type Request = Keyed<i64>;
-    type Value = i64;
-    type Memory = ();
-    const SCHEMA: &'static str = crate::outside::LeaseClaim::SCHEMA;
-    const EFFECT_TABLES: &'static [&'static str] = crate::outside::LeaseClaim::EFFECT_TABLES;
-    const TIME_COLUMNS: &'static [(&'static str, &'static str)] = if HASH_TIMES {
-        &[]
-    } else {
-        &[("claims", "lease_until_ms")]
-    };
-
-    /// A client with `k1`, and with two clients allowed one more with `k2`.
-    fn workload(&self, _: &mut Decider<'_>, bounds: &Bounds) -> Workload<Keyed<i64>, AdminSql> {
-        let one = |key: &'static str| vec![Intent::new(Keyed::new(key, 5))];
-        let clients = ["k1", "k2"].into_iter().take(bounds.clients_max as usize);
-        Workload::of_clients(clients.map(one).collect())
-    }
-
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        db: &Connection,
-        memory: &mut (),
-        request: &Keyed<i64>,
-    ) -> Result<Reply<i64>, Stop> {
-        crate::outside::LeaseClaim.handle(ctx, db, memory, request)
-    }
-
-    /// The end of each lease still held: from then on a retry may take the claim over.
-    fn deadlines(&self, db: &retrysim::sqlite::HarnessDb) -> Vec<retrysim::Deadline> {
-        retrysim::sqlite::column_strings(
-            db.keeper(),
-            "SELECT lease_until_ms || ' ' || key FROM claims WHERE total IS NULL",
-        )
-        .into_iter()
-        .map(|row| {
-            let (at, key) = row.split_once(' ').expect("a lease and its key");
-            retrysim::Deadline {
-                at_ms: at.parse().expect("a time"),
-                what: format!("the lease on {key} ends"),
-            }
-        })
-        .collect()
-    }
-}
-
 /// Leaving a lease's absolute end out of state hashing, with the end declared as a deadline,
 /// keeps every verdict (each reduction against plain enumeration, one client) and explores
 /// fewer runs (two clients).
@@ -289,30 +236,4 @@ fn time_columns_left_out_of_hashing_keep_verdicts_and_cut_runs() {
         without.runs(),
         with_times.runs()
     );
-}
-
-/// The runs and states of the fenced lease at two clients with a request id each, three
-/// attempts and two faults, with its lease column hashed and left out (`cargo test --release
-/// --test integration -- --ignored fenced_lease_sizes --nocapture`).
-#[test]
-#[ignore = "a measurement: about 8 s in a release build"]
-fn fenced_lease_sizes() {
-    let bounds = Bounds {
-        clients_max: 2,
-        intents_max: 1,
-        faults_max: 2,
-        ..Bounds::default()
-    };
-    let options = CheckOptions::new(bounds);
-    let absolute = exhaust(&mut Simulator::new(OnSql(TimedLease::<true>)), &options);
-    let relative = exhaust(&mut Simulator::new(OnSql(TimedLease::<false>)), &options);
-    for (name, report) in [("hashed", absolute), ("left out", relative)] {
-        eprintln!(
-            "lease column {name}: {} runs, {} states, {:?}, {:?}",
-            report.runs(),
-            report.unique_states(),
-            report.stopped,
-            report.violations
-        );
-    }
 }
