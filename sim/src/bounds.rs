@@ -1,8 +1,8 @@
 //! The limits of a run. Every run is bounded; every limit has its unit in its name.
 
 use crate::clock::Timeouts;
-use crate::run::ClientPolicy;
-use crate::system::WorkloadLimits;
+use crate::policy::ClientPolicy;
+use crate::vocabulary::WorkloadLimits;
 use serde::{Serialize, Serializer};
 use std::fmt;
 

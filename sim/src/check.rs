@@ -1,115 +1,14 @@
 //! Checking a finished run against the invariants, using the harness's ground truth.
 
 use crate::bounds::Bounds;
-use crate::run::world::IntentState;
-use crate::system::{IntentId, Reply, Request};
+use crate::intent::{IntentState, Verdict};
+use crate::vocabulary::{IntentId, Reply, Request};
 use crate::{Invariant, Violation};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// What a client concluded about one intent.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Verdict<V> {
-    /// The server answered with a result (applied or replayed).
-    Succeeded(V),
-    /// The server gave a definite refusal.
-    Failed(String),
-    /// The client ran out of attempts without an answer: it does not know.
-    GaveUp,
-    /// The server denied access: the client does not know whether an earlier attempt applied.
-    Denied(String),
-    /// Never sent: it built on a previous intent that did not succeed.
-    Skipped,
-    /// The server holds the operation as pending: wait and reconcile.
-    Pending,
-}
-
-impl<V: fmt::Display> fmt::Display for Verdict<V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Verdict::Succeeded(value) => write!(f, "succeeded {value}"),
-            Verdict::Failed(why) => write!(f, "failed ({why})"),
-            Verdict::GaveUp => f.write_str("unknown (gave up)"),
-            Verdict::Denied(why) => write!(f, "unknown (denied: {why})"),
-            Verdict::Skipped => f.write_str("not sent (its previous intent did not succeed)"),
-            Verdict::Pending => f.write_str("unknown (pending: reconcile)"),
-        }
-    }
-}
-
-/// What the checks can still tell apart of one server answer, whatever else happens in the
-/// run: state hashing keeps this of a run's answers (as a set), not the answers themselves.
-/// `None` for an answer no check can tell from its absence. `original` is the intent's
-/// original result when the answer came (it never changes once set), and `shared` whether
-/// another intent of the workload has its request id with other arguments or under another
-/// scope (see [`shares_request_id`]).
-///
-/// The checks below read an intent's answers only as follows, so two runs whose answers agree
-/// in this, and that agree in everything else state hashing holds, are judged alike:
-/// - `pending` claims nothing ([`truthful_reply`]) and no other check reads it;
-/// - `applied` from an invocation that committed the intent's effect tells nothing its effect
-///   count does not; from one that committed nothing it breaks [`truthful_reply`] and
-///   [`replay_fidelity`], or [`silent_key_reuse`], whatever its value;
-/// - a replay is judged by its value against the original result ([`replay_fidelity`]), by
-///   whether there was one ([`silent_key_reuse`], [`scope_isolation`]) and by whether its
-///   invocation committed ([`truthful_reply`]); once the original result is known only
-///   whether the two differ matters: an intent with one has an effect, and the other two
-///   checks then no longer read its replays;
-/// - a key-reuse refusal by whether its invocation committed and, for an intent that shares
-///   its request id, by whether there was one ([`scope_isolation`]);
-/// - any other refusal only if its invocation committed ([`truthful_reply`]).
-pub(crate) fn reply_evidence<'v, V: PartialEq>(
-    reply: &'v Reply<V>,
-    committed: bool,
-    original: Option<&V>,
-    shared: bool,
-) -> Option<Evidence<'v, V>> {
-    match reply {
-        Reply::Pending => None,
-        Reply::Applied(_) => (!committed).then_some(Evidence::UncommittedApplied),
-        Reply::Replayed(value) if committed => Some(Evidence::Replayed(value, true)),
-        Reply::Replayed(value) => match original {
-            None => Some(Evidence::Replayed(value, false)),
-            Some(original) => (original != value).then_some(Evidence::UnfaithfulReplay),
-        },
-        Reply::KeyReuse => (committed || shared).then_some(Evidence::KeyReuse(committed)),
-        Reply::Refused(_) | Reply::Denied(_) | Reply::Unavailable(_) | Reply::RetryAfter { .. } => {
-            committed.then_some(Evidence::CommittedRefusal)
-        }
-    }
-}
-
-/// What [`reply_evidence`] keeps of an answer.
-#[derive(Hash)]
-pub(crate) enum Evidence<'v, V> {
-    /// `applied` from an invocation that committed nothing.
-    UncommittedApplied,
-    /// A replay of this value, before the original result was known, or from an invocation
-    /// that committed (the flag).
-    Replayed(&'v V, bool),
-    /// A replay of another value than the original result, known when it came.
-    UnfaithfulReplay,
-    /// A key-reuse refusal; whether its invocation committed an effect.
-    KeyReuse(bool),
-    /// A refusal (not key reuse) from an invocation that committed an effect.
-    CommittedRefusal,
-}
-
-/// Whether another of `requests` (one for each intent of a run) has the request id of the one
-/// at `index` with other arguments (the same key), or under another scope (another key with
-/// the same request id): only then can [`scope_isolation`] judge a key-reuse refusal given to
-/// that intent.
-pub(crate) fn shares_request_id<R: Request>(requests: &[&R], index: usize) -> bool {
-    let request = requests[index];
-    let key = request.key();
-    requests.iter().enumerate().any(|(other_index, other)| {
-        let other_key = other.key();
-        other_index != index
-            && ((other_key == key && *other != request)
-                || (other_key != key && other.request_id() == request.request_id()))
-    })
-}
-
+/// Judges a finished run's intents against the `applicable` invariants, with `effects` the
+/// ground truth: the intent of every committed effect.
 pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
     intents: &[IntentState<R, V>],
     effects: &[IntentId],
@@ -469,7 +368,7 @@ pub(crate) fn orphan_effects<R: Request, V>(
 mod tests {
     use super::*;
     use crate::run::world::{ServerReply, World};
-    use crate::system::{Intent, NoEvent, Workload};
+    use crate::vocabulary::{Intent, NoEvent, Workload};
     use std::collections::BTreeSet;
 
     /// A request under a scope: its key is the scope and the request id together.

@@ -11,7 +11,7 @@
 //! one after a crash. A database file learns its tag from the harness through a file control of
 //! its own ([`give_tag`]); a file with no tag never fails.
 
-use crate::system::IntentTag;
+use crate::vocabulary::IntentTag;
 use rusqlite::ffi;
 use rusqlite::Connection;
 use std::ffi::{c_char, c_int, c_void, CStr};

@@ -12,15 +12,19 @@
 
 mod bounds;
 mod check;
+mod check_report;
 mod checker;
 pub mod choices;
 mod clock;
+mod ctx;
 mod determinism;
 mod explore;
 mod fault_vfs;
+mod intent;
 mod invariant;
 mod mermaid;
 mod phases;
+mod policy;
 mod progress;
 mod provider;
 mod run;
@@ -34,30 +38,30 @@ mod state_hash;
 mod subject;
 mod system;
 mod timeline;
+mod vocabulary;
 mod workloads;
 
 pub use bounds::{Bounds, BoundsError};
-pub use checker::{
-    coverage_gaps, exhaust, exhaust_on, exhaust_on_reporting, CheckOptions, CheckReport,
-    Counterexample, Coverage, Level, Reduction, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
+pub use check_report::{
+    coverage_gaps, CheckOptions, CheckReport, Counterexample, Coverage, Level, Reduction, Rounds,
+    SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
 };
+pub use checker::{exhaust, exhaust_on, exhaust_on_reporting};
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds, Paths,
     SeededChoices, SetAside, Tape, TapeChoices, TapeError,
 };
 pub use clock::{Clock, Deadline, Timeouts};
+pub use ctx::{Crash, Ctx, Link, Session};
 pub use determinism::check_determinism;
 pub use explore::{
     explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
 };
 pub use invariant::{Invariant, Violation};
-pub use phases::Rounds;
+pub use policy::ClientPolicy;
 pub use progress::Progress;
 pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};
-pub use run::{
-    ClientPolicy, Ctx, Enumeration, FaultCounts, Link, RunEnd, RunOutcome, Session, Simulator,
-    Visited,
-};
+pub use run::{Enumeration, FaultCounts, RunEnd, RunOutcome, Simulator, Visited};
 pub use sandbox::Sandbox;
 pub use shard::Shard;
 pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
@@ -66,9 +70,10 @@ pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
 pub use sqlite::Stop;
 pub use state_hash::{fingerprint_of, StateHasher};
 pub use subject::{replay, run_seed, Subject};
-pub use system::{
-    Crash, Intent, IntentId, IntentTag, Keyed, KeyedFingerprint, Ledger, NoEvent, Reply, Request,
-    Status, StoreCopy, System, Workload, WorkloadLimits,
-};
+pub use system::System;
 pub use timeline::{IntentSummary, Lane, Row, Timeline};
+pub use vocabulary::{
+    Intent, IntentId, IntentTag, Keyed, KeyedFingerprint, Ledger, NoEvent, Reply, Request, Status,
+    StoreCopy, Workload, WorkloadLimits,
+};
 pub use workloads::workload_answers;

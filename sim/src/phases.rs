@@ -18,57 +18,13 @@
 //! however the runs of a phase lie along its paths.
 
 use crate::bounds::Bounds;
-use crate::checker::{CheckOptions, Counterexample, Coverage, Level, StopAt};
+use crate::check_report::{CheckOptions, Counterexample, Coverage, Level, Rounds, StopAt};
 use crate::choices::{FaultsSpent, Paths, SetAside};
 use crate::progress::Progress;
 use crate::run::{Enumeration, RunEnd, RunOutcome, Visited};
 use crate::subject::Subject;
-use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// How a workload's level is cut into rounds of parts that threads share (see the module
-/// documentation). What a part explores depends on these and on the rounds before it only, so
-/// the report depends on these (its runs, and which counterexample comes first), never on the
-/// number of threads. A count of 0 counts as 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Rounds {
-    /// The most runs a part of a round takes: then what it has not reached goes on in the
-    /// next round, after its round's states are taken in, so that the parts of a round end
-    /// near one another and threads do not wait long for the last.
-    pub runs_per_part_max: u64,
-    /// The runs a level takes before its rounds have two parts, and between each further
-    /// part and the next: the parts of a round may explore a state more than once between
-    /// them, which costs most where there are few states to explore. A round of one part
-    /// records its visits with the states explored before, with nothing to take in after.
-    pub runs_per_more_part: u64,
-    /// The most parts a round has, each for a thread: one for each share of the phase's
-    /// paths, far apart in their order, so that they meet few states in common.
-    pub parts_max: usize,
-}
-
-impl Rounds {
-    /// Parts of at most 2,000 runs; one a round for a level's first 100,000 runs, then one
-    /// more for each 100,000 more, up to four.
-    pub const DEFAULT: Rounds = Rounds {
-        runs_per_part_max: 2_000,
-        runs_per_more_part: 100_000,
-        parts_max: 4,
-    };
-
-    /// How many parts a round of a level that has taken `runs` runs may have.
-    fn parts_after(&self, runs: u64) -> usize {
-        let most = self.parts_max.max(1);
-        let more = runs / self.runs_per_more_part.max(1);
-        usize::try_from(more).map_or(most, |more| (1 + more).min(most))
-    }
-}
-
-impl Default for Rounds {
-    fn default() -> Self {
-        Rounds::DEFAULT
-    }
-}
 
 /// One workload's share of one level, or of a part of it.
 #[derive(Clone, Debug)]
@@ -305,7 +261,7 @@ impl WorkloadLevel {
         part.coverage.situations = subject
             .situations()
             .iter()
-            .map(|&situation| crate::checker::SituationRuns {
+            .map(|&situation| crate::check_report::SituationRuns {
                 situation,
                 runs: if exercised.contains(&situation) {
                     part.level.runs

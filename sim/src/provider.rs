@@ -2,8 +2,9 @@
 //! harness like the transport. Its charges are a domain's ground truth when the effect
 //! happens outside the database.
 
-use crate::run::{Ctx, Link};
-use crate::system::{Crash, IntentId, IntentTag};
+use crate::ctx::Crash;
+use crate::ctx::{Ctx, Link};
+use crate::vocabulary::{IntentId, IntentTag};
 use std::cell::{Cell, RefCell};
 use std::fmt;
 

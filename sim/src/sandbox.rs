@@ -6,9 +6,10 @@
 
 use crate::choices::{ChoiceKind, Decider, Enumerator};
 use crate::clock::Deadline;
+use crate::ctx::{Ctx, Session};
 use crate::run::tasks::{prepare_connection, Go, Pause, Task, Turn};
-use crate::run::{Ctx, Session};
-use crate::system::{IntentId, IntentTag, Reply, Status, System};
+use crate::system::System;
+use crate::vocabulary::{IntentId, IntentTag, Reply, Status};
 use corosensei::stack::DefaultStack;
 use rusqlite::Connection;
 use std::sync::atomic::AtomicU64;

@@ -6,7 +6,8 @@
 //! smaller tape is a simpler story.
 
 use crate::bounds::Bounds;
-use crate::checker::{exhaust, CheckOptions};
+use crate::check_report::CheckOptions;
+use crate::checker::exhaust;
 use crate::choices::{Tape, TapeChoices};
 use crate::run::RunOutcome;
 use crate::subject::Subject;

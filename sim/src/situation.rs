@@ -7,7 +7,7 @@
 //! that exercised each one ([`crate::Coverage::situations`]). Its clean verdict over a bound
 //! that never exercised a situation says that the situation's invariant went untested.
 
-use crate::system::{Request, Workload};
+use crate::vocabulary::{Request, Workload};
 use crate::Invariant;
 use serde::Serialize;
 use std::fmt;

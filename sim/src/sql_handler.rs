@@ -16,13 +16,15 @@
 
 use crate::choices::Decider;
 use crate::clock::Deadline;
+use crate::ctx::Crash;
+use crate::ctx::Ctx;
 use crate::provider::{Charge, Provider};
-use crate::run::Ctx;
 use crate::situation::Situation;
 use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop};
 use crate::state_hash::fingerprint_of;
-use crate::system::{
-    Crash, IntentId, IntentTag, Reply, Request, Status, StoreCopy, System, Workload, WorkloadLimits,
+use crate::system::System;
+use crate::vocabulary::{
+    IntentId, IntentTag, Reply, Request, Status, StoreCopy, Workload, WorkloadLimits,
 };
 use crate::{Bounds, Invariant};
 use rusqlite::Connection;

@@ -10,9 +10,10 @@
 //! run's simulated clock in milliseconds (never the wall clock).
 
 use crate::clock::Deadline;
+use crate::ctx::Crash;
 use crate::fault_vfs;
 pub use crate::run::tasks::wait_for_lock;
-use crate::system::{Crash, IntentId, IntentTag, Reply, Status};
+use crate::vocabulary::{IntentId, IntentTag, Reply, Status};
 /// The rusqlite the harness is built on: write handlers against this one, so that their
 /// connections are the engine's type.
 pub use rusqlite;

@@ -4,7 +4,8 @@
 use crate::bounds::{Bounds, BoundsError};
 use crate::choices::{Choices, Decider, SeededChoices, Tape, TapeChoices, TapeError};
 use crate::run::{Enumeration, RunOutcome, Simulator};
-use crate::system::{System, WorkloadLimits};
+use crate::system::System;
+use crate::vocabulary::WorkloadLimits;
 use crate::{Invariant, Situation};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

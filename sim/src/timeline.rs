@@ -3,7 +3,7 @@
 //! A timeline is produced by tracing a real run (by seed or by tape); it holds nothing
 //! nondeterministic, so its text is stable enough to snapshot.
 
-use crate::system::IntentId;
+use crate::vocabulary::IntentId;
 use crate::Violation;
 use serde::{Serialize, Serializer};
 use std::fmt::Write as _;

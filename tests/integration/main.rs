@@ -13,6 +13,7 @@ mod determinism;
 mod docs;
 mod exhaustive;
 mod interval;
+mod layers;
 mod liveness;
 mod outside;
 mod overlap;

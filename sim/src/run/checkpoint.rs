@@ -12,7 +12,8 @@
 use super::execution::ReadsCopy;
 use super::world::World;
 use super::FaultCounts;
-use crate::system::{StoreCopy, System};
+use crate::system::System;
+use crate::vocabulary::StoreCopy;
 use std::rc::Rc;
 
 /// The world of a system's runs.

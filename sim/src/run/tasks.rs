@@ -5,7 +5,8 @@
 
 use super::{CrashPoints, Ctx, Link, Session};
 use crate::clock::Clock;
-use crate::system::{Crash, IntentTag, Reply};
+use crate::ctx::Crash;
+use crate::vocabulary::{IntentTag, Reply};
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use rusqlite::{ffi, Connection};

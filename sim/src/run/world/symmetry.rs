@@ -17,7 +17,7 @@
 //! explores more.
 
 use super::{hash_of, Body, ClientState, IntentState, Staleness, World};
-use crate::system::{KeyedFingerprint, Request};
+use crate::vocabulary::{KeyedFingerprint, Request};
 use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -291,7 +291,7 @@ fn sort_within_classes(parts: &mut [Part], clients: &[ClientState]) -> bool {
 mod tests {
     use super::super::{Phase, Session};
     use super::*;
-    use crate::system::{Intent, IntentId, Keyed, NoEvent, Workload};
+    use crate::vocabulary::{Intent, IntentId, Keyed, NoEvent, Workload};
     use std::borrow::Cow;
 
     type Fixture = World<Keyed<u32>, u32, NoEvent>;
