@@ -364,6 +364,19 @@ impl<R, E> Workload<R, E> {
     }
 }
 
+impl<R> Workload<R, NoEvent> {
+    /// The same workload as one whose events are of type `E` (it has none): a domain's
+    /// workload for a handler of one's own, e.g. `counter::workload(decider,
+    /// bounds).with_events()` in a [`crate::SqlHandler`]'s `workload`.
+    pub fn with_events<E>(self) -> Workload<R, E> {
+        Workload {
+            clients: self.clients,
+            events: Vec::new(),
+            setup: Vec::new(),
+        }
+    }
+}
+
 /// A request that is a request id and arguments, for a handler that needs nothing more: its
 /// key is the request id (unscoped), and a fresh id appends `-r{generation}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -112,12 +112,15 @@ fn lookups_and_outside_changes_come_with_a_sql_handler() {
 /// after the deposit commits, a crash between the two applies a retry again.
 mod counter_steps {
     use retrysim::models::counter::{
-        add, answer_saved, applied, save_record, saved_record, Accepted, CounterRequest, OnSqlite,
-        SqliteHandler, SAVE_RECORD,
+        add, answer_saved, applied, save_record, saved_record, workload, Accepted, CounterRequest,
+        OnSqlite, SqliteHandler, SAVE_RECORD, SCHEMA,
     };
     use retrysim::sqlite::execute_cached;
     use retrysim::sqlite::rusqlite::Connection;
-    use retrysim::{exhaust, Bounds, CheckOptions, Ctx, Invariant, Reply, Simulator, Stop};
+    use retrysim::{
+        exhaust, AdminSql, Bounds, CheckOptions, Ctx, Decider, Invariant, OnSql, Reply, Simulator,
+        SqlHandler, Stop, Workload,
+    };
 
     /// `split` commits the deposit before it saves the record.
     struct Variant {
@@ -148,6 +151,60 @@ mod counter_steps {
             ctx.point("after-commit")?;
             Ok(applied(request, total))
         }
+    }
+
+    /// The keyed counter on its own connection through `SqlHandler`, on the domain's schema
+    /// with the domain's drawn workload (`with_events` converts its event type).
+    struct OwnKeyed;
+
+    impl SqlHandler for OwnKeyed {
+        type Request = CounterRequest;
+        type Value = Accepted;
+        type Memory = ();
+        const SCHEMA: &'static str = SCHEMA;
+        const EFFECT_TABLES: &'static [&'static str] = &["counter"];
+
+        fn workload(
+            &self,
+            decider: &mut Decider<'_>,
+            bounds: &Bounds,
+        ) -> Workload<CounterRequest, AdminSql> {
+            workload(decider, bounds).with_events()
+        }
+
+        fn handle(
+            &self,
+            ctx: &mut Ctx,
+            db: &Connection,
+            _: &mut (),
+            request: &CounterRequest,
+        ) -> Answer {
+            Variant { split: false }.submit(ctx, db, request)
+        }
+    }
+
+    /// What `handle` returns.
+    type Answer = Result<Reply<Accepted>, Stop>;
+
+    /// The domain's workload drives a handler of one's own: clean over the bound, as the
+    /// built-in family is with the same steps.
+    #[test]
+    fn a_domains_workload_drives_a_handler_of_ones_own() {
+        let bounds = Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            faults_max: 1,
+            ..Bounds::default()
+        };
+        let options = CheckOptions::new(bounds);
+        let own = exhaust(&mut Simulator::new(OnSql(OwnKeyed)), &options);
+        let family = exhaust(
+            &mut Simulator::new(OnSqlite(Variant { split: false })),
+            &options,
+        );
+        assert!(own.violations.is_empty(), "{:?}", own.violations);
+        assert!(family.violations.is_empty(), "{:?}", family.violations);
+        assert_eq!(own.stopped, family.stopped);
     }
 
     #[test]
@@ -234,5 +291,162 @@ mod reservation_steps {
             unscoped.failure(Invariant::ScopeIsolation).is_some(),
             "{unscoped:?}"
         );
+    }
+}
+
+/// An interval handler written outside the crate that keeps a cache in the server's memory,
+/// with the domain's checks and admin events: a cache consulted after the access check is
+/// clean; one consulted first replays to a principal whose access was revoked.
+mod interval_cache {
+    use retrysim::models::interval::{
+        accessible, denied, validate, Cache, EditResult, IntervalHandler, OnInterval, Principal,
+        Receipt, ToolArgs, UNAVAILABLE,
+    };
+    use retrysim::sqlite::rusqlite::Connection;
+    use retrysim::{explore, Bounds, Ctx, Invariant, Reply, Simulator, Stop, Subject};
+
+    /// The receipt contract behind a cache of its answers; `access_first` checks access
+    /// before the cache.
+    struct Cached {
+        access_first: bool,
+    }
+
+    impl IntervalHandler for Cached {
+        fn set_interval(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            principal: &Principal,
+            args: &ToolArgs,
+        ) -> Result<Reply<EditResult>, Stop> {
+            self.set_interval_with(ctx, db, &mut Cache::new(), principal, args)
+        }
+
+        fn set_interval_with(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            cache: &mut Cache,
+            principal: &Principal,
+            args: &ToolArgs,
+        ) -> Result<Reply<EditResult>, Stop> {
+            let call = match validate(principal, args) {
+                Ok(call) => call,
+                Err(refusal) => return Ok(refusal),
+            };
+            let identity = principal.identity;
+            let key = format!(
+                "{}/{}/{} {}",
+                identity.workspace_id,
+                identity.user_id,
+                call.request_id,
+                call.payload()
+            );
+            if self.access_first && !accessible(db, &call)? {
+                return Ok(denied(UNAVAILABLE));
+            }
+            if let Some(saved) = cache.get(&key) {
+                let result: EditResult = serde_json::from_str(saved).expect("a cached result");
+                return Ok(Reply::Replayed(result));
+            }
+            let reply = Receipt.set_interval(ctx, db, principal, args)?;
+            if let Reply::Applied(result) | Reply::Replayed(result) = &reply {
+                cache.insert(key, result.to_string());
+            }
+            Ok(reply)
+        }
+    }
+
+    #[test]
+    fn a_cache_in_server_memory_keeps_the_domains_checks() {
+        let build = |access_first: bool| {
+            move || -> Box<dyn Subject> {
+                Box::new(Simulator::new(OnInterval(Cached { access_first })))
+            }
+        };
+        let bounds = Bounds::default();
+        let checked = explore(&build(true), 0..2_000, &bounds, 2);
+        assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+        let cache_first = explore(&build(false), 0..2_000, &bounds, 2);
+        assert!(
+            cache_first.failure(Invariant::AccessBeforeReplay).is_some(),
+            "{cache_first:?}"
+        );
+    }
+}
+
+/// The receipt contract written outside the crate with the widened steps (`update_where`,
+/// `ReceiptRow`, `insert_receipt_row`): clean as the contract writes its receipt, and caught
+/// when the receipt binds a blank payload, so that a retry is refused as key reuse.
+mod interval_rows {
+    use retrysim::models::interval::{
+        abandon, accessible, answer_saved, denied, insert_receipt_row, refused, saved_receipt,
+        update_where, validate, EditResult, IntervalHandler, OnInterval, Principal, ReceiptRow,
+        ToolArgs, UpdateCondition, UNAVAILABLE, VERSION_CONFLICT,
+    };
+    use retrysim::sqlite::execute_cached;
+    use retrysim::sqlite::rusqlite::Connection;
+    use retrysim::{exhaust, Bounds, CheckOptions, Ctx, Invariant, Reply, Simulator, Stop};
+
+    /// `blank_payload` saves its receipts binding no payload.
+    struct Rows {
+        blank_payload: bool,
+    }
+
+    impl IntervalHandler for Rows {
+        fn set_interval(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            principal: &Principal,
+            args: &ToolArgs,
+        ) -> Result<Reply<EditResult>, Stop> {
+            let call = match validate(principal, args) {
+                Ok(call) => call,
+                Err(refusal) => return Ok(refusal),
+            };
+            ctx.point("before-begin")?;
+            execute_cached(db, "BEGIN IMMEDIATE")?;
+            if !accessible(db, &call)? {
+                return abandon(db, denied(UNAVAILABLE));
+            }
+            if let Some(saved) = saved_receipt(db, &call, true)? {
+                execute_cached(db, "COMMIT")?;
+                return answer_saved(&call, saved, true);
+            }
+            let Some(result) = update_where(db, &call, UpdateCondition::CONTRACT)? else {
+                return abandon(db, refused(VERSION_CONFLICT));
+            };
+            let row = ReceiptRow::of(&call, &result);
+            let payload = if self.blank_payload {
+                String::new()
+            } else {
+                row.payload.clone()
+            };
+            insert_receipt_row(db, &ReceiptRow { payload, ..row })?;
+            ctx.point("before-commit")?;
+            execute_cached(db, "COMMIT")?;
+            ctx.point("after-commit")?;
+            Ok(Reply::Applied(result))
+        }
+    }
+
+    #[test]
+    fn a_receipt_row_of_ones_own_is_what_the_replay_reads() {
+        let bounds = Bounds {
+            clients_max: 1,
+            intents_max: 1,
+            attempts_max: 2,
+            faults_max: 1,
+            ..Bounds::default()
+        };
+        let check = |blank_payload: bool| {
+            let mut subject = Simulator::new(OnInterval(Rows { blank_payload }));
+            let report = exhaust(&mut subject, &CheckOptions::new(bounds));
+            let broken: Vec<Invariant> = report.violations.iter().map(|v| v.invariant).collect();
+            broken
+        };
+        assert_eq!(check(false), []);
+        assert!(check(true).contains(&Invariant::OutcomeAgreement));
     }
 }

@@ -218,14 +218,60 @@ pub fn update(
     call: &Call<'_>,
     versioned: bool,
 ) -> rusqlite::Result<Option<EditResult>> {
-    let sql = if versioned {
-        "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
-         WHERE id = ?2 AND workspace_id = ?3 AND version = ?4 \
-         RETURNING id, interval_minutes, version"
-    } else {
-        "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
-         WHERE id = ?2 AND workspace_id = ?3 AND ?4 = ?4 \
-         RETURNING id, interval_minutes, version"
+    let condition = UpdateCondition {
+        version: versioned,
+        ..UpdateCondition::CONTRACT
+    };
+    update_where(db, call, condition)
+}
+
+/// What the update of an automation is conditioned on, beyond its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpdateCondition {
+    /// The caller's expected version is the row's (rule 3).
+    pub version: bool,
+    /// The row is in the caller's workspace.
+    pub workspace: bool,
+}
+
+impl UpdateCondition {
+    /// Both, as the contract updates.
+    pub const CONTRACT: UpdateCondition = UpdateCondition {
+        version: true,
+        workspace: true,
+    };
+}
+
+/// The call's update, setting its interval and moving the version on, under `condition`:
+/// the changed row's result, or `None` when no row matched.
+pub fn update_where(
+    db: &Connection,
+    call: &Call<'_>,
+    condition: UpdateCondition,
+) -> rusqlite::Result<Option<EditResult>> {
+    // A condition left out still names its parameter (`?3 = ?3`), so that every variant binds
+    // the same four.
+    let sql = match (condition.workspace, condition.version) {
+        (true, true) => {
+            "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
+             WHERE id = ?2 AND workspace_id = ?3 AND version = ?4 \
+             RETURNING id, interval_minutes, version"
+        }
+        (true, false) => {
+            "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
+             WHERE id = ?2 AND workspace_id = ?3 AND ?4 = ?4 \
+             RETURNING id, interval_minutes, version"
+        }
+        (false, true) => {
+            "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
+             WHERE id = ?2 AND ?3 = ?3 AND version = ?4 \
+             RETURNING id, interval_minutes, version"
+        }
+        (false, false) => {
+            "UPDATE automations SET interval_minutes = ?1, version = version + 1 \
+             WHERE id = ?2 AND ?3 = ?3 AND ?4 = ?4 \
+             RETURNING id, interval_minutes, version"
+        }
     };
     db.prepare_cached(sql)?
         .query_row(
@@ -246,21 +292,58 @@ pub fn update(
         .optional()
 }
 
+/// One row of the `receipts` table, as [`insert_receipt_row`] writes it (created now, by the
+/// simulated clock).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiptRow<'a> {
+    /// The workspace of its key.
+    pub workspace_id: &'a str,
+    /// The user of its key.
+    pub user_id: &'a str,
+    /// The request id of its key.
+    pub request_id: &'a str,
+    /// The payload the key is bound to: [`Call::payload`] for the contract's.
+    pub payload: String,
+    /// The response a replay answers: [`EditResult`]'s JSON (its `Display`), which
+    /// [`answer_saved`] reads back.
+    pub response: String,
+}
+
+impl<'a> ReceiptRow<'a> {
+    /// The contract's receipt of `call` for `result`: under the caller's (workspace, user,
+    /// tool, request id), binding the call's payload, replaying `result`. A variant changes a
+    /// field: `ReceiptRow { payload: String::new(), ..ReceiptRow::of(&call, &result) }`.
+    pub fn of(call: &Call<'a>, result: &EditResult) -> Self {
+        let identity = call.principal.identity;
+        ReceiptRow {
+            workspace_id: identity.workspace_id,
+            user_id: identity.user_id,
+            request_id: call.request_id,
+            payload: call.payload(),
+            response: result.to_string(),
+        }
+    }
+}
+
 /// Rule (4): the receipt for `result` under the call's scoped key, created now.
 pub fn insert_receipt(
     db: &Connection,
     call: &Call<'_>,
     result: &EditResult,
 ) -> rusqlite::Result<()> {
-    let identity = call.principal.identity;
+    insert_receipt_row(db, &ReceiptRow::of(call, result))
+}
+
+/// Inserts `row` into `receipts` for this tool, created now.
+pub fn insert_receipt_row(db: &Connection, row: &ReceiptRow<'_>) -> rusqlite::Result<()> {
     db.prepare_cached("INSERT INTO receipts VALUES (?1, ?2, ?3, ?4, ?5, ?6, retrysim_now())")?
         .execute(params![
-            identity.workspace_id,
-            identity.user_id,
+            row.workspace_id,
+            row.user_id,
             TOOL,
-            call.request_id,
-            call.payload(),
-            result.to_string()
+            row.request_id,
+            row.payload,
+            row.response
         ])?;
     Ok(())
 }

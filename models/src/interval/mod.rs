@@ -14,12 +14,13 @@ mod types;
 mod workload;
 
 pub use flow::{
-    abandon, accessible, answer_saved, denied, insert_receipt, refused, saved_receipt, update,
-    validate, Call, DeferredLookup, LastWriteWins, NoPayloadCheck, Receipt, ReplayBeforeAccess,
-    Rules, ShortRetention, SplitCommit, UnscopedKey, VersionBeforeReceipt, VersionOnly,
-    RETENTION_MS, SHORT_RETENTION_MS,
+    abandon, accessible, answer_saved, denied, insert_receipt, insert_receipt_row, refused,
+    saved_receipt, update, update_where, validate, Call, DeferredLookup, LastWriteWins,
+    NoPayloadCheck, Receipt, ReceiptRow, ReplayBeforeAccess, Rules, ShortRetention, SplitCommit,
+    UnscopedKey, UpdateCondition, VersionBeforeReceipt, VersionOnly, RETENTION_MS,
+    SHORT_RETENTION_MS,
 };
-pub use store::{IntervalHandler, IntervalStore, Observed, OnInterval, INVARIANTS, SCHEMA};
+pub use store::{Cache, IntervalHandler, IntervalStore, Observed, OnInterval, INVARIANTS, SCHEMA};
 pub use types::{
     AdminEvent, Arg, EditResult, Identity, IntervalRequest, Principal, ScopedKey, ToolArgs,
     NOT_PERMITTED, TOOL, UNAVAILABLE, VERSION_CONFLICT, WRITE_SCOPE,

@@ -10,7 +10,7 @@ use retrysim_sim::{
     Situation, StoreCopy, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 /// The schema and fixture rows of the seed's example.
@@ -117,6 +117,22 @@ pub trait IntervalHandler {
         args: &ToolArgs,
     ) -> Result<Reply<EditResult>, Stop>;
 
+    /// Handles one call with the server's memory between requests, `memory`: a handler that
+    /// keeps a cache implements this, and its [`IntervalHandler::set_interval`] serves with an
+    /// empty one (as an invocation beside another does). By default the handler keeps
+    /// nothing: [`IntervalHandler::set_interval`].
+    fn set_interval_with(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        memory: &mut Cache,
+        principal: &Principal,
+        args: &ToolArgs,
+    ) -> Result<Reply<EditResult>, Stop> {
+        let _ = memory;
+        self.set_interval(ctx, db, principal, args)
+    }
+
     /// Whether the handler keeps receipts at all (so that a missing one is a lost record).
     fn keeps_receipts(&self) -> bool {
         true
@@ -137,6 +153,11 @@ pub trait IntervalHandler {
         false
     }
 }
+
+/// Server memory an interval handler keeps between requests ([`IntervalHandler::set_interval_with`]):
+/// text by key, e.g. a cache of saved responses. It is lost when the server crashes, and an
+/// invocation that runs beside another starts from an empty one.
+pub type Cache = BTreeMap<String, String>;
 
 /// An [`IntervalHandler`] as a system under test.
 #[derive(Clone, Copy, Debug, Default)]
@@ -174,7 +195,7 @@ impl<H: IntervalHandler> System for OnInterval<H> {
     type Request = IntervalRequest;
     type Value = EditResult;
     type Store = IntervalStore;
-    type Memory = ();
+    type Memory = Cache;
     type Event = AdminEvent;
     type Observation = Observed;
 
@@ -340,10 +361,15 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         &self,
         ctx: &mut Ctx<'_>,
         store: &mut IntervalStore,
-        _memory: &mut (),
+        memory: &mut Cache,
         request: &IntervalRequest,
     ) -> Result<Reply<EditResult>, Crash> {
-        self.handle_on(ctx, store, store.db.server(), request)
+        let principal = store.principal(request.identity);
+        let server = store.db.server();
+        let result = self
+            .0
+            .set_interval_with(ctx, server, memory, &principal, &request.args);
+        settle(result, server)
     }
 
     fn connect(&self, store: &IntervalStore) -> Option<Connection> {
