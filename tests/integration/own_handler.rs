@@ -450,3 +450,78 @@ mod interval_rows {
         assert!(check(true).contains(&Invariant::OutcomeAgreement));
     }
 }
+
+/// A payment handler written outside the crate from `payment`'s public steps, on the domain's
+/// schema extended with a column of its own (how many times the request was claimed): clean
+/// with the request id as the provider's key, caught without one.
+mod payment_steps {
+    use retrysim::models::payment::{
+        charged, claim, complete, release, Claimed, OnPayment, PaymentHandler, PaymentRequest,
+        Receipt, LEASE_MS,
+    };
+    use retrysim::sqlite::rusqlite::Connection;
+    use retrysim::sqlite::{pending_on_storage_error, Stop};
+    use retrysim::{
+        exhaust, Bounds, Charged, CheckOptions, Ctx, Invariant, Provider, Reply, Simulator,
+    };
+
+    /// `keyed` sends the request id as the provider's idempotency key.
+    struct Counted {
+        keyed: bool,
+    }
+
+    impl PaymentHandler for Counted {
+        const SCHEMA_EXTENSION: &'static str =
+            "ALTER TABLE idempotency_records ADD COLUMN claims_seen INTEGER NOT NULL DEFAULT 0;";
+
+        fn pay(
+            &self,
+            ctx: &mut Ctx<'_>,
+            db: &Connection,
+            provider: &Provider,
+            request: &PaymentRequest,
+        ) -> Result<Reply<Receipt>, Stop> {
+            let held = match claim(db, request, LEASE_MS)? {
+                Claimed::Answer(reply) => return Ok(reply),
+                Claimed::Held(held) => held,
+            };
+            db.execute(
+                "UPDATE idempotency_records SET claims_seen = claims_seen + 1 WHERE request_id = ?1",
+                [&*request.id],
+            )?;
+            ctx.point("after-claim")?;
+            let key = self.keyed.then_some(&*request.id);
+            let answer = provider.charge(ctx, key, request.args.order, request.args.amount)?;
+            ctx.point("after-provider")?;
+            let reply = match answer {
+                Ok(Charged::Charge { id, replayed }) => {
+                    match complete(db, request, Some(held), id)? {
+                        true => Ok(charged(request, id, replayed)),
+                        false => Ok(Reply::Pending),
+                    }
+                }
+                Ok(Charged::KeyConflict) => Ok(Reply::KeyReuse),
+                Err(_) => release(db, request, held).map(|()| Reply::Pending),
+            };
+            pending_on_storage_error(reply, db)
+        }
+    }
+
+    #[test]
+    fn a_payment_variant_with_a_column_of_its_own() {
+        let bounds = Bounds {
+            clients_max: 1,
+            intents_max: 1,
+            faults_max: 1,
+            ..Bounds::default()
+        };
+        let check = |keyed: bool| {
+            let mut subject = Simulator::new(OnPayment(Counted { keyed }));
+            let report = exhaust(&mut subject, &CheckOptions::new(bounds));
+            let broken: Vec<Invariant> = report.violations.iter().map(|v| v.invariant).collect();
+            broken
+        };
+        assert_eq!(check(true), []);
+        assert!(check(false).contains(&Invariant::AtMostOnceEffect));
+    }
+}

@@ -238,7 +238,7 @@ fn settle_call(
 
 /// The reply for a charge the provider answered: applied if it is new, replayed if the key
 /// returned an earlier one.
-fn charged(request: &PaymentRequest, id: ChargeId, replayed: bool) -> Reply<Receipt> {
+pub fn charged(request: &PaymentRequest, id: ChargeId, replayed: bool) -> Reply<Receipt> {
     let receipt = Receipt {
         charge: Some(id),
         amount: request.args.amount,
@@ -251,7 +251,7 @@ fn charged(request: &PaymentRequest, id: ChargeId, replayed: bool) -> Reply<Rece
 }
 
 /// What a submission found in its claim transaction.
-enum Claimed {
+pub enum Claimed {
     /// Answer at once (completed, held under a live lease, or another request's key).
     Answer(Reply<Receipt>),
     /// The invocation holds the claim with this number.
@@ -270,7 +270,7 @@ struct Record {
 
 /// In one `BEGIN IMMEDIATE` transaction: claims the request's record under a lease of
 /// `lease_ms` (inserting it, or taking over one whose lease has ended), or finds the answer.
-fn claim(db: &Connection, request: &PaymentRequest, lease_ms: u64) -> Result<Claimed, Stop> {
+pub fn claim(db: &Connection, request: &PaymentRequest, lease_ms: u64) -> Result<Claimed, Stop> {
     execute_cached(db, "BEGIN IMMEDIATE")?;
     let found = db
         .prepare_cached(
@@ -291,7 +291,8 @@ fn claim(db: &Connection, request: &PaymentRequest, lease_ms: u64) -> Result<Cla
     let claim = match found {
         None => {
             db.prepare_cached(
-                "INSERT INTO idempotency_records \
+                "INSERT INTO idempotency_records (request_id, order_id, amount, status, \
+                 lease_expires_ms, claim, charge_id) \
                  VALUES (?1, ?2, ?3, 'in_progress', retrysim_now() + ?4, 1, NULL)",
             )?
             .execute(params![
@@ -341,7 +342,7 @@ fn answer_for(record: &Record, request: &PaymentRequest) -> Option<Reply<Receipt
 
 /// In one transaction: marks the record completed with the charge and books the payment, if
 /// `claim` (when given) is still the record's and it is in progress. Returns whether it did.
-fn complete(
+pub fn complete(
     db: &Connection,
     request: &PaymentRequest,
     claim: Option<i64>,
@@ -370,19 +371,25 @@ fn complete(
 }
 
 /// Books the payment: one `payments` row, the local record of the charge.
-fn book(db: &Connection, request: &PaymentRequest, charge: Option<ChargeId>) -> Result<(), Stop> {
-    db.prepare_cached("INSERT INTO payments VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![
-            &*request.id,
-            request.args.order,
-            request.args.amount,
-            charge.map(|id| id.0)
-        ])?;
+pub fn book(
+    db: &Connection,
+    request: &PaymentRequest,
+    charge: Option<ChargeId>,
+) -> Result<(), Stop> {
+    db.prepare_cached(
+        "INSERT INTO payments (request_id, order_id, amount, charge_id) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        &*request.id,
+        request.args.order,
+        request.args.amount,
+        charge.map(|id| id.0)
+    ])?;
     Ok(())
 }
 
 /// Gives the claim up: its lease ends now, so the next attempt takes it over.
-fn release(db: &Connection, request: &PaymentRequest, claim: i64) -> Result<(), Stop> {
+pub fn release(db: &Connection, request: &PaymentRequest, claim: i64) -> Result<(), Stop> {
     db.prepare_cached(
         "UPDATE idempotency_records SET lease_expires_ms = retrysim_now() \
          WHERE request_id = ?1 AND claim = ?2 AND status = 'in_progress'",
@@ -392,7 +399,7 @@ fn release(db: &Connection, request: &PaymentRequest, claim: i64) -> Result<(), 
 }
 
 /// Deletes the record the invocation claimed.
-fn abandon(db: &Connection, request: &PaymentRequest, claim: i64) -> Result<(), Stop> {
+pub fn abandon(db: &Connection, request: &PaymentRequest, claim: i64) -> Result<(), Stop> {
     db.prepare_cached(
         "DELETE FROM idempotency_records \
          WHERE request_id = ?1 AND claim = ?2 AND status = 'in_progress'",
@@ -511,7 +518,7 @@ impl PaymentHandler for Outbox {
             )?
             .execute(params![row_id, id.0])?;
         if marked == 1 {
-            db.prepare_cached("INSERT INTO payments VALUES (?1, ?2, ?3, ?4)")?
+            db.prepare_cached("INSERT INTO payments (request_id, order_id, amount, charge_id) VALUES (?1, ?2, ?3, ?4)")?
                 .execute(params![key, order, amount, id.0])?;
         }
         execute_cached(db, "COMMIT")?;

@@ -32,8 +32,9 @@ mod store;
 mod workload;
 
 pub use handlers::{
-    CompletedBeforeCall, DeleteOnError, KeyPerAttempt, LeaseAndProviderKey, LeaseShorterThanCall,
-    NoProviderKey, Outbox, StaleClaimCompletes,
+    abandon, book, charged, claim, complete, release, Claimed, CompletedBeforeCall, DeleteOnError,
+    KeyPerAttempt, LeaseAndProviderKey, LeaseShorterThanCall, NoProviderKey, Outbox,
+    StaleClaimCompletes,
 };
 pub use store::{
     OnPayment, PaymentHandler, PaymentStore, INVARIANTS, LEASE_MS, PLATFORM_LIMIT_MS, SCHEMA,

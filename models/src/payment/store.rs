@@ -79,6 +79,42 @@ pub const INVARIANTS: &[Invariant] = &[
 pub struct PaymentStore {
     db: HarnessDb,
     provider: Provider,
+    /// For a handler with a [`PaymentHandler::SCHEMA_EXTENSION`]: the image every run starts
+    /// from, and what state hashing reads of each table besides the domain's own reads.
+    extension: Option<Extension>,
+}
+
+/// What a schema extension adds to the store.
+struct Extension {
+    initial: DbImage,
+    /// Every table's every column but the lease's end, for state hashing.
+    hashed: Vec<String>,
+}
+
+impl Extension {
+    /// The extension of `db`, created with it.
+    fn of(db: &HarnessDb) -> Self {
+        let tables = column_strings(
+            db.keeper(),
+            "SELECT name FROM sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
+        );
+        let hashed = tables
+            .iter()
+            .map(|table| {
+                let lease: &[&str] = if table == "idempotency_records" {
+                    &["lease_expires_ms"]
+                } else {
+                    &[]
+                };
+                db.select_without(table, lease)
+            })
+            .collect();
+        Extension {
+            initial: db.save(),
+            hashed,
+        }
+    }
 }
 
 impl PaymentStore {
@@ -104,6 +140,13 @@ impl PaymentStore {
 
 /// A payment handler: it charges through `provider` and keeps its records on `db`.
 pub trait PaymentHandler {
+    /// SQL run after [`SCHEMA`] when the store is created: the handler's own tables and
+    /// columns (`ALTER TABLE idempotency_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT
+    /// 0`; the domain's steps name the columns they write, so a column with a default is
+    /// left to it). State hashing reads all of it, and every run starts from it as created.
+    /// Empty by default.
+    const SCHEMA_EXTENSION: &'static str = "";
+
     /// Handles one payment request; call `ctx.point(name)?` at crash points.
     fn pay(
         &self,
@@ -143,14 +186,23 @@ impl<H: PaymentHandler> System for OnPayment<H> {
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> PaymentStore {
+        let schema = format!("{SCHEMA}{}", H::SCHEMA_EXTENSION);
+        let db = HarnessDb::create(tag, &schema, RECORDED)
+            .unwrap_or_else(|error| panic!("the payment schema and its extension load: {error}"));
+        let extension = (!H::SCHEMA_EXTENSION.is_empty()).then(|| Extension::of(&db));
         PaymentStore {
-            db: HarnessDb::create(tag, SCHEMA, RECORDED).expect("the schema loads"),
+            db,
             provider: Provider::new(tag),
+            extension,
         }
     }
 
+    /// The domain's own tables empty out with three deletes; an extension's start as created.
     fn reset(&self, store: &mut PaymentStore) {
-        store.db.reset(RESET).expect("the payment store resets");
+        match &store.extension {
+            None => store.db.reset(RESET).expect("the payment store resets"),
+            Some(extension) => store.db.restore(&extension.initial),
+        }
         store.provider.reset();
     }
 
@@ -308,7 +360,11 @@ impl<H: PaymentHandler> System for OnPayment<H> {
             "SELECT * FROM payments ORDER BY rowid",
             "SELECT * FROM outbox ORDER BY rowid",
         ]);
-        local ^ retrysim_sim::fingerprint_of(&store.provider.charges())
+        let extended = store.extension.as_ref().map_or(0, |extension| {
+            let selects: Vec<&str> = extension.hashed.iter().map(String::as_str).collect();
+            store.db.fingerprint_of(&selects)
+        });
+        local ^ extended.rotate_left(1) ^ retrysim_sim::fingerprint_of(&store.provider.charges())
     }
 
     fn describe_store(&self, store: &PaymentStore) -> String {
