@@ -52,9 +52,9 @@
 //! tested an invariant says so. [`System::workload_limits`] says how many clients and intents
 //! your workloads draw at most; bounds above are refused.
 //!
-//! Exhaustive checks go faster when the engine can copy your store ([`System::save`] and
-//! [`System::restore`]; for SQLite, [`sqlite::HarnessDb::save`] and
-//! [`sqlite::HarnessDb::restore`]) and knows when it changed ([`System::store_version`],
+//! Exhaustive checks go faster when the engine can copy your store ([`StoreKind::save`] and
+//! [`StoreKind::restore`]; for SQLite, [`sqlite::HarnessDb::save`] and
+//! [`sqlite::HarnessDb::restore`]) and knows when it changed ([`StoreKind::store_version`],
 //! [`sqlite::HarnessDb::version`]): each run then resumes from a checkpoint of the state its
 //! path shares with the run before, instead of replaying from its start, with the same
 //! runs and verdicts. They also explore fewer states when your handler answers every
@@ -70,8 +70,8 @@
 //! A run has a simulated [`Clock`]: handlers read it with [`Ctx::now_ms`], SQL with
 //! `retrysim_now()`. It moves only as a scheduled step, *time passes to the next deadline*: a
 //! client's timeout, the end of its backoff ([`Bounds::backoff_jitter_ms`] lets the schedule
-//! add jitter), or a deadline your store declares ([`System::deadlines`], e.g. a receipt's
-//! expiry), at which [`System::pass_time`] runs the store's own job (the purge). Clients stop
+//! add jitter), or a deadline your store declares ([`StoreKind::deadlines`], e.g. a receipt's
+//! expiry), at which [`StoreKind::pass_time`] runs the store's own job (the purge). Clients stop
 //! at [`Bounds::attempts_max`] or [`Bounds::retry_horizon_ms`]. State hashing holds times
 //! relative to now, and a deadline past everything the clients can still do as "far", so a
 //! day's retention costs no more states than none. [`Timeouts::Untimed`] keeps the model in
@@ -82,7 +82,7 @@
 //!
 //! Two copies of one request can be in the server at once: a duplicate delivered while the
 //! first still runs, or two retries racing. With [`Bounds::invocations_max`] above 1, a
-//! system that gives each invocation a SQLite connection of its own ([`System::connect`],
+//! system that gives each invocation a SQLite connection of its own ([`StoreKind::connect`],
 //! [`System::handle_on`]) has its invocations interleaved: each runs on a stack of its own and
 //! pauses at every [`Ctx::point`] and wherever SQLite finds the database locked (the
 //! engine's busy handler, [`sqlite::wait_for_lock`]); the schedule picks which goes on next,
@@ -120,11 +120,11 @@
 //! - Exhaustive checking covers small bounds (two clients with one intent each, three
 //!   attempts, two or three faults) in seconds to minutes, not large ones. Each run resumes
 //!   from a checkpoint of the state its path shares with the run before (a copy of the store
-//!   made by [`System::save`]); a system that cannot copy its store is replayed from the
+//!   made by [`StoreKind::save`]); a system that cannot copy its store is replayed from the
 //!   start of every run, which is several times slower. Runs with invocations in progress
 //!   keep no checkpoints mid-invocation: with overlapping invocations, one client with one
 //!   intent is exhausted in seconds; two clients take minutes.
-//! - Messages in flight have no age: a store's deadlines ([`System::deadlines`]) are taken to
+//! - Messages in flight have no age: a store's deadlines ([`StoreKind::deadlines`]) are taken to
 //!   be longer than any message stays in flight, so every message still in flight is lost when
 //!   time passes to one. A system whose deadlines are as short as a network's delays (a lease
 //!   shorter than a call) needs that modelled in its own actors.
@@ -153,7 +153,7 @@ pub use retrysim_sim::{
     Invariant, Keyed, Lane, Ledger, Level, Link, NoAnswer, NoEvent, Odds, OnSql, Paths, Progress,
     Provider, Reduction, Reply, Request, Rounds, Row, RunEnd, RunOutcome, Sandbox, SeededChoices,
     Session, SetAside, Shard, Shrunk, Simulator, Situation, SituationRuns, SqlHandler, SqlStore,
-    StateHasher, Status, Stop, StopAt, Stopped, StoreCopy, Subject, SubjectFactory, System, Tape,
-    TapeChoices, TapeError, Timeline, Timeouts, Violation, Visited, Workload, WorkloadLimits,
-    CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,
+    StateHasher, Status, Stop, StopAt, Stopped, StoreCopy, StoreKind, Subject, SubjectFactory,
+    System, Tape, TapeChoices, TapeError, Timeline, Timeouts, Violation, Visited, Workload,
+    WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,
 };

@@ -21,7 +21,7 @@ fn my_handler_is_idempotent() {
 
 use retrysim::{
     Bounds, ChoiceKind, Crash, Ctx, Decider, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply,
-    Request, Situation, System, Workload,
+    Request, Situation, StoreKind, System, Workload,
 };
 use std::collections::BTreeMap;
 
@@ -69,12 +69,17 @@ pub struct MySystem {
     pub opening_balance: i64,
 }
 
-impl System for MySystem {
+impl StoreKind for MySystem {
     type Request = Deposit;
+
     type Value = i64;
+
     type Store = Account;
+
     type Memory = ();
+
     type Event = NoEvent;
+
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> Account {
@@ -94,6 +99,25 @@ impl System for MySystem {
     // The account lives in memory that survives a crash: nothing to reopen.
     fn restart(&self, _account: &mut Account) {}
 
+    fn apply_event(&self, _account: &mut Account, event: &NoEvent) {
+        match *event {}
+    }
+
+    fn observe(&self, _account: &Account, _deposit: &Deposit) {}
+
+    fn effects(&self, account: &Account) -> Vec<IntentId> {
+        account.ledger.effects().to_vec()
+    }
+
+    fn describe_store(&self, account: &Account) -> String {
+        format!(
+            "balance={} receipts={:?}",
+            account.balance, account.receipts
+        )
+    }
+}
+
+impl System for MySystem {
     // Two clients: one deposits d-1 of 100 or 200 cents, the other may reuse d-1 or send d-2.
     fn workload(&self, decider: &mut Decider<'_>, bounds: &Bounds) -> Workload<Deposit, NoEvent> {
         let cents = 100 * (1 + i64::from(decider.choose(ChoiceKind::Workload, 2)));
@@ -113,12 +137,6 @@ impl System for MySystem {
             setup: Vec::new(),
         }
     }
-
-    fn apply_event(&self, _account: &mut Account, event: &NoEvent) {
-        match *event {}
-    }
-
-    fn observe(&self, _account: &Account, _deposit: &Deposit) {}
 
     fn handle(
         &self,
@@ -147,16 +165,5 @@ impl System for MySystem {
     // and report no-silent-key-reuse as untested over a bound that never does.
     fn situations(&self) -> &'static [Situation] {
         &[Situation::KEY_REUSED]
-    }
-
-    fn effects(&self, account: &Account) -> Vec<IntentId> {
-        account.ledger.effects().to_vec()
-    }
-
-    fn describe_store(&self, account: &Account) -> String {
-        format!(
-            "balance={} receipts={:?}",
-            account.balance, account.receipts
-        )
     }
 }

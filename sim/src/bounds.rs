@@ -21,7 +21,7 @@ pub struct Bounds {
     pub attempts_max: u32,
     /// Handler invocations in progress at once in the server. With 1, each runs to its end
     /// when its request is delivered; above 1, invocations of a system that gives each its own
-    /// connection ([`crate::System::connect`]) interleave at their crash points and lock waits.
+    /// connection ([`crate::StoreKind::connect`]) interleave at their crash points and lock waits.
     pub invocations_max: u32,
     /// Injected faults of every kind (drops + duplicates + crashes) in one run.
     pub faults_max: u32,
@@ -39,7 +39,7 @@ pub struct Bounds {
     /// COMMITs the schedule makes fail in one run (within `faults_max`): a storage fault,
     /// chosen at a crash point, fails the next COMMIT before the handler's next crash point
     /// (SQLite rolls it back and the statement errors). Only stores that can fail one
-    /// ([`crate::System::storage_faults_possible`]); 0, the default, for none.
+    /// ([`crate::StoreKind::storage_faults_possible`]); 0, the default, for none.
     pub storage_faults_max: u32,
     /// Simulated milliseconds a client waits for a reply before it retries.
     pub timeout_ms: u64,
@@ -273,7 +273,7 @@ pub enum BoundsError {
         most_ms: u64,
     },
     /// A fault kind the system cannot have: storage faults where its store cannot fail a
-    /// COMMIT ([`crate::System::storage_faults_possible`]).
+    /// COMMIT ([`crate::StoreKind::storage_faults_possible`]).
     NoSuchFault {
         /// The field, e.g. `storage_faults_max`.
         field: &'static str,

@@ -23,14 +23,14 @@ pub struct Reduction {
     /// Crash points with nothing durable changed between them lead to the same state after a
     /// crash: explore a crash at the first and report the others as covered by it
     /// ([`Coverage::crashes_covered`]), for a system that reports its durable changes
-    /// ([`crate::System::reports_durable_changes`]).
+    /// ([`crate::StoreKind::reports_durable_changes`]).
     pub crash_points: bool,
     /// Workloads that differ only by which client is which (clients are interchangeable, so
     /// their runs are the same up to the clients' names): explore the first of each class
     /// and report the others as covered by it ([`CheckReport::symmetric_workloads`]). With
     /// state hashing, within a workload too: two states that differ only by which of two
     /// clients with the same intents but for their keys is which are one state, for a
-    /// system that splits its store by key ([`crate::System::keyed_fingerprint`]).
+    /// system that splits its store by key ([`crate::StoreKind::keyed_fingerprint`]).
     pub symmetry: bool,
     /// Sleep sets, a partial-order reduction: of two orders of steps that commute (steps of
     /// different clients, or of a client and the server, that bring no fault), the second
@@ -97,7 +97,7 @@ pub struct CheckOptions {
     /// Look for this invariant only (others are ignored), or for all.
     pub only: Option<Invariant>,
     /// Resume each run from a copy of the state its path shares with the run before (when the
-    /// system's store can be copied, [`crate::System::save`]), instead of replaying it from
+    /// system's store can be copied, [`crate::StoreKind::save`]), instead of replaying it from
     /// its start. The runs and the report are the same either way; only the time differs.
     pub checkpoints: bool,
     /// Answers every run begins with (see [`crate::workload_answers`]: the answers that draw

@@ -4,7 +4,7 @@
 //! Time is simulated milliseconds from 0 at the start of a run. It moves only as a scheduled
 //! step, "time passes to the next deadline": a waiting client's timeout, the end of a
 //! client's backoff, or a deadline the system declares from its committed store
-//! ([`crate::System::deadlines`], e.g. a receipt's expiry). So the times a run can reach are
+//! ([`crate::StoreKind::deadlines`], e.g. a receipt's expiry). So the times a run can reach are
 //! finite, and exhaustive checks stay finite.
 //!
 //! Messages in flight have no age: any may be delivered while clients wait, time out and

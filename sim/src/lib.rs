@@ -70,7 +70,7 @@ pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
 pub use sqlite::Stop;
 pub use state_hash::{fingerprint_of, StateHasher};
 pub use subject::{replay, run_seed, Subject};
-pub use system::System;
+pub use system::{StoreKind, System};
 pub use timeline::{IntentSummary, Lane, Row, Timeline};
 pub use vocabulary::{
     Intent, IntentId, IntentTag, Keyed, KeyedFingerprint, Ledger, NoEvent, Reply, Request, Status,

@@ -199,7 +199,7 @@ impl Provider {
     }
 
     /// A count that moves whenever the charges change (and never goes back), for
-    /// [`crate::System::store_version`].
+    /// [`crate::StoreKind::store_version`].
     pub fn version(&self) -> u64 {
         self.version.get()
     }
@@ -210,7 +210,7 @@ impl Provider {
         self.moved();
     }
 
-    /// A copy of the charges, for [`crate::System::save`].
+    /// A copy of the charges, for [`crate::StoreKind::save`].
     pub fn save(&self) -> Vec<Charge> {
         self.charges()
     }

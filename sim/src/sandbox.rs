@@ -25,7 +25,7 @@ pub struct Interleaving<V> {
     pub replies: Vec<Reply<V>>,
     /// The ground truth at the end: the intent of every committed effect.
     pub effects: Vec<IntentId>,
-    /// The store at the end, as [`System::describe_store`] puts it.
+    /// The store at the end, as [`crate::StoreKind::describe_store`] puts it.
     pub store: String,
 }
 
@@ -88,14 +88,14 @@ impl<S: System> Sandbox<S> {
     }
 
     /// Moves the simulated clock to `now_ms` (calls and SQL's `retrysim_now()` read it from
-    /// then on) and runs what the store does by itself at that time ([`System::pass_time`]:
+    /// then on) and runs what the store does by itself at that time ([`crate::StoreKind::pass_time`]:
     /// e.g. purges the records whose retention ended).
     pub fn pass_time_to(&mut self, now_ms: u64) {
         self.tag.clock().set(now_ms);
         self.system.pass_time(&mut self.store, now_ms);
     }
 
-    /// The deadlines the store declares now ([`System::deadlines`]), earliest first.
+    /// The deadlines the store declares now ([`crate::StoreKind::deadlines`]), earliest first.
     pub fn deadlines(&self) -> Vec<Deadline> {
         let mut deadlines = self.system.deadlines(&self.store);
         deadlines.sort();
@@ -113,7 +113,7 @@ impl<S: System> Sandbox<S> {
     /// sets it up (e.g. with earlier calls); a reply of a prepared call is not kept.
     ///
     /// # Panics
-    /// If the system gives no connection per invocation ([`System::connect`]), or if every
+    /// If the system gives no connection per invocation ([`crate::StoreKind::connect`]), or if every
     /// unfinished call waits on a lock (a deadlock).
     pub fn interleavings(
         &mut self,

@@ -22,7 +22,7 @@ use crate::provider::{Charge, Provider};
 use crate::situation::Situation;
 use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop};
 use crate::state_hash::fingerprint_of;
-use crate::system::System;
+use crate::system::{StoreKind, System};
 use crate::vocabulary::{
     IntentId, IntentTag, Reply, Request, Status, StoreCopy, Workload, WorkloadLimits,
 };
@@ -272,12 +272,17 @@ fn with_provider<H: SqlHandler, T>(
     }
 }
 
-impl<H: SqlHandler> System for OnSql<H> {
+impl<H: SqlHandler> StoreKind for OnSql<H> {
     type Request = H::Request;
+
     type Value = H::Value;
+
     type Store = SqlStore;
+
     type Memory = H::Memory;
+
     type Event = AdminSql;
+
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqlStore {
@@ -356,10 +361,6 @@ impl<H: SqlHandler> System for OnSql<H> {
             .unwrap_or_else(|error| panic!("PENDING_RECORD_SQL {sql:?} fails: {error}"))
     }
 
-    fn answers_only_verdicts(&self) -> bool {
-        H::ANSWERS_ONLY_VERDICTS
-    }
-
     fn deadlines(&self, store: &SqlStore) -> Vec<Deadline> {
         self.0.deadlines(&store.db)
     }
@@ -370,20 +371,6 @@ impl<H: SqlHandler> System for OnSql<H> {
 
     fn job_due(&self, store: &SqlStore) -> Option<IntentId> {
         self.0.job_due(&store.db)
-    }
-
-    fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut SqlStore) -> Result<(), Crash> {
-        let server = store.db.server();
-        let done = with_provider::<H, _>(ctx, &store.provider, |ctx| self.0.run_job(ctx, server));
-        settle_job(done, server)
-    }
-
-    fn situations(&self) -> &'static [Situation] {
-        self.0.situations()
-    }
-
-    fn exercises(&self, workload: &Workload<H::Request, AdminSql>, situation: &Situation) -> bool {
-        self.0.exercises(workload, situation)
     }
 
     /// Its database's commits are all it changes durably, and the harness reports each.
@@ -408,14 +395,6 @@ impl<H: SqlHandler> System for OnSql<H> {
         store.db.restart_server();
     }
 
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<H::Request, AdminSql> {
-        self.0.workload(decider, bounds)
-    }
-
     fn apply_event(&self, store: &mut SqlStore, event: &AdminSql) {
         store
             .db
@@ -424,42 +403,10 @@ impl<H: SqlHandler> System for OnSql<H> {
             .unwrap_or_else(|error| panic!("the outside change {:?} runs: {error}", event.0));
     }
 
-    fn supports_lookup(&self) -> bool {
-        self.0.supports_lookup()
-    }
-
-    fn lookup(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &mut SqlStore,
-        _memory: &mut H::Memory,
-        request: &H::Request,
-    ) -> Result<Status<H::Value>, Crash> {
-        let server = store.db.server();
-        let status = with_provider::<H, _>(ctx, &store.provider, |ctx| {
-            self.0.lookup(ctx, server, request)
-        });
-        settle_lookup(status, server)
-    }
-
     fn observe(&self, _store: &SqlStore, _request: &H::Request) {}
 
     fn has_record(&self, store: &SqlStore, request: &H::Request) -> Option<bool> {
         self.0.has_record(store.db.keeper(), request)
-    }
-
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &mut SqlStore,
-        memory: &mut H::Memory,
-        request: &H::Request,
-    ) -> Result<Reply<H::Value>, Crash> {
-        let server = store.db.server();
-        let reply = with_provider::<H, _>(ctx, &store.provider, |ctx| {
-            self.0.handle(ctx, server, memory, request)
-        });
-        settle(reply, server)
     }
 
     fn connect(&self, store: &SqlStore) -> Option<Connection> {
@@ -469,20 +416,6 @@ impl<H: SqlHandler> System for OnSql<H> {
                 .connect()
                 .expect("a connection to the database opens"),
         )
-    }
-
-    fn handle_on(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &SqlStore,
-        connection: &Connection,
-        request: &H::Request,
-    ) -> Result<Reply<H::Value>, Crash> {
-        let mut memory = H::Memory::default();
-        let reply = with_provider::<H, _>(ctx, &store.provider, |ctx| {
-            self.0.handle(ctx, connection, &mut memory, request)
-        });
-        settle(reply, connection)
     }
 
     /// The provider's charges for a handler that calls one; else the changes to
@@ -529,6 +462,80 @@ impl<H: SqlHandler> System for OnSql<H> {
             return local ^ fingerprint_of(&store.provider.charges());
         }
         local
+    }
+}
+
+impl<H: SqlHandler> System for OnSql<H> {
+    fn answers_only_verdicts(&self) -> bool {
+        H::ANSWERS_ONLY_VERDICTS
+    }
+
+    fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut SqlStore) -> Result<(), Crash> {
+        let server = store.db.server();
+        let done = with_provider::<H, _>(ctx, &store.provider, |ctx| self.0.run_job(ctx, server));
+        settle_job(done, server)
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        self.0.situations()
+    }
+
+    fn exercises(&self, workload: &Workload<H::Request, AdminSql>, situation: &Situation) -> bool {
+        self.0.exercises(workload, situation)
+    }
+
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<H::Request, AdminSql> {
+        self.0.workload(decider, bounds)
+    }
+
+    fn supports_lookup(&self) -> bool {
+        self.0.supports_lookup()
+    }
+
+    fn lookup(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut SqlStore,
+        _memory: &mut H::Memory,
+        request: &H::Request,
+    ) -> Result<Status<H::Value>, Crash> {
+        let server = store.db.server();
+        let status = with_provider::<H, _>(ctx, &store.provider, |ctx| {
+            self.0.lookup(ctx, server, request)
+        });
+        settle_lookup(status, server)
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut SqlStore,
+        memory: &mut H::Memory,
+        request: &H::Request,
+    ) -> Result<Reply<H::Value>, Crash> {
+        let server = store.db.server();
+        let reply = with_provider::<H, _>(ctx, &store.provider, |ctx| {
+            self.0.handle(ctx, server, memory, request)
+        });
+        settle(reply, server)
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &SqlStore,
+        connection: &Connection,
+        request: &H::Request,
+    ) -> Result<Reply<H::Value>, Crash> {
+        let mut memory = H::Memory::default();
+        let reply = with_provider::<H, _>(ctx, &store.provider, |ctx| {
+            self.0.handle(ctx, connection, &mut memory, request)
+        });
+        settle(reply, connection)
     }
 
     fn invariants(&self) -> &'static [Invariant] {

@@ -228,7 +228,7 @@ impl HarnessDb {
     }
 
     /// A count that moves whenever the database may have changed (see
-    /// [`crate::System::store_version`]): rows changed on the keeper and server connections
+    /// [`crate::StoreKind::store_version`]): rows changed on the keeper and server connections
     /// (SQLite's change counts, which also count changes later rolled back), plus commits on
     /// the connections [`HarnessDb::connect`] opened. While it stays, no connection of this
     /// database changed a row.
@@ -359,7 +359,7 @@ impl HarnessDb {
 
     /// A fingerprint of the rows `selects` read (in their order) and of the ground truth, for
     /// state hashing: for a store that keeps columns its behaviour does not depend on, or
-    /// times that [`crate::System::deadlines`] already tells relative to now (a creation
+    /// times that [`crate::StoreKind::deadlines`] already tells relative to now (a creation
     /// time whose only use is an expiry).
     pub fn fingerprint_of(&self, selects: &[&str]) -> u64 {
         let ground_truth = self.reader("retrysim_effects").select.as_str();
@@ -535,8 +535,8 @@ fn hash_value(value: rusqlite::types::ValueRef<'_>, hasher: &mut impl Hasher) {
 
 /// Retention of a table whose rows carry their creation time in a `created_ms` column
 /// (written with `retrysim_now()`): each row expires `retention_ms` after it, when a
-/// store-side job purges it. Gives a system's [`crate::System::deadlines`] and
-/// [`crate::System::pass_time`] for that table.
+/// store-side job purges it. Gives a system's [`crate::StoreKind::deadlines`] and
+/// [`crate::StoreKind::pass_time`] for that table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
     /// The table.

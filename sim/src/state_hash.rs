@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 const SEED: u64 = 0x7265_7472_7973_696d;
 
 /// The hasher that state hashing fingerprints states with: the engine's own state, and a
-/// store's through [`crate::System::fingerprint`] (use it there too, e.g. with
+/// store's through [`crate::StoreKind::fingerprint`] (use it there too, e.g. with
 /// [`fingerprint_of`]). It is foldhash's quality hasher with a fixed seed: several times
 /// faster than the standard library's SipHash on the short keys states are made of, of good
 /// quality (a fingerprint stands for a whole state, so two states must not share one by

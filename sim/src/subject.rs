@@ -38,7 +38,7 @@ pub trait Subject {
     /// The most clients and intents per client the system's workloads draw.
     fn workload_limits(&self) -> WorkloadLimits;
 
-    /// Whether the system's store can fail a COMMIT ([`System::storage_faults_possible`]).
+    /// Whether the system's store can fail a COMMIT ([`crate::StoreKind::storage_faults_possible`]).
     fn storage_faults_possible(&self) -> bool;
 
     /// Refuses bounds no run of this system can reach: those [`Bounds::validate_for`]

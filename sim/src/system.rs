@@ -13,42 +13,28 @@ use crate::vocabulary::{
 use std::fmt;
 use std::hash::Hash;
 
-/// A system under test: a domain's workload and store plus one handler.
-///
-/// The engine owns the schedule, the transport, the clock and the clients; the system owns the
-/// store and the handler. Every decision the system needs (the workload's shape) is asked of
-/// the run's [`Decider`] so that the run stays a function of its tape. For a handler on a
-/// SQLite schema of its own, [`crate::SqlHandler`] and [`crate::OnSql`] write all of this
-/// but the schema, the handler and the workload.
-///
-/// # Rules a handler follows
-/// - Call `ctx.point(name)?` at its crash points, and return the `Err` at once: the engine
-///   rolls back what was not committed and restarts the server.
-/// - Put a crash point between a COMMIT and the next write transaction: a crash there must be
-///   possible, or a split between two commits cannot be found (the engine panics when two
-///   write transactions of one invocation commit with no point between them).
-/// - Read the time through [`Ctx::now_ms`] or SQL's `retrysim_now()`, never the wall clock;
-///   draw nothing at random. A run is a function of its tape.
-/// - Keep request state in the store or in [`System::Memory`], not in connection-local
-///   state (TEMP tables, PRAGMAs): a crash rolls a connection back but keeps it.
-/// - Answer a storage error [`Reply::Unavailable`] after rolling back
-///   ([`crate::sqlite::settle`] does both); it may come from the schedule (a storage fault,
-///   [`crate::Bounds::storage_faults_max`]).
-/// - Say what happened: *applied* only when this invocation committed the effect,
-///   *replayed* only when an earlier one did, *refused* or *unavailable* only when this one
-///   committed nothing, and *pending* when it cannot know (`truthful-reply`). The invariants judge from the
-///   harness's own record of committed effects, never from a reply or a column.
-pub trait System {
+/// What a kind of store supplies to the engine: the store itself (created, reset, copied for
+/// checkpoints, restarted after a crash), its moments of change by itself, the ground truth of
+/// its effects and records, and what state hashing reads of it. The harness ships one for
+/// each kind: [`crate::OnSql`] for a handler on its own SQLite schema, one for each built-in
+/// domain (the payment domain's with its provider), and in-memory ones; a user writes the
+/// handler ([`crate::SqlHandler`] or a domain's handler trait), which [`System`] adds.
+pub trait StoreKind {
     /// The request a client sends.
     type Request: Request;
+
     /// The result of an applied operation.
     type Value: Clone + Eq + Hash + fmt::Debug + fmt::Display;
+
     /// Durable state: survives a server crash (committed data only).
     type Store;
+
     /// Volatile server memory: lost on a crash.
     type Memory: Default + Hash + Clone;
+
     /// An outside change to the store (an administrator's action), or [`crate::NoEvent`].
     type Event: Hash + Clone + fmt::Display;
+
     /// What the harness notes about the committed state just before an invocation, to judge
     /// its reply against (`()` when the system has no per-reply invariants).
     type Observation;
@@ -61,14 +47,14 @@ pub trait System {
 
     /// Copies the committed store, so that an exhaustive check can go back to this point of a
     /// run instead of replaying the run from its start (copies are told apart by
-    /// [`System::fingerprint`] and [`System::deadlines`]). `None`, the default, means the store
+    /// [`StoreKind::fingerprint`] and [`StoreKind::deadlines`]). `None`, the default, means the store
     /// cannot be copied: exhaustive checks then replay every run from its start (slower, with
     /// the same results). Only called when no invocation is in progress.
     fn save(&self, _store: &Self::Store) -> Option<StoreCopy> {
         None
     }
 
-    /// Puts the committed store back to `copy`, made by [`System::save`] of this system. Only
+    /// Puts the committed store back to `copy`, made by [`StoreKind::save`] of this system. Only
     /// called when no invocation is in progress.
     fn restore(&self, _store: &mut Self::Store, _copy: &StoreCopy) {
         unreachable!("restore is called only for a system whose save gives copies")
@@ -86,7 +72,7 @@ pub trait System {
     }
 
     /// The deadlines the committed store declares, in any order: moments at which it changes
-    /// by itself ([`System::pass_time`] purges expired records) or starts to behave
+    /// by itself ([`StoreKind::pass_time`] purges expired records) or starts to behave
     /// otherwise (a lease expires). Time can pass to the earliest one still ahead. The
     /// default is none. State hashing holds these relative to now, so every way the store's
     /// behaviour depends on the time must show here.
@@ -94,7 +80,7 @@ pub trait System {
         Vec::new()
     }
 
-    /// Time has passed to `now_ms`, a deadline of [`System::deadlines`]: run what the store
+    /// Time has passed to `now_ms`, a deadline of [`StoreKind::deadlines`]: run what the store
     /// does by itself then (outside any intent), e.g. purge the records whose retention
     /// ended. The clock ([`IntentTag::clock`], SQL `retrysim_now()`) reads `now_ms`.
     fn pass_time(&self, _store: &mut Self::Store, _now_ms: u64) {}
@@ -103,30 +89,11 @@ pub trait System {
     /// reopen on the durable store.
     fn restart(&self, store: &mut Self::Store);
 
-    /// Draws the run's workload, with at most `bounds.clients_max` clients.
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<Self::Request, Self::Event>;
-
     /// Applies an outside event to the committed store (outside any intent).
     fn apply_event(&self, store: &mut Self::Store, event: &Self::Event);
 
     /// Notes what the committed store says about `request` before the handler runs.
     fn observe(&self, store: &Self::Store, request: &Self::Request) -> Self::Observation;
-
-    /// Judges one reply against the observation taken before its invocation; `committed` says
-    /// whether the invocation committed an effect. Returns the broken invariants.
-    fn judge(
-        &self,
-        _observation: &Self::Observation,
-        _request: &Self::Request,
-        _reply: &Reply<Self::Value>,
-        _committed: bool,
-    ) -> Vec<Violation> {
-        Vec::new()
-    }
 
     /// Whether the committed store holds the completion record (receipt) of `request`;
     /// `None` for systems that keep no durable records.
@@ -142,7 +109,7 @@ pub trait System {
     }
 
     /// For a system whose effects happen outside its store (a [`crate::Provider`]'s charges,
-    /// which [`System::effects`] then returns): the local records of those effects the
+    /// which [`StoreKind::effects`] then returns): the local records of those effects the
     /// committed store holds (e.g. rows of a `payments` table), each under the intent whose
     /// invocation committed it, in any order. They are ground truth too: recorded by the
     /// harness (triggers on the table), never read from a column the handler writes. Judged
@@ -152,7 +119,7 @@ pub trait System {
         None
     }
 
-    /// Whether [`System::is_pending`] or [`System::effect_records`] can tell anything of this
+    /// Whether [`StoreKind::is_pending`] or [`StoreKind::effect_records`] can tell anything of this
     /// system's store. A run's end then judges the records of every intent that was open at
     /// its last fault, even one its client concluded since (`eventual-verdict`,
     /// `no-orphan-effect`), so an exhaustive check tells apart the states where such an intent
@@ -172,13 +139,6 @@ pub trait System {
         None
     }
 
-    /// Does the next piece of queued background work, serving the intent
-    /// [`System::job_due`] named (its effects are that intent's). Call `ctx.point(name)?` at
-    /// crash points: a crash here restarts the server. Only called when work is due.
-    fn run_job(&self, _ctx: &mut Ctx<'_>, _store: &mut Self::Store) -> Result<(), Crash> {
-        unreachable!("run_job is called only for a system whose job_due says work is queued")
-    }
-
     /// Whether every change to the store's durable state, while a handler runs, is reported
     /// through [`IntentTag::durable_change_committed`] (every [`crate::sqlite::HarnessDb`]
     /// connection reports its commits, a [`crate::Ledger`] its records, a [`crate::Provider`] its
@@ -195,6 +155,106 @@ pub trait System {
     /// fail: a storage fault, within [`Bounds::storage_faults_max`]. The default is `false`.
     fn storage_faults_possible(&self) -> bool {
         false
+    }
+
+    /// Opens a connection of one invocation's own, for runs in which invocations overlap
+    /// ([`Bounds::invocations_max`] above 1). `None`, the default, means the system's
+    /// invocations never overlap: each runs to its end when its request is delivered.
+    fn connect(&self, _store: &Self::Store) -> Option<rusqlite::Connection> {
+        None
+    }
+
+    /// The ground truth: the intent of every committed effect, in commit order.
+    fn effects(&self, store: &Self::Store) -> Vec<IntentId>;
+
+    /// A one-line summary of the committed store for timelines, e.g. `total=5 records=[e1]`.
+    fn describe_store(&self, store: &Self::Store) -> String;
+
+    /// A fingerprint of the whole committed store, for exhaustive checks: two stores with
+    /// equal fingerprints and equal deadlines ([`StoreKind::deadlines`]) must behave alike from
+    /// here on, so a time whose only use is a deadline may be left out (state hashing holds
+    /// deadlines relative to now). State hashing skips a state met again, and checkpoints put
+    /// back a copy of a store only when its fingerprint or its deadlines differ from the
+    /// store's now. The default hashes [`StoreKind::describe_store`]; override it when
+    /// the description leaves state out (hashing with [`crate::StateHasher`], e.g. through
+    /// [`crate::fingerprint_of`]).
+    fn fingerprint(&self, store: &Self::Store) -> u64 {
+        crate::fingerprint_of(&self.describe_store(store))
+    }
+
+    /// The committed store and the server's memory, split by key, when keys are
+    /// interchangeable: state symmetry then explores one of two states that differ only by
+    /// which of two clients is which (clients with the same intents but for their keys,
+    /// which no other client uses), renaming the clients' keys along with them. `None`, the
+    /// default, leaves state symmetry off for this system (workload symmetry still applies).
+    ///
+    /// A system that returns `Some` declares that its handler treats such keys alike:
+    /// renaming them and swapping the clients changes nothing it does or answers. Its
+    /// answers ([`StoreKind::Value`]) name no key, it does not act on a session's client index,
+    /// and each key's print holds everything of the key's records but the key. It may
+    /// return `None` for some stores and `Some` for others (say, `None` while the server's
+    /// memory holds something not split by key); the engine hashes a state whose store gives
+    /// `None` as it is. The test suite holds every built-in system that returns `Some` to
+    /// finding what it finds without symmetry.
+    fn keyed_fingerprint(
+        &self,
+        _store: &Self::Store,
+        _memory: &Self::Memory,
+    ) -> Option<KeyedFingerprint<<Self::Request as Request>::Key>> {
+        None
+    }
+}
+
+/// A system under test: a domain's workload and store plus one handler.
+///
+/// The engine owns the schedule, the transport, the clock and the clients; the system owns the
+/// store and the handler. Every decision the system needs (the workload's shape) is asked of
+/// the run's [`Decider`] so that the run stays a function of its tape. For a handler on a
+/// SQLite schema of its own, [`crate::SqlHandler`] and [`crate::OnSql`] write all of this
+/// but the schema, the handler and the workload.
+///
+/// # Rules a handler follows
+/// - Call `ctx.point(name)?` at its crash points, and return the `Err` at once: the engine
+///   rolls back what was not committed and restarts the server.
+/// - Put a crash point between a COMMIT and the next write transaction: a crash there must be
+///   possible, or a split between two commits cannot be found (the engine panics when two
+///   write transactions of one invocation commit with no point between them).
+/// - Read the time through [`Ctx::now_ms`] or SQL's `retrysim_now()`, never the wall clock;
+///   draw nothing at random. A run is a function of its tape.
+/// - Keep request state in the store or in [`StoreKind::Memory`], not in connection-local
+///   state (TEMP tables, PRAGMAs): a crash rolls a connection back but keeps it.
+/// - Answer a storage error [`Reply::Unavailable`] after rolling back
+///   ([`crate::sqlite::settle`] does both); it may come from the schedule (a storage fault,
+///   [`crate::Bounds::storage_faults_max`]).
+/// - Say what happened: *applied* only when this invocation committed the effect,
+///   *replayed* only when an earlier one did, *refused* or *unavailable* only when this one
+///   committed nothing, and *pending* when it cannot know (`truthful-reply`). The invariants judge from the
+///   harness's own record of committed effects, never from a reply or a column.
+pub trait System: StoreKind {
+    /// Draws the run's workload, with at most `bounds.clients_max` clients.
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<Self::Request, Self::Event>;
+
+    /// Judges one reply against the observation taken before its invocation; `committed` says
+    /// whether the invocation committed an effect. Returns the broken invariants.
+    fn judge(
+        &self,
+        _observation: &Self::Observation,
+        _request: &Self::Request,
+        _reply: &Reply<Self::Value>,
+        _committed: bool,
+    ) -> Vec<Violation> {
+        Vec::new()
+    }
+
+    /// Does the next piece of queued background work, serving the intent
+    /// [`StoreKind::job_due`] named (its effects are that intent's). Call `ctx.point(name)?` at
+    /// crash points: a crash here restarts the server. Only called when work is due.
+    fn run_job(&self, _ctx: &mut Ctx<'_>, _store: &mut Self::Store) -> Result<(), Crash> {
+        unreachable!("run_job is called only for a system whose job_due says work is queued")
     }
 
     /// Whether [`System::handle`] answers every submission with a verdict (applied, replayed,
@@ -218,17 +278,10 @@ pub trait System {
         request: &Self::Request,
     ) -> Result<Reply<Self::Value>, Crash>;
 
-    /// Opens a connection of one invocation's own, for runs in which invocations overlap
-    /// ([`Bounds::invocations_max`] above 1). `None`, the default, means the system's
-    /// invocations never overlap: each runs to its end when its request is delivered.
-    fn connect(&self, _store: &Self::Store) -> Option<rusqlite::Connection> {
-        None
-    }
-
     /// Handles one delivered request on `connection`, the invocation's own, while other
     /// invocations may be in progress on theirs. Call `ctx.point(name)?` at each crash point;
     /// the invocation pauses there, and wherever SQLite finds the database locked. Only called
-    /// when [`System::connect`] gives connections.
+    /// when [`StoreKind::connect`] gives connections.
     ///
     /// A crash point must separate a `COMMIT` from the next write transaction of the same
     /// invocation: the engine reads the committed store (ground truth) while no invocation
@@ -261,48 +314,8 @@ pub trait System {
         Ok(Status::NotFound)
     }
 
-    /// The ground truth: the intent of every committed effect, in commit order.
-    fn effects(&self, store: &Self::Store) -> Vec<IntentId>;
-
-    /// A one-line summary of the committed store for timelines, e.g. `total=5 records=[e1]`.
-    fn describe_store(&self, store: &Self::Store) -> String;
-
-    /// A fingerprint of the whole committed store, for exhaustive checks: two stores with
-    /// equal fingerprints and equal deadlines ([`System::deadlines`]) must behave alike from
-    /// here on, so a time whose only use is a deadline may be left out (state hashing holds
-    /// deadlines relative to now). State hashing skips a state met again, and checkpoints put
-    /// back a copy of a store only when its fingerprint or its deadlines differ from the
-    /// store's now. The default hashes [`System::describe_store`]; override it when
-    /// the description leaves state out (hashing with [`crate::StateHasher`], e.g. through
-    /// [`crate::fingerprint_of`]).
-    fn fingerprint(&self, store: &Self::Store) -> u64 {
-        crate::fingerprint_of(&self.describe_store(store))
-    }
-
-    /// The committed store and the server's memory, split by key, when keys are
-    /// interchangeable: state symmetry then explores one of two states that differ only by
-    /// which of two clients is which (clients with the same intents but for their keys,
-    /// which no other client uses), renaming the clients' keys along with them. `None`, the
-    /// default, leaves state symmetry off for this system (workload symmetry still applies).
-    ///
-    /// A system that returns `Some` declares that its handler treats such keys alike:
-    /// renaming them and swapping the clients changes nothing it does or answers. Its
-    /// answers ([`System::Value`]) name no key, it does not act on a session's client index,
-    /// and each key's print holds everything of the key's records but the key. It may
-    /// return `None` for some stores and `Some` for others (say, `None` while the server's
-    /// memory holds something not split by key); the engine hashes a state whose store gives
-    /// `None` as it is. The test suite holds every built-in system that returns `Some` to
-    /// finding what it finds without symmetry.
-    fn keyed_fingerprint(
-        &self,
-        _store: &Self::Store,
-        _memory: &Self::Memory,
-    ) -> Option<KeyedFingerprint<<Self::Request as Request>::Key>> {
-        None
-    }
-
     /// A print of `request` without its key, for state symmetry (see
-    /// [`System::keyed_fingerprint`]): two requests that differ only by key print the same.
+    /// [`StoreKind::keyed_fingerprint`]): two requests that differ only by key print the same.
     /// `None`, the default, leaves state symmetry off.
     fn print_without_key(&self, _request: &Self::Request) -> Option<u64> {
         None

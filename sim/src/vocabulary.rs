@@ -91,7 +91,7 @@ impl IntentTag {
     /// COMMIT, which then fails with `SQLITE_IOERR_WRITE`: SQLite rolls the transaction back
     /// and the statement returns the I/O error, as on a failing disk. A store of its own can
     /// ask it too (in a commit hook, say, which fails the COMMIT), and says so in
-    /// [`crate::System::storage_faults_possible`].
+    /// [`crate::StoreKind::storage_faults_possible`].
     pub fn commit_fails(&self) -> bool {
         // Every write of the harness's databases asks: a plain read answers the common case.
         self.storage_fault.load(Ordering::Relaxed) == StorageFault::Due as u8
@@ -127,7 +127,7 @@ impl IntentTag {
     /// For a store: a change to its durable state committed (every
     /// [`crate::sqlite::HarnessDb`] connection and every [`Ledger`] says so). A system whose
     /// store says so for every durable change declares it in
-    /// [`crate::System::reports_durable_changes`].
+    /// [`crate::StoreKind::reports_durable_changes`].
     pub fn durable_change_committed(&self) {
         self.durable_changes.fetch_add(1, Ordering::Relaxed);
     }
@@ -319,8 +319,8 @@ impl<V: fmt::Display> fmt::Display for Reply<V> {
     }
 }
 
-/// A copy of a committed store, made by [`crate::System::save`] and given back to
-/// [`crate::System::restore`]: whatever the system needs to put its store back.
+/// A copy of a committed store, made by [`crate::StoreKind::save`] and given back to
+/// [`crate::StoreKind::restore`]: whatever the system needs to put its store back.
 pub struct StoreCopy(Box<dyn Any>);
 
 impl StoreCopy {
@@ -450,7 +450,7 @@ impl<R> Intent<R> {
 }
 
 /// A committed store's fingerprint split by key, for state symmetry (the `symmetry`
-/// reduction within a workload, see [`crate::System::keyed_fingerprint`]): what no key owns, and
+/// reduction within a workload, see [`crate::StoreKind::keyed_fingerprint`]): what no key owns, and
 /// one print for each key with records, that leaves the key itself out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyedFingerprint<K> {

@@ -416,7 +416,7 @@ mod outside {
 
     use retrysim::{
         Bounds, ChoiceKind, Crash, Ctx, Deadline, Decider, Intent, IntentId, IntentTag, Ledger,
-        NoEvent, Reply, Request, StoreCopy, System, Workload,
+        NoEvent, Reply, Request, StoreCopy, StoreKind, System, Workload,
     };
     use std::collections::BTreeMap;
     use std::hash::{Hash, Hasher};
@@ -478,12 +478,17 @@ mod outside {
         }
     }
 
-    impl System for Bank {
+    impl StoreKind for Bank {
         type Request = Deposit;
+
         type Value = i64;
+
         type Store = Account;
+
         type Memory = ();
+
         type Event = NoEvent;
+
         type Observation = ();
 
         fn open(&self, tag: &IntentTag) -> Account {
@@ -494,13 +499,16 @@ mod outside {
                 ledger: Ledger::new(tag),
             }
         }
+
         fn reset(&self, account: &mut Account) {
             account.balance = 0;
             account.seen.clear();
             account.expires_ms.clear();
             account.ledger.clear();
         }
+
         fn restart(&self, _account: &mut Account) {}
+
         // Copies of the store let exhaustive checks resume runs from checkpoints.
         fn save(&self, account: &Account) -> Option<StoreCopy> {
             let effects = account.ledger.effects().to_vec();
@@ -511,6 +519,7 @@ mod outside {
                 effects,
             )))
         }
+
         fn restore(&self, account: &mut Account, copy: &StoreCopy) {
             type Ids<T> = BTreeMap<&'static str, T>;
             type Copy = (i64, Ids<i64>, Ids<u64>, Vec<IntentId>);
@@ -521,6 +530,7 @@ mod outside {
             account.expires_ms.clone_from(expires_ms);
             account.ledger.restore(effects);
         }
+
         fn deadlines(&self, account: &Account) -> Vec<Deadline> {
             let expiries = account.expires_ms.iter();
             expiries
@@ -530,6 +540,7 @@ mod outside {
                 })
                 .collect()
         }
+
         fn pass_time(&self, account: &mut Account, now_ms: u64) {
             let expired: Vec<&'static str> = account
                 .expires_ms
@@ -542,6 +553,32 @@ mod outside {
                 account.seen.remove(id);
             }
         }
+
+        fn apply_event(&self, _account: &mut Account, event: &NoEvent) {
+            match *event {}
+        }
+
+        fn observe(&self, _account: &Account, _deposit: &Deposit) {}
+
+        fn effects(&self, account: &Account) -> Vec<IntentId> {
+            account.ledger.effects().to_vec()
+        }
+
+        fn describe_store(&self, account: &Account) -> String {
+            format!("balance={}", account.balance)
+        }
+
+        // The description leaves the deposits seen out; exhaustive checks need them. When a
+        // record expires matters only through its deadline, which the engine holds relative
+        // to now: it is left out.
+        fn fingerprint(&self, account: &Account) -> u64 {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            (account.balance, &account.seen, account.ledger.effects()).hash(&mut hasher);
+            hasher.finish()
+        }
+    }
+
+    impl System for Bank {
         fn workload(
             &self,
             decider: &mut Decider<'_>,
@@ -554,10 +591,7 @@ mod outside {
                 setup: Vec::new(),
             }
         }
-        fn apply_event(&self, _account: &mut Account, event: &NoEvent) {
-            match *event {}
-        }
-        fn observe(&self, _account: &Account, _deposit: &Deposit) {}
+
         fn handle(
             &self,
             ctx: &mut Ctx<'_>,
@@ -577,20 +611,6 @@ mod outside {
                 self.retain(ctx, account, deposit.id);
             }
             Ok(Reply::Applied(account.balance))
-        }
-        fn effects(&self, account: &Account) -> Vec<IntentId> {
-            account.ledger.effects().to_vec()
-        }
-        fn describe_store(&self, account: &Account) -> String {
-            format!("balance={}", account.balance)
-        }
-        // The description leaves the deposits seen out; exhaustive checks need them. When a
-        // record expires matters only through its deadline, which the engine holds relative
-        // to now: it is left out.
-        fn fingerprint(&self, account: &Account) -> u64 {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            (account.balance, &account.seen, account.ledger.effects()).hash(&mut hasher);
-            hasher.finish()
         }
     }
 }

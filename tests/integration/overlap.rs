@@ -95,8 +95,8 @@ mod own_lock {
     use retrysim::sqlite::rusqlite::Connection;
     use retrysim::sqlite::{execute_cached, settle, wait_for_lock, HarnessDb, Stop};
     use retrysim::{
-        Bounds, Crash, Ctx, Decider, Intent, IntentId, IntentTag, NoEvent, Reply, Request, System,
-        Workload,
+        Bounds, Crash, Ctx, Decider, Intent, IntentId, IntentTag, NoEvent, Reply, Request,
+        StoreKind, System, Workload,
     };
 
     #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -136,12 +136,17 @@ mod own_lock {
         Ok(Reply::Applied(1))
     }
 
-    impl System for SecondConnection {
+    impl StoreKind for SecondConnection {
         type Request = Note;
+
         type Value = i64;
+
         type Store = Notes;
+
         type Memory = ();
+
         type Event = NoEvent;
+
         type Observation = ();
 
         fn open(&self, tag: &IntentTag) -> Notes {
@@ -150,12 +155,40 @@ mod own_lock {
                 db: HarnessDb::create(tag, schema, &["notes"]).unwrap(),
             }
         }
+
         fn reset(&self, notes: &mut Notes) {
             notes.db.reset(&["DELETE FROM notes"]).unwrap();
         }
+
         fn restart(&self, notes: &mut Notes) {
             notes.db.restart_server();
         }
+
+        fn apply_event(&self, _notes: &mut Notes, event: &NoEvent) {
+            match *event {}
+        }
+
+        fn observe(&self, _notes: &Notes, _note: &Note) {}
+
+        fn connect(&self, notes: &Notes) -> Option<Connection> {
+            Some(notes.db.connect().unwrap())
+        }
+
+        fn effects(&self, notes: &Notes) -> Vec<IntentId> {
+            notes.db.effects()
+        }
+
+        fn describe_store(&self, notes: &Notes) -> String {
+            let count: i64 = notes
+                .db
+                .keeper()
+                .query_row("SELECT count(*) FROM notes", [], |row| row.get(0))
+                .unwrap();
+            format!("notes={count}")
+        }
+    }
+
+    impl System for SecondConnection {
         fn workload(&self, _: &mut Decider<'_>, _: &Bounds) -> Workload<Note, NoEvent> {
             Workload {
                 clients: vec![vec![Intent::new(Note)]],
@@ -163,10 +196,7 @@ mod own_lock {
                 setup: Vec::new(),
             }
         }
-        fn apply_event(&self, _notes: &mut Notes, event: &NoEvent) {
-            match *event {}
-        }
-        fn observe(&self, _notes: &Notes, _note: &Note) {}
+
         fn handle(
             &self,
             ctx: &mut Ctx<'_>,
@@ -176,9 +206,7 @@ mod own_lock {
         ) -> Result<Reply<i64>, Crash> {
             settle(write(ctx, notes, notes.db.server()), notes.db.server())
         }
-        fn connect(&self, notes: &Notes) -> Option<Connection> {
-            Some(notes.db.connect().unwrap())
-        }
+
         fn handle_on(
             &self,
             ctx: &mut Ctx<'_>,
@@ -187,17 +215,6 @@ mod own_lock {
             _note: &Note,
         ) -> Result<Reply<i64>, Crash> {
             settle(write(ctx, notes, connection), connection)
-        }
-        fn effects(&self, notes: &Notes) -> Vec<IntentId> {
-            notes.db.effects()
-        }
-        fn describe_store(&self, notes: &Notes) -> String {
-            let count: i64 = notes
-                .db
-                .keeper()
-                .query_row("SELECT count(*) FROM notes", [], |row| row.get(0))
-                .unwrap();
-            format!("notes={count}")
         }
     }
 }

@@ -6,7 +6,7 @@ use retrysim::models::payment::{LeaseAndProviderKey, OnPayment, LEASE_MS};
 use retrysim::models::Declared;
 use retrysim::{
     exhaust_on, replay, workload_answers, Bounds, ChargeId, Charged, CheckOptions, Ctx, IntentTag,
-    Invariant, Lane, Provider, StopAt, Stopped, System, Tape,
+    Invariant, Lane, Provider, StopAt, Stopped, StoreKind, Tape,
 };
 
 /// The same key with the same request returns the first charge, marked as a replay; with

@@ -218,7 +218,7 @@ mod busy {
 
     use retrysim::{
         Bounds, Crash, Ctx, Decider, Intent, IntentId, IntentTag, Ledger, NoEvent, Reply, Request,
-        System, Workload,
+        StoreKind, System, Workload,
     };
     use std::borrow::Cow;
 
@@ -254,28 +254,53 @@ mod busy {
         pub says_only_verdicts: bool,
     }
 
-    impl System for RateLimited {
+    impl StoreKind for RateLimited {
         type Request = Ping;
+
         type Value = u32;
+
         type Store = Calls;
+
         type Memory = ();
+
         type Event = NoEvent;
+
         type Observation = ();
 
-        fn answers_only_verdicts(&self) -> bool {
-            self.says_only_verdicts
-        }
         fn open(&self, tag: &IntentTag) -> Calls {
             Calls {
                 seen: 0,
                 ledger: Ledger::new(tag),
             }
         }
+
         fn reset(&self, calls: &mut Calls) {
             calls.seen = 0;
             calls.ledger.clear();
         }
+
         fn restart(&self, _calls: &mut Calls) {}
+
+        fn apply_event(&self, _calls: &mut Calls, event: &NoEvent) {
+            match *event {}
+        }
+
+        fn observe(&self, _calls: &Calls, _ping: &Ping) {}
+
+        fn effects(&self, calls: &Calls) -> Vec<IntentId> {
+            calls.ledger.effects().to_vec()
+        }
+
+        fn describe_store(&self, calls: &Calls) -> String {
+            format!("calls={}", calls.seen)
+        }
+    }
+
+    impl System for RateLimited {
+        fn answers_only_verdicts(&self) -> bool {
+            self.says_only_verdicts
+        }
+
         fn workload(
             &self,
             _decider: &mut Decider<'_>,
@@ -287,10 +312,7 @@ mod busy {
                 setup: Vec::new(),
             }
         }
-        fn apply_event(&self, _calls: &mut Calls, event: &NoEvent) {
-            match *event {}
-        }
-        fn observe(&self, _calls: &Calls, _ping: &Ping) {}
+
         fn handle(
             &self,
             _ctx: &mut Ctx<'_>,
@@ -307,12 +329,6 @@ mod busy {
             }
             calls.ledger.record();
             Ok(Reply::Applied(calls.seen))
-        }
-        fn effects(&self, calls: &Calls) -> Vec<IntentId> {
-            calls.ledger.effects().to_vec()
-        }
-        fn describe_store(&self, calls: &Calls) -> String {
-            format!("calls={}", calls.seen)
         }
     }
 }

@@ -3,7 +3,7 @@
 use super::{workload, Accepted, CounterRequest, Records};
 use retrysim_sim::{
     fingerprint_of, Bounds, Crash, Ctx, Decider, IntentId, IntentTag, KeyedFingerprint, Ledger,
-    NoEvent, Reply, Situation, StoreCopy, System, Workload, WorkloadLimits,
+    NoEvent, Reply, Situation, StoreCopy, StoreKind, System, Workload, WorkloadLimits,
 };
 use std::borrow::Cow;
 
@@ -33,12 +33,17 @@ pub trait MemoryHandler {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnMemory<H>(pub H);
 
-impl<H: MemoryHandler> System for OnMemory<H> {
+impl<H: MemoryHandler> StoreKind for OnMemory<H> {
     type Request = CounterRequest;
+
     type Value = Accepted;
+
     type Store = MemoryTotal;
+
     type Memory = H::Memory;
+
     type Event = NoEvent;
+
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> MemoryTotal {
@@ -55,11 +60,6 @@ impl<H: MemoryHandler> System for OnMemory<H> {
     /// and the ledger reports each record.
     fn reports_durable_changes(&self) -> bool {
         true
-    }
-
-    /// As the handler says ([`MemoryHandler::answers_only_verdicts`]).
-    fn answers_only_verdicts(&self) -> bool {
-        self.0.answers_only_verdicts()
     }
 
     /// A total keeps no pending records and no records of outside effects.
@@ -79,37 +79,11 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         store.restore(copy);
     }
 
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<CounterRequest, NoEvent> {
-        workload(decider, bounds)
-    }
-
-    fn situations(&self) -> &'static [Situation] {
-        &[Situation::KEY_REUSED]
-    }
-
-    fn workload_limits(&self) -> WorkloadLimits {
-        super::WORKLOAD_LIMITS
-    }
-
     fn apply_event(&self, _store: &mut MemoryTotal, event: &NoEvent) {
         match *event {}
     }
 
     fn observe(&self, _store: &MemoryTotal, _request: &CounterRequest) {}
-
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &mut MemoryTotal,
-        memory: &mut H::Memory,
-        request: &CounterRequest,
-    ) -> Result<Reply<Accepted>, Crash> {
-        self.0.handle(ctx, store, memory, request)
-    }
 
     fn effects(&self, store: &MemoryTotal) -> Vec<IntentId> {
         store.ledger().effects().to_vec()
@@ -136,11 +110,6 @@ impl<H: MemoryHandler> System for OnMemory<H> {
         })
     }
 
-    /// The amount: the handlers treat every key alike.
-    fn print_without_key(&self, request: &CounterRequest) -> Option<u64> {
-        Some(fingerprint_of(&request.amount))
-    }
-
     /// The total and every record, saved answers included (what a replay answers).
     fn fingerprint(&self, store: &MemoryTotal) -> u64 {
         fingerprint_of(&(store.total, &store.records))
@@ -156,6 +125,44 @@ impl<H: MemoryHandler> System for OnMemory<H> {
             .map(|(key, (amount, _))| format!("{key}:+{amount}"))
             .collect();
         format!("total={} records [{}]", store.total(), records.join(" "))
+    }
+}
+
+impl<H: MemoryHandler> System for OnMemory<H> {
+    /// As the handler says ([`MemoryHandler::answers_only_verdicts`]).
+    fn answers_only_verdicts(&self) -> bool {
+        self.0.answers_only_verdicts()
+    }
+
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<CounterRequest, NoEvent> {
+        workload(decider, bounds)
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED]
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        super::WORKLOAD_LIMITS
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut MemoryTotal,
+        memory: &mut H::Memory,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        self.0.handle(ctx, store, memory, request)
+    }
+
+    /// The amount: the handlers treat every key alike.
+    fn print_without_key(&self, request: &CounterRequest) -> Option<u64> {
+        Some(fingerprint_of(&request.amount))
     }
 }
 

@@ -5,7 +5,7 @@ use super::{workload, Accepted, CounterRequest};
 use retrysim_sim::sqlite::{settle, HarnessDb, Retention, Stop};
 use retrysim_sim::{
     Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, NoEvent, Reply, Situation,
-    StoreCopy, System, Workload, WorkloadLimits,
+    StoreCopy, StoreKind, System, Workload, WorkloadLimits,
 };
 use rusqlite::Connection;
 
@@ -92,12 +92,17 @@ impl<H: SqliteHandler> OnSqlite<H> {
     }
 }
 
-impl<H: SqliteHandler> System for OnSqlite<H> {
+impl<H: SqliteHandler> StoreKind for OnSqlite<H> {
     type Request = CounterRequest;
+
     type Value = Accepted;
+
     type Store = SqliteCounter;
+
     type Memory = ();
+
     type Event = NoEvent;
+
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqliteCounter {
@@ -117,11 +122,6 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
     /// durably, and the harness reports each.
     fn reports_durable_changes(&self) -> bool {
         true
-    }
-
-    /// As the handler says ([`SqliteHandler::answers_only_verdicts`]).
-    fn answers_only_verdicts(&self) -> bool {
-        self.0.answers_only_verdicts()
     }
 
     /// The counter's store keeps no pending records and no records of outside effects.
@@ -148,18 +148,6 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
             .restore(copy.get().expect("a copy of the counter database"));
     }
 
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<CounterRequest, NoEvent> {
-        workload(decider, bounds)
-    }
-
-    fn situations(&self) -> &'static [Situation] {
-        &[Situation::KEY_REUSED]
-    }
-
     fn deadlines(&self, store: &SqliteCounter) -> Vec<Deadline> {
         self.retention()
             .map_or_else(Vec::new, |retention| retention.deadlines(&store.db))
@@ -171,25 +159,11 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
         }
     }
 
-    fn workload_limits(&self) -> WorkloadLimits {
-        super::WORKLOAD_LIMITS
-    }
-
     fn apply_event(&self, _store: &mut SqliteCounter, event: &NoEvent) {
         match *event {}
     }
 
     fn observe(&self, _store: &SqliteCounter, _request: &CounterRequest) {}
-
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &mut SqliteCounter,
-        _memory: &mut (),
-        request: &CounterRequest,
-    ) -> Result<Reply<Accepted>, Crash> {
-        self.handle_on(ctx, store, store.db.server(), request)
-    }
 
     fn connect(&self, store: &SqliteCounter) -> Option<Connection> {
         Some(
@@ -198,16 +172,6 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
                 .connect()
                 .expect("a connection to the counter opens"),
         )
-    }
-
-    fn handle_on(
-        &self,
-        ctx: &mut Ctx<'_>,
-        _store: &SqliteCounter,
-        connection: &Connection,
-        request: &CounterRequest,
-    ) -> Result<Reply<Accepted>, Crash> {
-        settle(self.0.submit(ctx, connection, request), connection)
     }
 
     fn effects(&self, store: &SqliteCounter) -> Vec<IntentId> {
@@ -238,5 +202,48 @@ impl<H: SqliteHandler> System for OnSqlite<H> {
             .map(|record| record.expect("a record is text"))
             .collect();
         format!("total={total} records=[{}]", records.join(" "))
+    }
+}
+
+impl<H: SqliteHandler> System for OnSqlite<H> {
+    /// As the handler says ([`SqliteHandler::answers_only_verdicts`]).
+    fn answers_only_verdicts(&self) -> bool {
+        self.0.answers_only_verdicts()
+    }
+
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<CounterRequest, NoEvent> {
+        workload(decider, bounds)
+    }
+
+    fn situations(&self) -> &'static [Situation] {
+        &[Situation::KEY_REUSED]
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        super::WORKLOAD_LIMITS
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut SqliteCounter,
+        _memory: &mut (),
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        self.handle_on(ctx, store, store.db.server(), request)
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        _store: &SqliteCounter,
+        connection: &Connection,
+        request: &CounterRequest,
+    ) -> Result<Reply<Accepted>, Crash> {
+        settle(self.0.submit(ctx, connection, request), connection)
     }
 }

@@ -7,7 +7,7 @@ use super::workload::{self, workload};
 use retrysim_sim::sqlite::{execute_cached, settle, DbImage, HarnessDb, Retention, Stop};
 use retrysim_sim::{
     Bounds, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Request,
-    Situation, StoreCopy, System, Violation, Workload, WorkloadLimits,
+    Situation, StoreCopy, StoreKind, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,12 +191,17 @@ fn int(arg: &Arg) -> Option<i64> {
     }
 }
 
-impl<H: IntervalHandler> System for OnInterval<H> {
+impl<H: IntervalHandler> StoreKind for OnInterval<H> {
     type Request = IntervalRequest;
+
     type Value = EditResult;
+
     type Store = IntervalStore;
+
     type Memory = Cache;
+
     type Event = AdminEvent;
+
     type Observation = Observed;
 
     fn open(&self, tag: &IntentTag) -> IntervalStore {
@@ -222,11 +227,6 @@ impl<H: IntervalHandler> System for OnInterval<H> {
     /// durably, and the harness reports each.
     fn reports_durable_changes(&self) -> bool {
         true
-    }
-
-    /// As the handler says ([`IntervalHandler::answers_only_verdicts`]).
-    fn answers_only_verdicts(&self) -> bool {
-        self.0.answers_only_verdicts()
     }
 
     /// The interval store keeps no pending records and no records of outside effects.
@@ -255,14 +255,6 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         store.db.restore(image);
         store.revoked.clone_from(revoked);
         store.revocations_changed += 1;
-    }
-
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<IntervalRequest, AdminEvent> {
-        workload(decider, bounds)
     }
 
     fn apply_event(&self, store: &mut IntervalStore, event: &AdminEvent) {
@@ -300,37 +292,6 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         }
     }
 
-    fn judge(
-        &self,
-        observed: &Observed,
-        request: &IntervalRequest,
-        reply: &Reply<EditResult>,
-        committed: bool,
-    ) -> Vec<Violation> {
-        let mut found = Vec::new();
-        if !observed.access && matches!(reply, Reply::Applied(_) | Reply::Replayed(_)) {
-            found.push(Violation {
-                invariant: Invariant::AccessBeforeReplay,
-                detail: format!(
-                    "answered {reply} although the caller lacked write access to #{} in {}",
-                    request.args.automation_id, request.identity.workspace_id
-                ),
-            });
-        }
-        let expected = int(&request.args.expected_version);
-        if committed && observed.version != expected {
-            found.push(Violation {
-                invariant: Invariant::NoLostUpdate,
-                detail: format!(
-                    "applied an edit based on version {} over version {}",
-                    request.args.expected_version,
-                    observed.version.map_or("none".into(), |v| v.to_string())
-                ),
-            });
-        }
-        found
-    }
-
     fn has_record(&self, store: &IntervalStore, request: &IntervalRequest) -> Option<bool> {
         if !self.0.keeps_receipts() {
             return None;
@@ -357,21 +318,6 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         Some(found.is_some())
     }
 
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &mut IntervalStore,
-        memory: &mut Cache,
-        request: &IntervalRequest,
-    ) -> Result<Reply<EditResult>, Crash> {
-        let principal = store.principal(request.identity);
-        let server = store.db.server();
-        let result = self
-            .0
-            .set_interval_with(ctx, server, memory, &principal, &request.args);
-        settle(result, server)
-    }
-
     fn connect(&self, store: &IntervalStore) -> Option<Connection> {
         Some(
             store
@@ -379,20 +325,6 @@ impl<H: IntervalHandler> System for OnInterval<H> {
                 .connect()
                 .expect("a connection to the interval store opens"),
         )
-    }
-
-    fn handle_on(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &IntervalStore,
-        connection: &Connection,
-        request: &IntervalRequest,
-    ) -> Result<Reply<EditResult>, Crash> {
-        let principal = store.principal(request.identity);
-        let result = self
-            .0
-            .set_interval(ctx, connection, &principal, &request.args);
-        settle(result, connection)
     }
 
     fn effects(&self, store: &IntervalStore) -> Vec<IntentId> {
@@ -452,10 +384,6 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         )
     }
 
-    fn invariants(&self) -> &'static [Invariant] {
-        INVARIANTS
-    }
-
     fn deadlines(&self, store: &IntervalStore) -> Vec<Deadline> {
         self.retention()
             .map_or_else(Vec::new, |retention| retention.deadlines(&store.db))
@@ -465,6 +393,85 @@ impl<H: IntervalHandler> System for OnInterval<H> {
         if let Some(retention) = self.retention() {
             retention.purge(&store.db, now_ms);
         }
+    }
+}
+
+impl<H: IntervalHandler> System for OnInterval<H> {
+    /// As the handler says ([`IntervalHandler::answers_only_verdicts`]).
+    fn answers_only_verdicts(&self) -> bool {
+        self.0.answers_only_verdicts()
+    }
+
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<IntervalRequest, AdminEvent> {
+        workload(decider, bounds)
+    }
+
+    fn judge(
+        &self,
+        observed: &Observed,
+        request: &IntervalRequest,
+        reply: &Reply<EditResult>,
+        committed: bool,
+    ) -> Vec<Violation> {
+        let mut found = Vec::new();
+        if !observed.access && matches!(reply, Reply::Applied(_) | Reply::Replayed(_)) {
+            found.push(Violation {
+                invariant: Invariant::AccessBeforeReplay,
+                detail: format!(
+                    "answered {reply} although the caller lacked write access to #{} in {}",
+                    request.args.automation_id, request.identity.workspace_id
+                ),
+            });
+        }
+        let expected = int(&request.args.expected_version);
+        if committed && observed.version != expected {
+            found.push(Violation {
+                invariant: Invariant::NoLostUpdate,
+                detail: format!(
+                    "applied an edit based on version {} over version {}",
+                    request.args.expected_version,
+                    observed.version.map_or("none".into(), |v| v.to_string())
+                ),
+            });
+        }
+        found
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut IntervalStore,
+        memory: &mut Cache,
+        request: &IntervalRequest,
+    ) -> Result<Reply<EditResult>, Crash> {
+        let principal = store.principal(request.identity);
+        let server = store.db.server();
+        let result = self
+            .0
+            .set_interval_with(ctx, server, memory, &principal, &request.args);
+        settle(result, server)
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &IntervalStore,
+        connection: &Connection,
+        request: &IntervalRequest,
+    ) -> Result<Reply<EditResult>, Crash> {
+        let principal = store.principal(request.identity);
+        let result = self
+            .0
+            .set_interval(ctx, connection, &principal, &request.args);
+        settle(result, connection)
+    }
+
+    fn invariants(&self) -> &'static [Invariant] {
+        INVARIANTS
     }
 
     fn situations(&self) -> &'static [Situation] {

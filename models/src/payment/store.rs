@@ -7,7 +7,8 @@ use retrysim_sim::sqlite::{
 };
 use retrysim_sim::{
     Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant,
-    NoEvent, Provider, Reply, Situation, Status, StoreCopy, System, Workload, WorkloadLimits,
+    NoEvent, Provider, Reply, Situation, Status, StoreCopy, StoreKind, System, Workload,
+    WorkloadLimits,
 };
 use rusqlite::{Connection, OptionalExtension};
 
@@ -177,12 +178,17 @@ pub trait PaymentHandler {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnPayment<H>(pub H);
 
-impl<H: PaymentHandler> System for OnPayment<H> {
+impl<H: PaymentHandler> StoreKind for OnPayment<H> {
     type Request = PaymentRequest;
+
     type Value = Receipt;
+
     type Store = PaymentStore;
+
     type Memory = ();
+
     type Event = NoEvent;
+
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> PaymentStore {
@@ -235,14 +241,6 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         store.provider.restore(charges);
     }
 
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<PaymentRequest, NoEvent> {
-        workload(decider, bounds)
-    }
-
     fn apply_event(&self, _store: &mut PaymentStore, event: &NoEvent) {
         match *event {}
     }
@@ -275,17 +273,6 @@ impl<H: PaymentHandler> System for OnPayment<H> {
         status.is_ok_and(|status| status == Status::Pending)
     }
 
-    fn handle(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &mut PaymentStore,
-        _memory: &mut (),
-        request: &PaymentRequest,
-    ) -> Result<Reply<Receipt>, Crash> {
-        let result = self.0.pay(ctx, store.db.server(), &store.provider, request);
-        settle(result, store.db.server())
-    }
-
     /// A connection per invocation, so that overlapping invocations race for real.
     fn connect(&self, store: &PaymentStore) -> Option<Connection> {
         Some(
@@ -294,17 +281,6 @@ impl<H: PaymentHandler> System for OnPayment<H> {
                 .connect()
                 .expect("a connection to the payment store opens"),
         )
-    }
-
-    fn handle_on(
-        &self,
-        ctx: &mut Ctx<'_>,
-        store: &PaymentStore,
-        connection: &Connection,
-        request: &PaymentRequest,
-    ) -> Result<Reply<Receipt>, Crash> {
-        let result = self.0.pay(ctx, connection, &store.provider, request);
-        settle(result, connection)
     }
 
     /// The first unsent outbox row, served for the intent that queued it (the harness's
@@ -317,27 +293,6 @@ impl<H: PaymentHandler> System for OnPayment<H> {
             .and_then(|mut s| s.query_row([], |row| row.get(0)).optional())
             .expect("the outbox is readable")?;
         store.db.row_intent("outbox", row_id)
-    }
-
-    /// The relay sends the first unsent outbox row; a storage error leaves it queued.
-    fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut PaymentStore) -> Result<(), Crash> {
-        let server = store.db.server();
-        settle_job(self.0.relay(ctx, server, &store.provider), server)
-    }
-
-    fn supports_lookup(&self) -> bool {
-        true
-    }
-
-    fn lookup(
-        &self,
-        _ctx: &mut Ctx<'_>,
-        store: &mut PaymentStore,
-        _memory: &mut (),
-        request: &PaymentRequest,
-    ) -> Result<Status<Receipt>, Crash> {
-        let server = store.db.server();
-        settle_lookup(self.0.lookup(server, request), server)
     }
 
     /// The provider's charges.
@@ -373,6 +328,59 @@ impl<H: PaymentHandler> System for OnPayment<H> {
             describe_local(&store.db),
             store.provider.describe()
         )
+    }
+}
+
+impl<H: PaymentHandler> System for OnPayment<H> {
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<PaymentRequest, NoEvent> {
+        workload(decider, bounds)
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut PaymentStore,
+        _memory: &mut (),
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Crash> {
+        let result = self.0.pay(ctx, store.db.server(), &store.provider, request);
+        settle(result, store.db.server())
+    }
+
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &PaymentStore,
+        connection: &Connection,
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Crash> {
+        let result = self.0.pay(ctx, connection, &store.provider, request);
+        settle(result, connection)
+    }
+
+    /// The relay sends the first unsent outbox row; a storage error leaves it queued.
+    fn run_job(&self, ctx: &mut Ctx<'_>, store: &mut PaymentStore) -> Result<(), Crash> {
+        let server = store.db.server();
+        settle_job(self.0.relay(ctx, server, &store.provider), server)
+    }
+
+    fn supports_lookup(&self) -> bool {
+        true
+    }
+
+    fn lookup(
+        &self,
+        _ctx: &mut Ctx<'_>,
+        store: &mut PaymentStore,
+        _memory: &mut (),
+        request: &PaymentRequest,
+    ) -> Result<Status<Receipt>, Crash> {
+        let server = store.db.server();
+        settle_lookup(self.0.lookup(server, request), server)
     }
 
     fn invariants(&self) -> &'static [Invariant] {

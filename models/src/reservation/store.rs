@@ -6,7 +6,7 @@ use super::workload::{workload, WORKLOAD_LIMITS};
 use retrysim_sim::sqlite::{column_strings, settle, settle_lookup, HarnessDb, Stop};
 use retrysim_sim::{
     Bounds, Clock, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant, Reply, Session,
-    Situation, Status, StoreCopy, System, Violation, Workload, WorkloadLimits,
+    Situation, Status, StoreCopy, StoreKind, System, Violation, Workload, WorkloadLimits,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::BTreeMap;
@@ -150,12 +150,17 @@ pub trait ReservationHandler {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OnReservation<H>(pub H);
 
-impl<H: ReservationHandler> System for OnReservation<H> {
+impl<H: ReservationHandler> StoreKind for OnReservation<H> {
     type Request = ReservationRequest;
+
     type Value = Reference;
+
     type Store = ReservationStore;
+
     type Memory = SessionRecords;
+
     type Event = Fixture;
+
     /// The record under the intent's first request id, before the invocation.
     type Observation = Option<RecordSeen>;
 
@@ -198,14 +203,6 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         store
             .db
             .restore(copy.get().expect("a copy of the reservation database"));
-    }
-
-    fn workload(
-        &self,
-        decider: &mut Decider<'_>,
-        bounds: &Bounds,
-    ) -> Workload<ReservationRequest, Fixture> {
-        workload(decider, bounds)
     }
 
     fn apply_event(&self, store: &mut ReservationStore, fixture: &Fixture) {
@@ -253,30 +250,6 @@ impl<H: ReservationHandler> System for OnReservation<H> {
         store.record(request.tenant, &request.first_id)
     }
 
-    fn judge(
-        &self,
-        observed: &Option<RecordSeen>,
-        request: &ReservationRequest,
-        _reply: &Reply<Reference>,
-        committed: bool,
-    ) -> Vec<Violation> {
-        // Judged when the invocation answers: in a sequential run that is when it ran; an
-        // invocation that overlaps others may have committed a little earlier.
-        let held_pending = observed
-            .as_ref()
-            .is_some_and(|record| record.state == "pending" && record.held_now());
-        if committed && held_pending {
-            return vec![Violation {
-                invariant: Invariant::AtMostOnceEffect,
-                detail: format!(
-                    "reserved although {} {} was pending and its owner still held it: a pending action turned into a second reservation",
-                    request.tenant, request.first_id
-                ),
-            }];
-        }
-        Vec::new()
-    }
-
     fn has_record(&self, store: &ReservationStore, request: &ReservationRequest) -> Option<bool> {
         self.0.keeps_records().then(|| {
             store
@@ -304,6 +277,76 @@ impl<H: ReservationHandler> System for OnReservation<H> {
             > 0
     }
 
+    /// A connection per invocation, so that overlapping invocations race for real.
+    fn connect(&self, store: &ReservationStore) -> Option<Connection> {
+        Some(
+            store
+                .db
+                .connect()
+                .expect("a connection to the reservation store opens"),
+        )
+    }
+
+    fn effects(&self, store: &ReservationStore) -> Vec<IntentId> {
+        store.db.effects()
+    }
+
+    fn fingerprint(&self, store: &ReservationStore) -> u64 {
+        store.db.fingerprint(&["reservations", "action_records"])
+    }
+
+    fn describe_store(&self, store: &ReservationStore) -> String {
+        let keeper = store.db.keeper();
+        let read = |sql: &str| column_strings(keeper, sql);
+        let reservations = read(
+            "SELECT reference || ' ' || tenant || ' ' || slot FROM reservations ORDER BY rowid",
+        );
+        let records = read(
+            "SELECT tenant || '/' || request_id || ' ' || state || coalesce(' ' || reservation_ref, '') \
+             || CASE WHEN state = 'pending' THEN coalesce(' (lease to ' || lease_expires_ms || ' ms)', '') ELSE '' END \
+             FROM action_records ORDER BY tenant, request_id",
+        );
+        format!(
+            "reservations [{}]; records [{}]",
+            reservations.join(", "),
+            records.join(", ")
+        )
+    }
+}
+
+impl<H: ReservationHandler> System for OnReservation<H> {
+    fn workload(
+        &self,
+        decider: &mut Decider<'_>,
+        bounds: &Bounds,
+    ) -> Workload<ReservationRequest, Fixture> {
+        workload(decider, bounds)
+    }
+
+    fn judge(
+        &self,
+        observed: &Option<RecordSeen>,
+        request: &ReservationRequest,
+        _reply: &Reply<Reference>,
+        committed: bool,
+    ) -> Vec<Violation> {
+        // Judged when the invocation answers: in a sequential run that is when it ran; an
+        // invocation that overlaps others may have committed a little earlier.
+        let held_pending = observed
+            .as_ref()
+            .is_some_and(|record| record.state == "pending" && record.held_now());
+        if committed && held_pending {
+            return vec![Violation {
+                invariant: Invariant::AtMostOnceEffect,
+                detail: format!(
+                    "reserved although {} {} was pending and its owner still held it: a pending action turned into a second reservation",
+                    request.tenant, request.first_id
+                ),
+            }];
+        }
+        Vec::new()
+    }
+
     fn handle(
         &self,
         ctx: &mut Ctx<'_>,
@@ -313,16 +356,6 @@ impl<H: ReservationHandler> System for OnReservation<H> {
     ) -> Result<Reply<Reference>, Crash> {
         let result = self.0.submit(ctx, store.db.server(), memory, request);
         settle(result, store.db.server())
-    }
-
-    /// A connection per invocation, so that overlapping invocations race for real.
-    fn connect(&self, store: &ReservationStore) -> Option<Connection> {
-        Some(
-            store
-                .db
-                .connect()
-                .expect("a connection to the reservation store opens"),
-        )
     }
 
     /// Handles a submission on the invocation's own connection, with a session memory of its
@@ -352,32 +385,6 @@ impl<H: ReservationHandler> System for OnReservation<H> {
     ) -> Result<Status<Reference>, Crash> {
         let server = store.db.server();
         settle_lookup(self.0.lookup(ctx, server, memory, request), server)
-    }
-
-    fn effects(&self, store: &ReservationStore) -> Vec<IntentId> {
-        store.db.effects()
-    }
-
-    fn fingerprint(&self, store: &ReservationStore) -> u64 {
-        store.db.fingerprint(&["reservations", "action_records"])
-    }
-
-    fn describe_store(&self, store: &ReservationStore) -> String {
-        let keeper = store.db.keeper();
-        let read = |sql: &str| column_strings(keeper, sql);
-        let reservations = read(
-            "SELECT reference || ' ' || tenant || ' ' || slot FROM reservations ORDER BY rowid",
-        );
-        let records = read(
-            "SELECT tenant || '/' || request_id || ' ' || state || coalesce(' ' || reservation_ref, '') \
-             || CASE WHEN state = 'pending' THEN coalesce(' (lease to ' || lease_expires_ms || ' ms)', '') ELSE '' END \
-             FROM action_records ORDER BY tenant, request_id",
-        );
-        format!(
-            "reservations [{}]; records [{}]",
-            reservations.join(", "),
-            records.join(", ")
-        )
     }
 
     fn invariants(&self) -> &'static [Invariant] {

@@ -12,13 +12,13 @@
 use super::execution::ReadsCopy;
 use super::world::World;
 use super::FaultCounts;
-use crate::system::System;
+use crate::system::{StoreKind, System};
 use crate::vocabulary::StoreCopy;
 use std::rc::Rc;
 
 /// The world of a system's runs.
 pub(super) type WorldOf<S> =
-    World<<S as System>::Request, <S as System>::Value, <S as System>::Event>;
+    World<<S as StoreKind>::Request, <S as StoreKind>::Value, <S as StoreKind>::Event>;
 
 /// What the engine keeps of a run between steps, when no invocation is in progress, and what
 /// a checkpoint copies (the store aside): the run's world, and the rest.
@@ -86,7 +86,7 @@ pub(super) struct Checkpoint<S: System> {
     /// Answers the run had given before this step.
     pub(super) answers: usize,
     pub(super) state: EngineState<S>,
-    /// The committed store's fingerprint ([`System::fingerprint`]): equal prints are equal
+    /// The committed store's fingerprint ([`StoreKind::fingerprint`]): equal prints are equal
     /// stores, as state hashing assumes.
     pub(super) store_print: u64,
     /// The store's identity ([`super::execution::Execution::store_identity`]): equal ones

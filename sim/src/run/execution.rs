@@ -26,15 +26,15 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// What the engine read from the committed store, each with the store's version when it was
-/// read ([`System::store_version`]). Equal versions are one store, so a read is kept while the
+/// read ([`StoreKind::store_version`]). Equal versions are one store, so a read is kept while the
 /// version stays, from step to step and from run to run: most runs of a check resume from a
 /// checkpoint whose store is the one the run before left. Without versions, a read is kept
 /// only until something that can change the store runs.
 #[derive(Default)]
 pub(super) struct StoreReads {
-    /// The store's deadlines ([`System::deadlines`]), earliest first.
+    /// The store's deadlines ([`StoreKind::deadlines`]), earliest first.
     pub(super) deadlines: RefCell<Read<Rc<Vec<crate::Deadline>>>>,
-    /// The intent of the background work due ([`System::job_due`]), if any.
+    /// The intent of the background work due ([`StoreKind::job_due`]), if any.
     pub(super) job: Cell<Read<Option<IntentId>>>,
 }
 
@@ -105,7 +105,7 @@ pub(crate) struct Execution<'a, 's, S: System> {
     /// States already explored, when an exhaustive check hashes states.
     pub(super) pruning: Option<Pruning<'a>>,
     /// The store's fingerprint and the store's version when it was taken (see
-    /// [`System::store_version`]); kept while the version stays, or, for a store without
+    /// [`StoreKind::store_version`]); kept while the version stays, or, for a store without
     /// versions, until something that can change the store runs (an invocation, a lookup, an
     /// outside event): most steps only move messages.
     pub(super) store_print: Cell<Option<(u64, Option<u64>)>>,
@@ -386,7 +386,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// The fingerprint of the state's class under state symmetry, where it applies: some
     /// clients are interchangeable, no invocation is in progress, the store has no deadline
     /// ahead (a deadline is not told by key) and the system splits the store and the
-    /// server's memory by key ([`System::keyed_fingerprint`]).
+    /// server's memory by key ([`StoreKind::keyed_fingerprint`]).
     fn symmetric_print(&self, owed: u64) -> Option<SymmetricPrint> {
         if !self.world.has_symmetry() || !self.tasks.is_empty() {
             return None;

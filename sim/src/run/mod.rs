@@ -110,7 +110,7 @@ pub struct RunOutcome {
     pub crashed_at: Vec<&'static str>,
     /// The crash points at which a crash was not explored because it leads to the state a
     /// crash at an earlier point of the same invocation leads to (nothing durable changed in
-    /// between; see [`crate::System::reports_durable_changes`]), in order.
+    /// between; see [`crate::StoreKind::reports_durable_changes`]), in order.
     pub crashes_covered: Vec<&'static str>,
     /// A fingerprint of the final state, when the run hashed states and was not pruned.
     #[serde(skip)]
@@ -210,7 +210,7 @@ impl<S: System> Simulator<S> {
     /// memory, store, history — was explored before, and runs go by the faults they spend,
     /// fewest first ([`Enumerator::deferring_faults`]): a state is then first met with the
     /// most budget left it can have, and not explored again for more. With
-    /// `enumeration.checkpoints` (and a system whose store [`System::save`] can copy), each
+    /// `enumeration.checkpoints` (and a system whose store [`crate::StoreKind::save`] can copy), each
     /// run resumes from the last step its path shares with the run before instead of
     /// replaying from its start (the first run, with the last run of the enumeration before,
     /// if that was under the same bounds and reductions); the runs and their outcomes are the
@@ -514,7 +514,7 @@ impl<S: System> Simulator<S> {
     }
 }
 
-/// The version of `system`'s committed store ([`System::store_version`]), counting too the
+/// The version of `system`'s committed store ([`crate::StoreKind::store_version`]), counting too the
 /// `commits` on the connections of overlapping invocations, which the system's own count does
 /// not see (their commit hooks are the engine's). Both counts only grow.
 fn store_version<S: System>(system: &S, store: &S::Store, commits: &AtomicU64) -> Option<u64> {
@@ -556,7 +556,7 @@ pub struct Enumeration<'v> {
     pub leftover: Option<&'v mut Paths>,
     /// Explore a crash once where crashes at several points of one invocation lead to the
     /// same state (nothing durable changed between them), for a system that reports its
-    /// durable changes ([`System::reports_durable_changes`]); the others are reported in
+    /// durable changes ([`crate::StoreKind::reports_durable_changes`]); the others are reported in
     /// [`RunOutcome::crashes_covered`].
     pub crash_points: bool,
     /// Sleep sets (a partial-order reduction): once the runs through one of two steps that
@@ -568,7 +568,7 @@ pub struct Enumeration<'v> {
     /// State symmetry, with `visited`: two states that differ only by which of two
     /// interchangeable clients is which (the same intents but for their keys, which no other
     /// client uses) are one state, for a system that splits its store by key
-    /// ([`System::keyed_fingerprint`]).
+    /// ([`crate::StoreKind::keyed_fingerprint`]).
     pub symmetry: bool,
 }
 

@@ -2,7 +2,7 @@
 //! deadline", which the schedule may take at any step when no client is about to send (last
 //! among the enabled ones, so that answer 0 never waits). What is due then happens in a
 //! fixed order: at a store deadline, the messages in flight are lost and the store's own jobs
-//! run ([`System::pass_time`]); then backoffs end, and waiting clients time out.
+//! run ([`StoreKind::pass_time`]); then backoffs end, and waiting clients time out.
 
 use super::execution::Execution;
 use super::world::{Action, Actions, Phase};

@@ -164,7 +164,7 @@ pub(crate) enum Action {
     /// Time passes to the next deadline (timed timeouts).
     Tick,
     /// The server's background actor does the next piece of queued work
-    /// ([`crate::System::job_due`]).
+    /// ([`crate::StoreKind::job_due`]).
     Job,
 }
 
@@ -612,7 +612,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
 
     /// The first 64 intents owed a definite verdict, one bit each (the fingerprint holds the
     /// rest): those that have none yet, and with `records` (a system whose records a run's
-    /// end judges, [`crate::System::judges_records`]) every one open at the last fault.
+    /// end judges, [`crate::StoreKind::judges_records`]) every one open at the last fault.
     pub(crate) fn owed_verdicts(&self, records: bool) -> u64 {
         self.intents
             .iter()

@@ -5,7 +5,7 @@
 //! other client uses those keys (their *class* is the same, see [`World::group_clients`]).
 //! Swapping two such clients, and renaming their keys along with them, maps every run to a
 //! run of the same workload that the invariants judge alike, for a system that says its
-//! handler treats keys alike ([`crate::System::keyed_fingerprint`]). So the fingerprint of
+//! handler treats keys alike ([`crate::StoreKind::keyed_fingerprint`]). So the fingerprint of
 //! a state's class is the state's fingerprint with each class's clients put in a canonical
 //! order: each client's part of the state (its own state, its intents', its messages' and
 //! its keys' records, without the keys) is hashed alone, and the parts of a class are
