@@ -1,0 +1,436 @@
+//! The commands that explore, check, replay, merge and list: each runs the library and
+//! returns what it prints.
+
+use super::output::{
+    clear_progress_line, note, progress_shown, timed, with_progress, Printed, Shown,
+};
+use super::*;
+
+pub(super) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The threads to explore on: as asked, but no more than the machine's cores (runs are
+/// CPU-bound, and the verdicts do not depend on it), with a note when fewer than asked.
+pub(super) fn threads_in_force(asked: Option<usize>) -> usize {
+    let cores = cores();
+    match asked {
+        Some(threads) if threads > cores => {
+            note(&format!(
+                "retrysim: --threads {threads} is more than this machine's {cores} cores; \
+                 exploring on {cores} (verdicts do not depend on it)"
+            ));
+            cores
+        }
+        Some(threads) => threads,
+        None => cores,
+    }
+}
+
+/// The fewest characters a handler's summary in `list` keeps per line before its
+/// continuation lines stop hanging under it.
+pub(super) const LIST_SUMMARY_MIN_CHARS: usize = 30;
+
+pub(super) fn list(json: bool, width_chars: usize) -> Printed {
+    let mut out = Printed::new();
+    if json {
+        let value = json!({
+            "domains": models::domains().iter().map(|d| json!({
+                "name": d.name,
+                "summary": d.summary,
+                "handlers": models::handlers().iter().filter(|h| h.domain == d.name).map(|h| json!({
+                    "name": h.handler,
+                    "summary": h.summary,
+                    "declared": h.declared.to_string(),
+                    "invocations_max": h.invocations_max,
+                    "storage_faults_max": h.storage_faults_max,
+                    "invocation_limit_ms": h.invocation_limit_ms,
+                    "retention_ms": h.retention_ms,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "retry_horizon_ms": Bounds::default().retry_horizon_ms,
+            "invariants": Invariant::ALL.iter().map(|i| json!({
+                "name": i.name(),
+                "holds_when": i.holds_when(),
+            })).collect::<Vec<_>>(),
+        });
+        let _ = writeln!(out.text, "{value}");
+        return out;
+    }
+    let name_width = models::handlers()
+        .iter()
+        .map(|h| h.handler.len())
+        .max()
+        .unwrap_or(0);
+    let declared_width = models::handlers()
+        .iter()
+        .map(|h| h.declared.to_string().len())
+        .max()
+        .unwrap_or(0);
+    for domain in models::domains() {
+        let _ = writeln!(out.text, "{}: {}", domain.name, domain.summary);
+        for handler in models::handlers()
+            .iter()
+            .filter(|h| h.domain == domain.name)
+        {
+            let mut notes = Vec::new();
+            if handler.invocations_max > 1 {
+                notes.push(format!("invocations_max={}", handler.invocations_max));
+            }
+            if handler.storage_faults_max > 0 {
+                notes.push(format!("storage_faults_max={}", handler.storage_faults_max));
+            }
+            if let Some(limit_ms) = handler.invocation_limit_ms {
+                notes.push(format!("invocation_limit_ms={limit_ms}"));
+            }
+            if let Some(retention_ms) = handler.retention_ms {
+                notes.push(format!("retention_ms={retention_ms}"));
+            }
+            let notes = if notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", notes.join(", "))
+            };
+            let head = format!(
+                "  {:<name_width$}  {:<declared_width$}  ",
+                handler.handler,
+                handler.declared.to_string(),
+            );
+            let summary = format!("{}{notes}", handler.summary);
+            // The summary's lines hang under its first while it keeps room to read; else it
+            // goes under the name.
+            let lines = if width_chars >= head.len() + LIST_SUMMARY_MIN_CHARS {
+                report::fill(&summary, width_chars, &head, &" ".repeat(head.len()))
+            } else {
+                let under = " ".repeat(6);
+                let mut lines = vec![head.trim_end().to_string()];
+                lines.extend(report::fill(&summary, width_chars, &under, &under));
+                lines
+            };
+            let _ = writeln!(out.text, "{}", lines.join("\n"));
+        }
+    }
+    let _ = writeln!(
+        out.text,
+        "clients: retry horizon {} ms from an intent's first send (--retry-horizon-ms)",
+        Bounds::default().retry_horizon_ms
+    );
+    out.text.push_str("invariants:\n");
+    let invariant_width = Invariant::ALL
+        .iter()
+        .map(|i| i.name().len())
+        .max()
+        .unwrap_or(0);
+    for invariant in Invariant::ALL {
+        let _ = writeln!(
+            out.text,
+            "  {:<invariant_width$}  {}",
+            invariant.name(),
+            invariant.holds_when()
+        );
+    }
+    out
+}
+
+/// Explores `seeds` and measures how long it took, with a progress line when `shown`.
+pub(super) fn timed_explore(
+    entry: &HandlerEntry,
+    seeds: Range<u64>,
+    (bounds, threads): (&Bounds, usize),
+    shown: Shown,
+) -> (Exploration, f64) {
+    timed(|| {
+        with_progress(shown, |progress| {
+            explore_with_progress(&entry.build, seeds, bounds, threads, progress)
+        })
+    })
+}
+
+pub(super) fn shrink_first(
+    entry: &HandlerEntry,
+    bounds: &Bounds,
+    exploration: &Exploration,
+    invariant: Option<Invariant>,
+) -> Option<crate::Shrunk> {
+    let failure = match invariant {
+        Some(invariant) => exploration.failure(invariant)?,
+        None => exploration.first()?,
+    };
+    let mut subject = (entry.build)();
+    Some(shrink(
+        &mut *subject,
+        bounds,
+        &failure.tape,
+        failure.invariant,
+    ))
+}
+
+pub(super) fn check_options(
+    search: &SearchArgs,
+    bounds: Bounds,
+    subject: &mut dyn Subject,
+) -> Result<CheckOptions, UsageError> {
+    let prefix = match &search.workload {
+        Some(tape) => workload_answers(subject, tape, &bounds)
+            .map_err(|error| UsageError(format!("--workload {tape}: {error}")))?,
+        None => Vec::new(),
+    };
+    Ok(CheckOptions {
+        bounds,
+        reduction: search.reduction,
+        runs_max: search.runs_max,
+        stop: if search.whole_bound {
+            StopAt::EndOfBound
+        } else if search.all_invariants {
+            StopAt::EndOfLevel
+        } else {
+            StopAt::FirstViolation
+        },
+        only: None,
+        checkpoints: !search.no_checkpoints,
+        prefix,
+        shard: search.shard,
+        rounds: Rounds::DEFAULT,
+    })
+}
+
+/// A line on standard error as each level of a check is done.
+pub(super) fn level_line(level: &Level, started: Instant) -> String {
+    format!(
+        "retrysim: faults_max={} done: {} runs, {} new states ({:.1} s)",
+        level.faults_max,
+        level.runs,
+        level.unique_states,
+        started.elapsed().as_secs_f64()
+    )
+}
+
+pub(super) fn run_check(
+    target: &Target,
+    search: &SearchArgs,
+    json: bool,
+    (bounds, width_chars): (&BoundsArgs, usize),
+) -> Result<Printed, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let mut subject = (entry.build)();
+    let bounds = bounds.bounds(entry, &*subject)?;
+    let options = check_options(search, bounds, &mut *subject)?;
+    let threads = threads_in_force(search.threads);
+    let started = Instant::now();
+    let shown = progress_shown(json);
+    let report = with_progress(shown, |progress| {
+        let mut level_done = |level: &Level| {
+            clear_progress_line(shown == Shown::Redrawn);
+            note(&level_line(level, started));
+        };
+        exhaust_on_reporting(&entry.build, &options, threads, (&mut level_done, progress))
+    });
+    let elapsed_seconds = started.elapsed().as_secs_f64();
+    // A counterexample replays under the bounds of the level that found it.
+    let minimal = report.violations.first().map(|found| {
+        let found_bounds = found.bounds(&options.bounds);
+        shrink(&mut *subject, &found_bounds, &found.tape, found.invariant)
+    });
+    let gaps = report.coverage.gaps(&options.bounds);
+    let mut out = Printed::new();
+    if json {
+        let value = json!({
+            "model": entry.domain,
+            "handler": entry.handler,
+            "options": options,
+            "report": report,
+            "runs": report.runs(),
+            "unique_states": report.unique_states(),
+            "elapsed_seconds": elapsed_seconds,
+            "coverage_gaps": gaps,
+            "violations": report.violations,
+            "minimal": minimal.as_ref().map(|m| json!({
+                "tape": m.tape,
+                "replay": report::replay_command(entry, &m.bounds, &Schedule::Tape(m.tape.clone())),
+                "timeline": m.outcome.timeline,
+            })),
+        });
+        let _ = writeln!(out.text, "{value}");
+    } else {
+        out.text = report::check_report(
+            entry,
+            &options,
+            &report,
+            elapsed_seconds,
+            minimal.as_ref(),
+            subject.invariants(),
+            width_chars,
+        );
+        out = out.fitted(width_chars);
+    }
+    // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
+    let gaps_judged = options.shard.is_whole() && !gaps.is_empty();
+    Ok(out.ending(if !report.violations.is_empty() {
+        ExitCode::from(1)
+    } else if report.clean() && !gaps_judged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }))
+}
+
+/// A shard report's text: at most [`REPORT_BYTES_MAX`] bytes of UTF-8 from a file.
+pub(super) fn read_report(file: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let opened = std::fs::File::open(file).map_err(|error| error.to_string())?;
+    let mut bytes = Vec::new();
+    opened
+        .take(REPORT_BYTES_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| error.to_string())?;
+    if bytes.len() as u64 > REPORT_BYTES_MAX {
+        return Err(format!(
+            "longer than {} MiB: not a shard report",
+            REPORT_BYTES_MAX / (1024 * 1024)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text: not a shard report".to_string())
+}
+
+pub(super) fn run_merge(files: &[std::path::PathBuf], json: bool) -> Result<Printed, UsageError> {
+    let mut shards = Vec::new();
+    for file in files {
+        let name = file.display().to_string();
+        let text = read_report(file).map_err(|why| UsageError(format!("{name}: {why}")))?;
+        for (number, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let json = serde_json::from_str(line)
+                .map_err(|error| UsageError(format!("{name}:{}: not JSON: {error}", number + 1)))?;
+            shards.push(ShardReport {
+                name: name.clone(),
+                json,
+            });
+        }
+    }
+    let merged = merge(&shards).map_err(|error| UsageError(error.0))?;
+    let mut out = Printed::new();
+    out.text = if json {
+        format!("{}\n", merged.report)
+    } else {
+        merged.summary
+    };
+    Ok(out.ending(ExitCode::from(merged.status)))
+}
+
+pub(super) fn run_explore(
+    target: &Target,
+    (seeds, shard): (Range<u64>, Shard),
+    (json, determinism): (bool, bool),
+    threads: Option<usize>,
+    (bounds, width_chars): (&BoundsArgs, usize),
+) -> Result<Printed, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let mut subject = (entry.build)();
+    let bounds = bounds.bounds(entry, &*subject)?;
+    let threads = threads_in_force(threads);
+    let mut out = Printed::new();
+    if determinism {
+        for seed in seeds.clone() {
+            if let Err(divergence) = check_determinism(&mut *subject, seed, &bounds) {
+                let _ = writeln!(out.text, "{divergence}");
+                return Ok(out.ending(ExitCode::from(1)));
+            }
+        }
+    }
+    let (exploration, elapsed_seconds) = timed_explore(
+        entry,
+        seeds.clone(),
+        (&bounds, threads),
+        progress_shown(json),
+    );
+    let shrunk = shrink_first(entry, &bounds, &exploration, None);
+    if json {
+        let first = shrunk.as_ref().map(|shrunk| {
+            json!({
+                "invariant": exploration.first().map(|f| f.invariant),
+                "seed": exploration.first().map(|f| f.seed),
+                "shrunk_tape": shrunk.tape,
+                "faults": shrunk.outcome.faults,
+                "replay": report::replay_command(entry, &shrunk.bounds, &Schedule::Tape(shrunk.tape.clone())),
+                "timeline": shrunk.outcome.timeline,
+            })
+        });
+        let value = json!({
+            "model": entry.domain,
+            "handler": entry.handler,
+            "seeds": { "start": seeds.start, "end": seeds.end },
+            "shard": shard,
+            "bounds": bounds,
+            "executions": exploration.executions,
+            "elapsed_seconds": elapsed_seconds,
+            "runs_with_fault": exploration.faulty_runs,
+            "runs_step_limited": exploration.step_limited,
+            "violations": exploration.violations,
+            "first": first,
+        });
+        let _ = writeln!(out.text, "{value}");
+    } else {
+        out.text = report::exploration_report(
+            entry,
+            &bounds,
+            &seeds,
+            &exploration,
+            elapsed_seconds,
+            shrunk.as_ref(),
+            width_chars,
+        );
+        out = out.fitted(width_chars);
+    }
+    Ok(out.ending(exit_for(exploration.violations.is_empty())))
+}
+
+pub(super) fn exit_for(clean: bool) -> ExitCode {
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+pub(super) fn run_replay(
+    target: &Target,
+    schedule: &ScheduleArgs,
+    format: Format,
+    (bounds, width_chars): (&BoundsArgs, usize),
+) -> Result<Printed, UsageError> {
+    let entry = models::find(&target.model, &target.handler)?;
+    let mut subject = (entry.build)();
+    let bounds = bounds.bounds(entry, &*subject)?;
+    let outcome = match (schedule.seed, &schedule.tape) {
+        (Some(seed), _) => run_seed(&mut *subject, seed, &bounds, true),
+        (None, Some(tape)) => replay(&mut *subject, tape, &bounds)?,
+        (None, None) => unreachable!("clap requires --seed or --tape"),
+    };
+    let mut out = Printed::new();
+    match format {
+        Format::Json => {
+            let value = json!({
+                "model": entry.domain,
+                "handler": entry.handler,
+                "bounds": bounds,
+                "run": outcome,
+            });
+            let _ = writeln!(out.text, "{value}");
+        }
+        Format::Mermaid => out.text = report::run_mermaid(entry, &bounds, &outcome),
+        Format::Html => out.text = crate::html::run_html(entry, &bounds, &outcome),
+        Format::Text => {
+            out.text = report::run_report_within(entry, &bounds, &outcome, width_chars);
+            let schedule = Schedule::Tape(outcome.tape.clone());
+            let _ = writeln!(
+                out.text,
+                "\nreproduce: {}",
+                report::replay_command(entry, &bounds, &schedule)
+            );
+            out = out.fitted(width_chars);
+        }
+    }
+    Ok(out.ending(exit_for(outcome.violations.is_empty())))
+}

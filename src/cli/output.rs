@@ -1,0 +1,172 @@
+//! What a command prints: its text and exit status, written once at the end (or refused on a
+//! closed standard output), and the progress line of long commands.
+
+use super::*;
+
+/// What a command prints on standard output, and the status it ends with. Commands write
+/// here, and [`main`] writes it out once, so that a closed pipe or a full disk is one error
+/// in one place.
+pub(super) struct Printed {
+    pub(super) text: String,
+    pub(super) status: ExitCode,
+}
+
+impl Printed {
+    pub(super) fn new() -> Self {
+        Printed {
+            text: String::new(),
+            status: ExitCode::SUCCESS,
+        }
+    }
+
+    pub(super) fn ending(mut self, status: ExitCode) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Its text fitted to `width_chars` ([`report::fit_to_width`]): for text output, never
+    /// for JSON, Mermaid or HTML.
+    pub(super) fn fitted(mut self, width_chars: usize) -> Self {
+        self.text = report::fit_to_width(&self.text, width_chars);
+        self
+    }
+}
+
+/// Writes a command's output. A reader that closed the pipe early (`retrysim list | head -1`)
+/// ends the command quietly with its own status; any other write error (a full disk) is an
+/// error line and status 2.
+pub(super) fn write_out(printed: Printed) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(printed.text.as_bytes())
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => printed.status,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => printed.status,
+        Err(error) => {
+            note(&format!("error: writing the output: {error}"));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Whether the process was started with its standard output closed (`retrysim list >&-`).
+/// Rust's runtime then opens `/dev/null` on it, read-write, before `main`, and the output
+/// would be lost with exit status 0. A shell's `> /dev/null` opens it write-only, so the
+/// two are told apart by the descriptor's access mode (Linux: `/proc/self/fdinfo`).
+pub(super) fn standard_output_closed() -> bool {
+    const READ_WRITE: u32 = 2;
+    const ACCESS_MODE: u32 = 3;
+    let on_null = std::fs::read_link("/proc/self/fd/1")
+        .is_ok_and(|target| target == std::path::Path::new("/dev/null"));
+    let flags = std::fs::read_to_string("/proc/self/fdinfo/1")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("flags:"))
+                .and_then(|octal| u32::from_str_radix(octal.trim(), 8).ok())
+        });
+    on_null && flags.is_some_and(|flags| flags & ACCESS_MODE == READ_WRITE)
+}
+
+/// A line on standard error; an error writing it has nowhere left to go.
+pub(super) fn note(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Clap's message up to its usage block, folded onto one line.
+pub(super) fn one_line(rendered: &str) -> String {
+    let message: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let message = message.join(" ");
+    message
+        .strip_prefix("error: ")
+        .unwrap_or(&message)
+        .to_string()
+}
+
+/// How progress goes to stderr: a line redrawn on a terminal, a line every
+/// [`PROGRESS_LOG_SECONDS`] elsewhere (a CI log), never with JSON output.
+pub(super) fn progress_shown(json: bool) -> Shown {
+    if json {
+        Shown::Never
+    } else if std::io::stderr().is_terminal() {
+        Shown::Redrawn
+    } else {
+        Shown::Logged
+    }
+}
+
+/// How a long exploration or check shows that it is still going.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shown {
+    /// Not at all.
+    Never,
+    /// A line redrawn in place every 200 ms (a terminal).
+    Redrawn,
+    /// A line of its own every [`PROGRESS_LOG_SECONDS`] (a log).
+    Logged,
+}
+
+/// How often a check or exploration off a terminal says it is still running, in seconds.
+pub(super) const PROGRESS_LOG_SECONDS: u64 = 30;
+
+/// Runs `work`, and while it runs shows its progress on stderr as `shown` says (runs, runs/s,
+/// runs that broke an invariant, elapsed) from the counters it bumps. A redrawn line is
+/// cleared at the end. It reads the counters only: what `work` does is the same either way.
+pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) -> T {
+    let progress = Progress::new();
+    if shown == Shown::Never {
+        return work(&progress);
+    }
+    let done = AtomicBool::new(false);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut logged_at = 0;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let seconds = started.elapsed().as_secs_f64();
+                let runs = progress.runs();
+                let line = format!(
+                    "{runs} runs, {:.0} runs/s, {} violating, {seconds:.1} s",
+                    runs as f64 / seconds.max(1e-9),
+                    progress.violating()
+                );
+                let elapsed = started.elapsed().as_secs();
+                match shown {
+                    Shown::Redrawn => {
+                        let _ = write!(std::io::stderr(), "\r\x1b[K{line}");
+                    }
+                    _ if elapsed >= logged_at + PROGRESS_LOG_SECONDS => {
+                        logged_at = elapsed;
+                        let _ = writeln!(std::io::stderr(), "retrysim: still running: {line}");
+                    }
+                    _ => {}
+                }
+            }
+            clear_progress_line(shown == Shown::Redrawn);
+        });
+        let result = work(&progress);
+        done.store(true, Ordering::Relaxed);
+        result
+    })
+}
+
+/// Clears the progress line, when one is shown, so that a note can take its place.
+pub(super) fn clear_progress_line(shown: bool) {
+    if shown {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
+}
+
+/// Runs `work` and measures its wall-clock seconds, for reports only: the clock never reaches
+/// a run.
+pub(super) fn timed<T>(work: impl FnOnce() -> T) -> (T, f64) {
+    let started = Instant::now();
+    let result = work();
+    (result, started.elapsed().as_secs_f64())
+}
