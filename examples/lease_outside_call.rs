@@ -8,10 +8,10 @@
 //! `cargo run --example lease_outside_call` checks both; `cargo test` runs the tests below.
 
 use retrysim::sqlite::rusqlite::{params, Connection, OptionalExtension};
-use retrysim::sqlite::{execute_cached, pending_on_storage_error, HarnessDb};
+use retrysim::sqlite::{execute_cached, pending_on_storage_error};
 use retrysim::{
-    exhaust, AdminSql, Bounds, ChargeId, Charged, CheckOptions, Ctx, Deadline, Decider, Intent,
-    Keyed, OnSql, Reply, Simulator, SqlHandler, Stop, Workload,
+    exhaust, AdminSql, Bounds, ChargeId, Charged, CheckOptions, Ctx, Decider, Intent, Keyed, OnSql,
+    Reply, Simulator, SqlHandler, Stop, Workload,
 };
 
 /// "Charge this amount for order o1", under a request id.
@@ -27,6 +27,9 @@ const CLAIM: &str =
 const TAKE: &str = "INSERT INTO claims VALUES (?1, 1, retrysim_now() + ?2, NULL)
     ON CONFLICT (key) DO UPDATE SET claim = claim + 1, lease_ends_ms = excluded.lease_ends_ms
     RETURNING claim";
+/// Gives a claim up: its lease ends now.
+const RELEASE: &str =
+    "UPDATE claims SET lease_ends_ms = retrysim_now() WHERE key = ?1 AND claim = ?2";
 
 /// The checkout; `keyed: false` calls the provider without an idempotency key, the bug.
 pub struct Checkout {
@@ -98,6 +101,10 @@ impl SqlHandler for Checkout {
     const PENDING_RECORD_SQL: Option<&'static str> =
         Some("SELECT 1 FROM claims WHERE key = ?1 AND charge IS NULL");
     const TIME_COLUMNS: &'static [(&'static str, &'static str)] = &[("claims", "lease_ends_ms")];
+    /// The end of each lease still held (its charge not recorded): a retry may take over.
+    const DEADLINES_SQL: Option<&'static str> = Some(
+        "SELECT lease_ends_ms, 'the lease on ' || key || ' ends' FROM claims WHERE charge IS NULL",
+    );
 
     fn workload(&self, _: &mut Decider<'_>, _: &Bounds) -> Workload<Pay, AdminSql> {
         Workload::of_clients(vec![vec![Intent::new(Keyed::new("pay-1", 5))]])
@@ -117,16 +124,11 @@ impl SqlHandler for Checkout {
             Ok(charged) => self.record(db, pay, claim, charged),
             // No answer: give the claim up (its lease ends now) so that a retry takes over.
             Err(_) => db
-                .execute("UPDATE claims SET lease_ends_ms = retrysim_now() WHERE key = ?1 AND claim = ?2", params![pay.id, claim])
+                .execute(RELEASE, params![pay.id, claim])
                 .map(|_| Reply::Pending)
                 .map_err(Stop::from),
         };
         pending_on_storage_error(reply, db)
-    }
-
-    /// The end of each lease still held (its charge not recorded): a retry may take over.
-    fn deadlines(&self, db: &HarnessDb) -> Vec<Deadline> {
-        db.deadlines("SELECT lease_ends_ms, 'the lease on ' || key || ' ends' FROM claims WHERE charge IS NULL")
     }
 }
 

@@ -6,10 +6,10 @@
 //! `cargo run --example retention_purge` checks both; `cargo test` runs the tests below.
 
 use retrysim::sqlite::rusqlite::{params, Connection, OptionalExtension};
-use retrysim::sqlite::{execute_cached, HarnessDb, Retention};
+use retrysim::sqlite::{execute_cached, Retention};
 use retrysim::{
-    explore, AdminSql, Bounds, Ctx, Deadline, Decider, Intent, Keyed, OnSql, Reply, Simulator,
-    SqlHandler, Stop, Subject, Workload,
+    explore, AdminSql, Bounds, Ctx, Decider, Intent, Keyed, OnSql, Reply, Simulator, SqlHandler,
+    Stop, Subject, Workload,
 };
 
 /// One client adding 5 under `k1`.
@@ -29,16 +29,6 @@ fn add(db: &Connection, amount: i64) -> retrysim::sqlite::rusqlite::Result<i64> 
 pub struct RetainedCounter {
     /// How long a record is kept, in simulated milliseconds.
     pub retention_ms: u64,
-}
-
-impl RetainedCounter {
-    fn retention(&self) -> Retention {
-        Retention {
-            table: "records",
-            row_name: "'record ' || key",
-            retention_ms: self.retention_ms,
-        }
-    }
 }
 
 impl SqlHandler for RetainedCounter {
@@ -84,12 +74,13 @@ impl SqlHandler for RetainedCounter {
         Ok(Reply::Applied(total))
     }
 
-    fn deadlines(&self, db: &HarnessDb) -> Vec<Deadline> {
-        self.retention().deadlines(db)
-    }
-
-    fn pass_time(&self, db: &HarnessDb, now_ms: u64) {
-        self.retention().purge(db, now_ms);
+    /// Records expire `retention_ms` after their creation.
+    fn retention(&self) -> Option<Retention> {
+        Some(Retention {
+            table: "records",
+            row_name: "'record ' || key",
+            retention_ms: self.retention_ms,
+        })
     }
 }
 

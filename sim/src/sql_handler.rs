@@ -20,7 +20,7 @@ use crate::ctx::Crash;
 use crate::ctx::Ctx;
 use crate::provider::{Charge, Provider};
 use crate::situation::Situation;
-use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop};
+use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Retention, Stop};
 use crate::state_hash::fingerprint_of;
 use crate::system::{StoreKind, System};
 use crate::vocabulary::{
@@ -150,18 +150,49 @@ pub trait SqlHandler {
     /// lease is held, a creation time through its retention's expiry. None by default.
     const TIME_COLUMNS: &'static [(&'static str, &'static str)] = &[];
 
+    /// A retention purge on one table whose rows carry their creation time in a `created_ms`
+    /// column (written with `retrysim_now()`): the store deletes each row `retention_ms`
+    /// after it. The default [`SqlHandler::deadlines`] and [`SqlHandler::pass_time`] run it.
+    /// None by default.
+    ///
+    /// ```ignore
+    /// fn retention(&self) -> Option<Retention> {
+    ///     Some(Retention { table: "records", row_name: "'record ' || key", retention_ms: 500 })
+    /// }
+    /// ```
+    fn retention(&self) -> Option<Retention> {
+        None
+    }
+
+    /// A query that selects the store's other deadlines, each row a moment in simulated
+    /// milliseconds and what happens then, e.g. the leases still held:
+    /// `Some("SELECT lease_ends_ms, 'the lease on ' || key || ' ends' FROM claims WHERE charge
+    /// IS NULL")`. The default [`SqlHandler::deadlines`] reads it ([`HarnessDb::deadlines`]).
+    /// None by default.
+    const DEADLINES_SQL: Option<&'static str> = None;
+
     /// The deadlines the committed store declares (read on `db`'s keeper): moments at which
-    /// it changes by itself ([`SqlHandler::pass_time`]). Time can pass to the earliest one
-    /// still ahead. A retention purge on a table with a `created_ms` column is
-    /// [`crate::sqlite::Retention::deadlines`]. None by default.
-    fn deadlines(&self, _db: &HarnessDb) -> Vec<Deadline> {
-        Vec::new()
+    /// it changes by itself ([`SqlHandler::pass_time`]), or at which a handler's behaviour
+    /// changes (a lease's end). Time can pass to the earliest one still ahead. By default
+    /// those of [`SqlHandler::retention`] and [`SqlHandler::DEADLINES_SQL`].
+    fn deadlines(&self, db: &HarnessDb) -> Vec<Deadline> {
+        let mut deadlines = self
+            .retention()
+            .map_or_else(Vec::new, |retention| retention.deadlines(db));
+        if let Some(sql) = Self::DEADLINES_SQL {
+            deadlines.extend(db.deadlines(sql));
+        }
+        deadlines
     }
 
     /// Time has passed to `now_ms`, one of [`SqlHandler::deadlines`]: run what the store does
-    /// by itself then, outside any intent, on `db`'s keeper ([`crate::sqlite::Retention::purge`]
-    /// deletes the rows whose retention ended). Nothing by default.
-    fn pass_time(&self, _db: &HarnessDb, _now_ms: u64) {}
+    /// by itself then, outside any intent, on `db`'s keeper. By default, the purge of
+    /// [`SqlHandler::retention`], if any.
+    fn pass_time(&self, db: &HarnessDb, now_ms: u64) {
+        if let Some(retention) = self.retention() {
+            retention.purge(db, now_ms);
+        }
+    }
 
     /// The tables whose rows the harness records under the intent that wrote them, without
     /// counting their changes as effects: a queue whose rows a background job serves (an
