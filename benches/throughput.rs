@@ -462,30 +462,20 @@ fn time_columns() {
         ..Bounds::default()
     };
     let options = CheckOptions::new(bounds);
-    let started = Instant::now();
-    let hashed = exhaust(
-        &mut Simulator::new(OnSql(outside::TimedLease::<true>)),
-        &options,
-    );
-    let elapsed = started.elapsed().as_secs_f64();
-    print_check(
-        ("fenced lease", "lease column hashed"),
-        &bounds,
-        &hashed,
-        elapsed,
-    );
-    let started = Instant::now();
-    let left_out = exhaust(
-        &mut Simulator::new(OnSql(outside::TimedLease::<false>)),
-        &options,
-    );
-    let elapsed = started.elapsed().as_secs_f64();
-    print_check(
-        ("fenced lease", "time column left out"),
-        &bounds,
-        &left_out,
-        elapsed,
-    );
+    let hashed = || Simulator::new(OnSql(outside::TimedLease::<true>));
+    let left_out = || Simulator::new(OnSql(outside::TimedLease::<false>));
+    let checks: [(&str, &dyn Fn() -> CheckReport); 2] = [
+        ("lease column hashed", &|| exhaust(&mut hashed(), &options)),
+        ("time column left out", &|| {
+            exhaust(&mut left_out(), &options)
+        }),
+    ];
+    for (label, check) in checks {
+        let started = Instant::now();
+        let report = check();
+        let elapsed = started.elapsed().as_secs_f64();
+        print_check(("fenced lease", label), &bounds, &report, elapsed);
+    }
 }
 
 /// Checks `handler` of `domain` under `options` and prints its line.

@@ -71,6 +71,19 @@ impl Invariant {
         Invariant::EventualVerdict,
     ];
 
+    /// The core invariants and `no-orphan-effect`: those of a system whose effects happen
+    /// outside its store (a provider's charges) with local records of them.
+    pub const CORE_AND_ORPHANS: &'static [Invariant] = &[
+        Invariant::AtMostOnceEffect,
+        Invariant::OutcomeAgreement,
+        Invariant::NoSilentKeyReuse,
+        Invariant::ReplayFidelity,
+        Invariant::TruthfulReply,
+        Invariant::NoDeadlock,
+        Invariant::EventualVerdict,
+        Invariant::NoOrphanEffect,
+    ];
+
     /// The stable name, e.g. `at-most-once-effect`.
     pub fn name(self) -> &'static str {
         match self {

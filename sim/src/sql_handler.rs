@@ -108,7 +108,7 @@ pub trait SqlHandler {
     /// charges in [`SqlHandler::EFFECT_TABLES`].
     fn invariants(&self) -> &'static [Invariant] {
         if Self::CALLS_PROVIDER && !Self::EFFECT_TABLES.is_empty() {
-            CORE_AND_ORPHANS
+            Invariant::CORE_AND_ORPHANS
         } else {
             Invariant::CORE
         }
@@ -276,18 +276,6 @@ impl SqlStore {
         &self.provider
     }
 }
-
-/// The core invariants and `no-orphan-effect`.
-const CORE_AND_ORPHANS: &[Invariant] = &[
-    Invariant::AtMostOnceEffect,
-    Invariant::OutcomeAgreement,
-    Invariant::NoSilentKeyReuse,
-    Invariant::ReplayFidelity,
-    Invariant::TruthfulReply,
-    Invariant::NoDeadlock,
-    Invariant::EventualVerdict,
-    Invariant::NoOrphanEffect,
-];
 
 /// Runs `serve` with `ctx`, which gives the handler the store's provider when it
 /// [calls one](SqlHandler::CALLS_PROVIDER).

@@ -65,16 +65,7 @@ const RESET: &[&str] = &[
 const RECORDED: &[&str] = &["payments", "outbox"];
 
 /// The invariants that apply to the payment domain.
-pub const INVARIANTS: &[Invariant] = &[
-    Invariant::AtMostOnceEffect,
-    Invariant::OutcomeAgreement,
-    Invariant::NoSilentKeyReuse,
-    Invariant::ReplayFidelity,
-    Invariant::TruthfulReply,
-    Invariant::NoDeadlock,
-    Invariant::EventualVerdict,
-    Invariant::NoOrphanEffect,
-];
+pub const INVARIANTS: &[Invariant] = Invariant::CORE_AND_ORPHANS;
 
 /// The durable side of the domain: the SQLite database and the provider.
 pub struct PaymentStore {
