@@ -148,6 +148,12 @@ pub trait SqlHandler {
     /// handler's behaviour depends on such a column shows in [`SqlHandler::deadlines`]
     /// (which state hashing holds relative to now): a lease's end as a deadline while the
     /// lease is held, a creation time through its retention's expiry. None by default.
+    ///
+    /// ```ignore
+    /// const TIME_COLUMNS: &'static [(&'static str, &'static str)] = &[("claims", "lease_ends_ms")];
+    /// const DEADLINES_SQL: Option<&'static str> =
+    ///     Some("SELECT lease_ends_ms, 'lease ends' FROM claims WHERE charge IS NULL");
+    /// ```
     const TIME_COLUMNS: &'static [(&'static str, &'static str)] = &[];
 
     /// A retention purge on one table whose rows carry their creation time in a `created_ms`
@@ -198,6 +204,23 @@ pub trait SqlHandler {
     /// counting their changes as effects: a queue whose rows a background job serves (an
     /// outbox), so that [`HarnessDb::row_intent`] says which intent queued a row. None by
     /// default.
+    ///
+    /// ```ignore
+    /// const RECORDED_TABLES: &'static [&'static str] = &["outbox"];
+    ///
+    /// fn job_due(&self, db: &HarnessDb) -> Option<IntentId> {
+    ///     let row: i64 = db.keeper()
+    ///         .query_row("SELECT min(rowid) FROM outbox WHERE sent = 0", [], |row| row.get(0))
+    ///         .ok()?;
+    ///     db.row_intent("outbox", row)
+    /// }
+    ///
+    /// fn run_job(&self, ctx: &mut Ctx<'_>, db: &Connection) -> Result<(), Stop> {
+    ///     ctx.point("relay-begin")?;
+    ///     // send the first unsent row and mark it sent, in one transaction
+    ///     Ok(())
+    /// }
+    /// ```
     const RECORDED_TABLES: &'static [&'static str] = &[];
 
     /// The intent whose invocation queued the store's next piece of background work (an
@@ -222,6 +245,13 @@ pub trait SqlHandler {
     /// The situations the workloads draw that an invariant needs in order to be tested (see
     /// [`System::situations`]): a check over a bound that never exercised one reports its
     /// invariant untested. None by default.
+    ///
+    /// ```ignore
+    /// // A workload that may give two intents one request id with other arguments:
+    /// fn situations(&self) -> &'static [Situation] {
+    ///     &[Situation::KEY_REUSED]
+    /// }
+    /// ```
     fn situations(&self) -> &'static [Situation] {
         &[]
     }
