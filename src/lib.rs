@@ -135,6 +135,7 @@
 pub mod cli;
 pub mod diagram;
 pub mod html;
+pub mod mcp;
 pub mod merge;
 pub mod property;
 pub mod report;

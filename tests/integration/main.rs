@@ -15,6 +15,7 @@ mod exhaustive;
 mod interval;
 mod layers;
 mod liveness;
+mod mcp;
 mod outside;
 mod overlap;
 mod own_capabilities;
