@@ -71,15 +71,10 @@ pub struct MySystem {
 
 impl StoreKind for MySystem {
     type Request = Deposit;
-
     type Value = i64;
-
     type Store = Account;
-
     type Memory = ();
-
     type Event = NoEvent;
-
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> Account {

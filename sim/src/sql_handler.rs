@@ -323,15 +323,10 @@ fn with_provider<H: SqlHandler, T>(
 
 impl<H: SqlHandler> StoreKind for OnSql<H> {
     type Request = H::Request;
-
     type Value = H::Value;
-
     type Store = SqlStore;
-
     type Memory = H::Memory;
-
     type Event = AdminSql;
-
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqlStore {

@@ -22,19 +22,14 @@ use std::hash::Hash;
 pub trait StoreKind {
     /// The request a client sends.
     type Request: Request;
-
     /// The result of an applied operation.
     type Value: Clone + Eq + Hash + fmt::Debug + fmt::Display;
-
     /// Durable state: survives a server crash (committed data only).
     type Store;
-
     /// Volatile server memory: lost on a crash.
     type Memory: Default + Hash + Clone;
-
     /// An outside change to the store (an administrator's action), or [`crate::NoEvent`].
     type Event: Hash + Clone + fmt::Display;
-
     /// What the harness notes about the committed state just before an invocation, to judge
     /// its reply against (`()` when the system has no per-reply invariants).
     type Observation;

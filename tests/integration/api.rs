@@ -480,15 +480,10 @@ mod outside {
 
     impl StoreKind for Bank {
         type Request = Deposit;
-
         type Value = i64;
-
         type Store = Account;
-
         type Memory = ();
-
         type Event = NoEvent;
-
         type Observation = ();
 
         fn open(&self, tag: &IntentTag) -> Account {

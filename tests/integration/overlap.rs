@@ -138,15 +138,10 @@ mod own_lock {
 
     impl StoreKind for SecondConnection {
         type Request = Note;
-
         type Value = i64;
-
         type Store = Notes;
-
         type Memory = ();
-
         type Event = NoEvent;
-
         type Observation = ();
 
         fn open(&self, tag: &IntentTag) -> Notes {

@@ -256,15 +256,10 @@ mod busy {
 
     impl StoreKind for RateLimited {
         type Request = Ping;
-
         type Value = u32;
-
         type Store = Calls;
-
         type Memory = ();
-
         type Event = NoEvent;
-
         type Observation = ();
 
         fn open(&self, tag: &IntentTag) -> Calls {

@@ -35,15 +35,10 @@ pub struct OnMemory<H>(pub H);
 
 impl<H: MemoryHandler> StoreKind for OnMemory<H> {
     type Request = CounterRequest;
-
     type Value = Accepted;
-
     type Store = MemoryTotal;
-
     type Memory = H::Memory;
-
     type Event = NoEvent;
-
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> MemoryTotal {

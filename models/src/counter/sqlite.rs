@@ -94,15 +94,10 @@ impl<H: SqliteHandler> OnSqlite<H> {
 
 impl<H: SqliteHandler> StoreKind for OnSqlite<H> {
     type Request = CounterRequest;
-
     type Value = Accepted;
-
     type Store = SqliteCounter;
-
     type Memory = ();
-
     type Event = NoEvent;
-
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> SqliteCounter {

@@ -193,15 +193,10 @@ fn int(arg: &Arg) -> Option<i64> {
 
 impl<H: IntervalHandler> StoreKind for OnInterval<H> {
     type Request = IntervalRequest;
-
     type Value = EditResult;
-
     type Store = IntervalStore;
-
     type Memory = Cache;
-
     type Event = AdminEvent;
-
     type Observation = Observed;
 
     fn open(&self, tag: &IntentTag) -> IntervalStore {

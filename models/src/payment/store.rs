@@ -171,15 +171,10 @@ pub struct OnPayment<H>(pub H);
 
 impl<H: PaymentHandler> StoreKind for OnPayment<H> {
     type Request = PaymentRequest;
-
     type Value = Receipt;
-
     type Store = PaymentStore;
-
     type Memory = ();
-
     type Event = NoEvent;
-
     type Observation = ();
 
     fn open(&self, tag: &IntentTag) -> PaymentStore {

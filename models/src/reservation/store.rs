@@ -152,15 +152,10 @@ pub struct OnReservation<H>(pub H);
 
 impl<H: ReservationHandler> StoreKind for OnReservation<H> {
     type Request = ReservationRequest;
-
     type Value = Reference;
-
     type Store = ReservationStore;
-
     type Memory = SessionRecords;
-
     type Event = Fixture;
-
     /// The record under the intent's first request id, before the invocation.
     type Observation = Option<RecordSeen>;
 
