@@ -2,8 +2,7 @@
 //! harness like the transport. Its charges are a domain's ground truth when the effect
 //! happens outside the database.
 
-use crate::ctx::Crash;
-use crate::ctx::{Ctx, Link};
+use crate::ctx::{Crash, Ctx, Link};
 use crate::vocabulary::{IntentId, IntentTag};
 use std::cell::{Cell, RefCell};
 use std::fmt;

@@ -16,8 +16,7 @@
 
 use crate::choices::Decider;
 use crate::clock::Deadline;
-use crate::ctx::Crash;
-use crate::ctx::Ctx;
+use crate::ctx::{Crash, Ctx};
 use crate::provider::{Charge, Provider};
 use crate::situation::Situation;
 use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Retention, Stop};
