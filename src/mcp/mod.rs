@@ -9,8 +9,10 @@
 //! endpoint with an `Idempotency-Key` header) implement the same trait.
 
 mod stdio;
+mod system;
 
 pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
+pub use system::{McpStore, McpTarget, OnMcp, AFTER_ANSWER, BEFORE_CALL};
 
 use serde_json::Value;
 use std::fmt;

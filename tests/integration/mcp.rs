@@ -146,3 +146,50 @@ fn a_command_that_does_not_start_is_named() {
         "{error}"
     );
 }
+
+/// The counter server as a system under test: its clients add 5, then 7, under request ids.
+fn counter_target(keyed: bool, key_argument: Option<&str>) -> retrysim::mcp::McpTarget {
+    let mut server = counter_command(Path::new("unused"), keyed, "", 10_000);
+    server.env.retain(|(name, _)| name != "RETRYSIM_DB");
+    retrysim::mcp::McpTarget {
+        server,
+        database_env: "RETRYSIM_DB".into(),
+        effect_tables: vec!["counter".into()],
+        tool: "add".into(),
+        key_argument: key_argument.map(String::from),
+        value_pointer: "/structuredContent/total".into(),
+        clients: vec![vec![json!({"amount": 5}), json!({"amount": 7})]],
+    }
+}
+
+/// Checked through the engine, the server without a key is caught at one fault: a lost
+/// answer's retry adds again, by the harness's triggers on the server's own file. The keyed
+/// server is clean over the same bound.
+#[test]
+fn a_real_server_is_checked_by_the_engine() {
+    use retrysim::mcp::OnMcp;
+    use retrysim::{exhaust, Bounds, CheckOptions, Invariant, Simulator};
+    let bounds = Bounds {
+        clients_max: 1,
+        intents_max: 1,
+        attempts_max: 2,
+        faults_max: 1,
+        ..Bounds::default()
+    };
+    let check = |target| {
+        let report = exhaust(
+            &mut Simulator::new(OnMcp(target)),
+            &CheckOptions::new(bounds),
+        );
+        let broken: Vec<Invariant> = report.violations.iter().map(|v| v.invariant).collect();
+        (broken, report.runs())
+    };
+    let (keyless, _) = check(counter_target(false, Some("request_id")));
+    assert!(
+        keyless.contains(&Invariant::AtMostOnceEffect),
+        "{keyless:?}"
+    );
+    let (keyed, runs) = check(counter_target(true, Some("request_id")));
+    assert_eq!(keyed, [], "clean over {runs} runs");
+    eprintln!("keyed counter server: clean over {runs} runs");
+}
