@@ -19,7 +19,9 @@ use crate::clock::Deadline;
 use crate::ctx::{Crash, Ctx};
 use crate::provider::{Charge, Provider};
 use crate::situation::Situation;
-use crate::sqlite::{settle, settle_job, settle_lookup, DbImage, HarnessDb, Retention, Stop};
+use crate::sqlite::{
+    settle, settle_job, settle_lookup, table_rows, user_tables, DbImage, HarnessDb, Retention, Stop,
+};
 use crate::state_hash::fingerprint_of;
 use crate::system::{StoreKind, System};
 use crate::vocabulary::{
@@ -601,42 +603,4 @@ fn table_effects<H: SqlHandler>(store: &SqlStore) -> Vec<IntentId> {
         return store.db.effects();
     }
     store.db.effects_outside(H::RECORDED_TABLES)
-}
-
-/// The schema's own tables, by name (not the harness's).
-fn user_tables(keeper: &Connection) -> rusqlite::Result<Vec<String>> {
-    keeper
-        .prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'table' \
-             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
-        )?
-        .query_map([], |row| row.get(0))?
-        .collect()
-}
-
-/// The rows of `table` in rowid order (or key order without rowids), each as its values
-/// joined by commas.
-fn table_rows(keeper: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
-    let mut statement = keeper.prepare_cached(&format!("SELECT * FROM \"{table}\""))?;
-    let columns = statement.column_count();
-    let mut rows = statement.query([])?;
-    let mut described = Vec::new();
-    while let Some(row) = rows.next()? {
-        let values: Vec<String> = (0..columns)
-            .map(|column| row.get::<_, rusqlite::types::Value>(column).map(show))
-            .collect::<rusqlite::Result<_>>()?;
-        described.push(values.join(","));
-    }
-    Ok(described)
-}
-
-fn show(value: rusqlite::types::Value) -> String {
-    use rusqlite::types::Value;
-    match value {
-        Value::Null => "null".into(),
-        Value::Integer(integer) => integer.to_string(),
-        Value::Real(real) => real.to_string(),
-        Value::Text(text) => text,
-        Value::Blob(blob) => format!("<{} bytes>", blob.len()),
-    }
 }

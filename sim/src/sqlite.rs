@@ -763,3 +763,43 @@ pub fn settle<V>(
         }
     }
 }
+
+/// The tables of a database's own schema, by name: every table but SQLite's and the
+/// harness's (`retrysim_…`).
+pub fn user_tables(keeper: &Connection) -> rusqlite::Result<Vec<String>> {
+    keeper
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect()
+}
+
+/// The rows of `table` in rowid order (or key order without rowids), each as its values
+/// joined by commas.
+pub fn table_rows(keeper: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut statement = keeper.prepare_cached(&format!("SELECT * FROM \"{table}\""))?;
+    let columns = statement.column_count();
+    let mut rows = statement.query([])?;
+    let mut described = Vec::new();
+    while let Some(row) = rows.next()? {
+        let values: Vec<String> = (0..columns)
+            .map(|column| row.get::<_, rusqlite::types::Value>(column).map(show))
+            .collect::<rusqlite::Result<_>>()?;
+        described.push(values.join(","));
+    }
+    Ok(described)
+}
+
+/// A value as timelines show it: `null`, the number, the text, or `<N bytes>`.
+fn show(value: rusqlite::types::Value) -> String {
+    use rusqlite::types::Value;
+    match value {
+        Value::Null => "null".into(),
+        Value::Integer(integer) => integer.to_string(),
+        Value::Real(real) => real.to_string(),
+        Value::Text(text) => text,
+        Value::Blob(blob) => format!("<{} bytes>", blob.len()),
+    }
+}

@@ -10,6 +10,7 @@
 
 use super::{McpError, ServerCommand, StdioServer, Transport};
 use crate::sqlite::rusqlite::{self, Connection};
+use crate::sqlite::{table_rows, user_tables};
 use crate::{
     Crash, Ctx, Decider, Intent, IntentTag, Keyed, Ledger, NoEvent, Reply, StoreKind, System,
     Workload,
@@ -286,29 +287,14 @@ fn unique_suffix() -> u64 {
 
 /// Every table but the harness's, each as `table [row; row]`.
 fn describe(keeper: &Connection) -> rusqlite::Result<String> {
-    let tables: Vec<String> = keeper
-        .prepare(
-            "SELECT name FROM sqlite_master WHERE type = 'table' \
-             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
-        )?
-        .query_map([], |row| row.get(0))?
+    let described: Vec<String> = user_tables(keeper)?
+        .iter()
+        .map(|table| {
+            Ok(format!(
+                "{table} [{}]",
+                table_rows(keeper, table)?.join("; ")
+            ))
+        })
         .collect::<rusqlite::Result<_>>()?;
-    let mut described = Vec::new();
-    for table in tables {
-        let mut statement = keeper.prepare(&format!("SELECT * FROM \"{table}\""))?;
-        let columns = statement.column_count();
-        let rows: Vec<String> = statement
-            .query_map([], |row| {
-                (0..columns)
-                    .map(|column| {
-                        row.get::<_, rusqlite::types::Value>(column)
-                            .map(|value| format!("{value:?}"))
-                    })
-                    .collect::<rusqlite::Result<Vec<_>>>()
-                    .map(|values| values.join(","))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        described.push(format!("{table} [{}]", rows.join("; ")));
-    }
     Ok(described.join(" "))
 }

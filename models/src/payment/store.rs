@@ -3,7 +3,7 @@
 
 use super::workload::{workload, PaymentRequest, Receipt, WORKLOAD_LIMITS};
 use retrysim_sim::sqlite::{
-    column_strings, settle, settle_job, settle_lookup, DbImage, HarnessDb, Stop,
+    column_strings, settle, settle_job, settle_lookup, user_tables, DbImage, HarnessDb, Stop,
 };
 use retrysim_sim::{
     Bounds, Charge, ChargeId, Crash, Ctx, Deadline, Decider, IntentId, IntentTag, Invariant,
@@ -86,11 +86,7 @@ struct Extension {
 impl Extension {
     /// The extension of `db`, created with it.
     fn of(db: &HarnessDb) -> Self {
-        let tables = column_strings(
-            db.keeper(),
-            "SELECT name FROM sqlite_master WHERE type = 'table' \
-             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
-        );
+        let tables = user_tables(db.keeper()).expect("the payment schema's tables read");
         let hashed = tables
             .iter()
             .map(|table| {
