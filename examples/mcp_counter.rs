@@ -5,7 +5,7 @@
 //!
 //! `cargo run --example mcp_counter` checks both; `cargo test` runs the test below.
 
-use retrysim::mcp::{McpTarget, OnMcp, ServerCommand};
+use retrysim::mcp::{Call, KeyPlacement, McpTarget, OnMcp, ServerCommand};
 use retrysim::{exhaust, Bounds, CheckOptions, CheckReport, Simulator};
 use serde_json::json;
 
@@ -20,14 +20,19 @@ fn counter(keyed: bool) -> McpTarget {
             )
             .into()],
             env: vec![("KEYED".into(), if keyed { "1" } else { "0" }.into())],
+            working_dir: None,
             answer_wait_ms: 10_000,
         },
         database_env: "RETRYSIM_DB".into(),
         effect_tables: vec!["counter".into()],
-        tool: "add".into(),
-        key_argument: Some("request_id".into()),
+        key: KeyPlacement::Argument("request_id".into()),
         value_pointer: "/structuredContent/total".into(),
-        clients: vec![vec![json!({"amount": 5})]],
+        clients: vec![vec![Call {
+            tool: "add".into(),
+            arguments: json!({"amount": 5}),
+        }]],
+        status: None,
+        reuse: true,
     }
 }
 

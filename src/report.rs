@@ -21,7 +21,7 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
             let _ = write!(command, " --tape {tape}");
         }
     }
-    command.push_str(&bounds_flags(bounds));
+    command.push_str(&bounds_flags_over(bounds, &flags_base(entry)));
     if bounds.invocations_max != entry.invocations_max {
         let _ = write!(command, " --invocations-max {}", bounds.invocations_max);
     }
@@ -45,7 +45,23 @@ pub enum Schedule {
 
 /// The CLI flags that set `bounds`, for those that differ from the defaults.
 pub fn bounds_flags(bounds: &Bounds) -> String {
-    let defaults = Bounds::default();
+    bounds_flags_over(bounds, &Bounds::default())
+}
+
+/// The bounds a replay command's flags are written over for `entry`: its scenario's for a
+/// real MCP server, else [`Bounds::default`].
+fn flags_base(entry: &HandlerEntry) -> Bounds {
+    if entry.domain != crate::mcp::MCP_MODEL {
+        return Bounds::default();
+    }
+    crate::mcp::Scenario::load(std::path::Path::new(entry.handler))
+        .map_or_else(|_| Bounds::default(), |scenario| scenario.bounds)
+}
+
+/// The flags that set `bounds` where they differ from `defaults`, the bounds a command
+/// takes without them.
+fn bounds_flags_over(bounds: &Bounds, defaults: &Bounds) -> String {
+    let defaults = *defaults;
     let pairs = [
         ("steps-max", bounds.steps_max, defaults.steps_max),
         ("attempts-max", bounds.attempts_max, defaults.attempts_max),

@@ -3,22 +3,21 @@
 The tool `add` adds `amount` to a counter kept in SQLite (the file named by the environment
 variable RETRYSIM_DB) and answers the new total. With KEYED=1 it records each `request_id`
 in the same transaction and answers a retry with the saved total instead of adding again;
-without it a retry adds again.
-
-Messages are newline-delimited JSON-RPC 2.0, as MCP's stdio transport has them.
-RETRYSIM_MISBEHAVE makes it misbehave on `tools/call`, for the harness's tests:
-`garbage` writes a line that is not JSON, `exit` exits, `hang` never answers, `error`
-answers a JSON-RPC error.
+without it a retry adds again. KEYED=split records the key too, but in a transaction of its
+own after the addition's: a crash between the two (the crash point `between-commits`, asked
+through helpers/retrysim_points.py) loses the record, and the retry adds again.
 """
 
-import json
 import os
 import sqlite3
 import sys
-import time
 
-KEYED = os.environ.get("KEYED") == "1"
-MISBEHAVE = os.environ.get("RETRYSIM_MISBEHAVE", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
+from retrysim_points import point  # noqa: E402
+from stdio_mcp import serve  # noqa: E402
+
+KEYED = os.environ.get("KEYED", "0")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
@@ -26,8 +25,7 @@ INSERT OR IGNORE INTO counter VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS records (request_id TEXT PRIMARY KEY, total INTEGER NOT NULL);
 """
 
-TOOL = {
-    "name": "add",
+DESCRIPTION = {
     "description": "Adds an amount to the counter; answers the new total.",
     "inputSchema": {
         "type": "object",
@@ -40,76 +38,32 @@ TOOL = {
 }
 
 
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
 def add(db, arguments):
     amount = int(arguments["amount"])
     key = arguments.get("request_id")
+    keyed = KEYED in ("1", "split") and key is not None
     db.execute("BEGIN IMMEDIATE")
-    if KEYED and key is not None:
+    if keyed:
         row = db.execute("SELECT total FROM records WHERE request_id = ?", (key,)).fetchone()
         if row is not None:
             db.execute("COMMIT")
             return {"total": row[0], "replayed": True}
     db.execute("UPDATE counter SET total = total + ? WHERE id = 1", (amount,))
     total = db.execute("SELECT total FROM counter WHERE id = 1").fetchone()[0]
-    if KEYED and key is not None:
+    if keyed and KEYED == "split":
+        db.execute("COMMIT")
+        point("between-commits")
+        db.execute("BEGIN IMMEDIATE")
+    if keyed:
         db.execute("INSERT INTO records VALUES (?, ?)", (key, total))
     db.execute("COMMIT")
     return {"total": total, "replayed": False}
 
 
-def answer(db, request):
-    method = request.get("method")
-    if method == "initialize":
-        return {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "counter", "version": "1"},
-        }
-    if method == "tools/list":
-        return {"tools": [TOOL]}
-    if method == "tools/call":
-        params = request.get("params", {})
-        if params.get("name") != "add":
-            raise LookupError("unknown tool " + repr(params.get("name")))
-        result = add(db, params.get("arguments", {}))
-        return {
-            "content": [{"type": "text", "text": json.dumps(result)}],
-            "structuredContent": result,
-        }
-    raise LookupError("unknown method " + repr(method))
-
-
 def main():
     db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
     db.executescript(SCHEMA)
-    for line in sys.stdin:
-        request = json.loads(line)
-        if "id" not in request:
-            continue  # a notification: nothing to answer
-        if request.get("method") == "tools/call" and MISBEHAVE:
-            print("misbehaving: " + MISBEHAVE, file=sys.stderr, flush=True)
-            if MISBEHAVE == "garbage":
-                sys.stdout.write("this is not JSON\n")
-                sys.stdout.flush()
-                continue
-            if MISBEHAVE == "exit":
-                sys.exit(3)
-            if MISBEHAVE == "hang":
-                time.sleep(3600)
-            if MISBEHAVE == "error":
-                send({"jsonrpc": "2.0", "id": request["id"],
-                      "error": {"code": -32000, "message": "the tool failed"}})
-                continue
-        try:
-            send({"jsonrpc": "2.0", "id": request["id"], "result": answer(db, request)})
-        except LookupError as error:
-            send({"jsonrpc": "2.0", "id": request["id"],
-                  "error": {"code": -32601, "message": str(error)}})
+    serve("counter", {"add": (DESCRIPTION, lambda arguments, _params: add(db, arguments))})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! The harness checks itself: a run must be a function of its choices.
 
 use crate::bounds::Bounds;
-use crate::subject::{run_seed, Subject};
+use crate::subject::{replay, run_seed, Subject};
+use crate::{RunOutcome, Tape};
 
 /// Runs `seed` twice, traced, and compares the timelines. `Err` names the first row where
 /// they differ: something in the system under test (or the harness) is not deterministic.
@@ -12,30 +13,59 @@ pub fn check_determinism(
 ) -> Result<(), String> {
     let first = run_seed(subject, seed, bounds, true);
     let second = run_seed(subject, seed, bounds, true);
-    let render = |outcome: &crate::RunOutcome| {
+    match divergence(&first, &second) {
+        None => Ok(()),
+        Some(what) => Err(format!("seed {seed} is not deterministic: {what}")),
+    }
+}
+
+/// Replays `tape` `times` times on `subject` and compares each run with `expected`, a run of
+/// the same tape. `Err` names the first row where one differs: the system under test answers
+/// differently to identical schedules (a real server that reads the wall clock, draws random
+/// ids, or keeps state in its memory from one run to the next).
+pub fn check_replays(
+    subject: &mut dyn Subject,
+    tape: &Tape,
+    bounds: &Bounds,
+    expected: &RunOutcome,
+    times: u32,
+) -> Result<(), String> {
+    for time in 1..=times {
+        let again = replay(subject, tape, bounds)
+            .map_err(|error| format!("tape {tape} does not replay: {error}"))?;
+        if let Some(what) = divergence(expected, &again) {
+            return Err(format!(
+                "tape {tape} is not deterministic: on replay {time} of {times}, {what}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where two runs of one schedule differ: the first timeline line, or their tapes; `None`
+/// when they are the same.
+fn divergence(first: &RunOutcome, second: &RunOutcome) -> Option<String> {
+    let render = |outcome: &RunOutcome| {
         outcome
             .timeline
             .as_ref()
             .map(|timeline| timeline.render())
             .unwrap_or_default()
     };
-    let (first_text, second_text) = (render(&first), render(&second));
+    let (first_text, second_text) = (render(first), render(second));
     if first.tape == second.tape && first_text == second_text {
-        return Ok(());
+        return None;
     }
     let mismatch = first_text
         .lines()
         .zip(second_text.lines())
         .enumerate()
         .find(|(_, (a, b))| a != b);
-    Err(match mismatch {
+    Some(match mismatch {
         Some((line, (a, b))) => format!(
-            "seed {seed} is not deterministic: timeline line {} differs:\n  first:  {a}\n  second: {b}",
+            "timeline line {} differs:\n  first:  {a}\n  second: {b}",
             line + 1
         ),
-        None => format!(
-            "seed {seed} is not deterministic: tapes {} and {} differ",
-            first.tape, second.tape
-        ),
+        None => format!("tapes {} and {} differ", first.tape, second.tape),
     })
 }

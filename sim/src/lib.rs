@@ -53,7 +53,7 @@ pub use choices::{
 };
 pub use clock::{Clock, Deadline, Timeouts};
 pub use ctx::{Crash, Ctx, Link, Session};
-pub use determinism::check_determinism;
+pub use determinism::{check_determinism, check_replays};
 pub use explore::{
     explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
 };

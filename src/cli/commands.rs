@@ -4,6 +4,7 @@
 use super::output::{
     clear_progress_line, note, progress_shown, timed, with_progress, Printed, Shown,
 };
+use super::target::server_failures_as_errors;
 use super::*;
 
 pub(super) fn cores() -> usize {
@@ -134,20 +135,20 @@ pub(super) fn list(json: bool, width_chars: usize) -> Printed {
 
 /// Explores `seeds` and measures how long it took, with a progress line when `shown`.
 pub(super) fn timed_explore(
-    entry: &HandlerEntry,
+    factory: crate::SubjectFactory<'_>,
     seeds: Range<u64>,
     (bounds, threads): (&Bounds, usize),
     shown: Shown,
 ) -> (Exploration, f64) {
     timed(|| {
         with_progress(shown, |progress| {
-            explore_with_progress(&entry.build, seeds, bounds, threads, progress)
+            explore_with_progress(factory, seeds, bounds, threads, progress)
         })
     })
 }
 
 pub(super) fn shrink_first(
-    entry: &HandlerEntry,
+    factory: crate::SubjectFactory<'_>,
     bounds: &Bounds,
     exploration: &Exploration,
     invariant: Option<Invariant>,
@@ -156,7 +157,7 @@ pub(super) fn shrink_first(
         Some(invariant) => exploration.failure(invariant)?,
         None => exploration.first()?,
     };
-    let mut subject = (entry.build)();
+    let mut subject = factory();
     Some(shrink(
         &mut *subject,
         bounds,
@@ -211,9 +212,25 @@ pub(super) fn run_check(
     json: bool,
     (bounds, width_chars): (&BoundsArgs, usize),
 ) -> Result<Printed, UsageError> {
-    let entry = models::find(&target.model, &target.handler)?;
-    let mut subject = (entry.build)();
-    let bounds = bounds.bounds(entry, &*subject)?;
+    let resolved = resolve(target, true)?;
+    let bounds = bounds.bounds(&resolved)?;
+    if target.is_mcp() {
+        return server_failures_as_errors(|| {
+            check_on(&resolved, search, json, (bounds, width_chars))
+        });
+    }
+    check_on(&resolved, search, json, (bounds, width_chars))
+}
+
+/// Checks `resolved` within `bounds`.
+fn check_on(
+    resolved: &Resolved,
+    search: &SearchArgs,
+    json: bool,
+    (bounds, width_chars): (Bounds, usize),
+) -> Result<Printed, UsageError> {
+    let entry = resolved.entry;
+    let mut subject = resolved.subject();
     let options = check_options(search, bounds, &mut *subject)?;
     let threads = threads_in_force(search.threads);
     let started = Instant::now();
@@ -223,7 +240,12 @@ pub(super) fn run_check(
             clear_progress_line(shown == Shown::Redrawn);
             note(&level_line(level, started));
         };
-        exhaust_on_reporting(&entry.build, &options, threads, (&mut level_done, progress))
+        exhaust_on_reporting(
+            resolved.factory(),
+            &options,
+            threads,
+            (&mut level_done, progress),
+        )
     });
     let elapsed_seconds = started.elapsed().as_secs_f64();
     // A counterexample replays under the bounds of the level that found it.
@@ -231,12 +253,16 @@ pub(super) fn run_check(
         let found_bounds = found.bounds(&options.bounds);
         shrink(&mut *subject, &found_bounds, &found.tape, found.invariant)
     });
+    let nondeterminism = minimal
+        .as_ref()
+        .and_then(|m| resolved.confirm(&m.outcome, &m.bounds).err());
     let gaps = report.coverage.gaps(&options.bounds);
     let mut out = Printed::new();
     if json {
         let value = json!({
             "model": entry.domain,
             "handler": entry.handler,
+            "nondeterministic": nondeterminism,
             "options": options,
             "report": report,
             "runs": report.runs(),
@@ -261,17 +287,32 @@ pub(super) fn run_check(
             subject.invariants(),
             width_chars,
         );
+        if let Some(divergence) = &nondeterminism {
+            out.text.push_str(&nondeterministic_note(divergence));
+        }
         out = out.fitted(width_chars);
     }
     // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
     let gaps_judged = options.shard.is_whole() && !gaps.is_empty();
-    Ok(out.ending(if !report.violations.is_empty() {
+    Ok(out.ending(if nondeterminism.is_some() {
+        ExitCode::from(3)
+    } else if !report.violations.is_empty() {
         ExitCode::from(1)
     } else if report.clean() && !gaps_judged {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(3)
     }))
+}
+
+/// What a report says of a failure that did not replay alike on a fresh server process.
+pub(super) fn nondeterministic_note(divergence: &str) -> String {
+    format!(
+        "\nNONDETERMINISTIC: the failure above did not replay alike on a fresh server process, \
+         so it is not reported as a violation (exit 3). The server answers identical schedules \
+         differently: it reads the wall clock, draws at random, runs threads, or keeps state in \
+         its memory from one run to the next (try reuse = false in [server]).\n{divergence}\n"
+    )
 }
 
 /// A shard report's text: at most [`REPORT_BYTES_MAX`] bytes of UTF-8 from a file.
@@ -326,9 +367,33 @@ pub(super) fn run_explore(
     threads: Option<usize>,
     (bounds, width_chars): (&BoundsArgs, usize),
 ) -> Result<Printed, UsageError> {
-    let entry = models::find(&target.model, &target.handler)?;
-    let mut subject = (entry.build)();
-    let bounds = bounds.bounds(entry, &*subject)?;
+    let resolved = resolve(target, true)?;
+    let bounds = bounds.bounds(&resolved)?;
+    let explore = || {
+        explore_on(
+            &resolved,
+            (seeds, shard),
+            (json, determinism),
+            threads,
+            (&bounds, width_chars),
+        )
+    };
+    if target.is_mcp() {
+        return server_failures_as_errors(explore);
+    }
+    explore()
+}
+
+/// Explores `resolved` over `seeds` within `bounds`.
+fn explore_on(
+    resolved: &Resolved,
+    (seeds, shard): (Range<u64>, Shard),
+    (json, determinism): (bool, bool),
+    threads: Option<usize>,
+    (bounds, width_chars): (&Bounds, usize),
+) -> Result<Printed, UsageError> {
+    let (entry, bounds) = (resolved.entry, *bounds);
+    let mut subject = resolved.subject();
     let threads = threads_in_force(threads);
     let mut out = Printed::new();
     if determinism {
@@ -340,12 +405,15 @@ pub(super) fn run_explore(
         }
     }
     let (exploration, elapsed_seconds) = timed_explore(
-        entry,
+        resolved.factory(),
         seeds.clone(),
         (&bounds, threads),
         progress_shown(json),
     );
-    let shrunk = shrink_first(entry, &bounds, &exploration, None);
+    let shrunk = shrink_first(resolved.factory(), &bounds, &exploration, None);
+    let nondeterminism = shrunk
+        .as_ref()
+        .and_then(|m| resolved.confirm(&m.outcome, &m.bounds).err());
     if json {
         let first = shrunk.as_ref().map(|shrunk| {
             json!({
@@ -360,6 +428,7 @@ pub(super) fn run_explore(
         let value = json!({
             "model": entry.domain,
             "handler": entry.handler,
+            "nondeterministic": nondeterminism,
             "seeds": { "start": seeds.start, "end": seeds.end },
             "shard": shard,
             "bounds": bounds,
@@ -381,7 +450,13 @@ pub(super) fn run_explore(
             shrunk.as_ref(),
             width_chars,
         );
+        if let Some(divergence) = &nondeterminism {
+            out.text.push_str(&nondeterministic_note(divergence));
+        }
         out = out.fitted(width_chars);
+    }
+    if nondeterminism.is_some() {
+        return Ok(out.ending(ExitCode::from(3)));
     }
     Ok(out.ending(exit_for(exploration.violations.is_empty())))
 }
@@ -400,9 +475,25 @@ pub(super) fn run_replay(
     format: Format,
     (bounds, width_chars): (&BoundsArgs, usize),
 ) -> Result<Printed, UsageError> {
-    let entry = models::find(&target.model, &target.handler)?;
-    let mut subject = (entry.build)();
-    let bounds = bounds.bounds(entry, &*subject)?;
+    let resolved = resolve(target, true)?;
+    let bounds = bounds.bounds(&resolved)?;
+    if target.is_mcp() {
+        return server_failures_as_errors(|| {
+            replay_on(&resolved, schedule, format, (&bounds, width_chars))
+        });
+    }
+    replay_on(&resolved, schedule, format, (&bounds, width_chars))
+}
+
+/// Replays one run of `resolved`.
+fn replay_on(
+    resolved: &Resolved,
+    schedule: &ScheduleArgs,
+    format: Format,
+    (bounds, width_chars): (&Bounds, usize),
+) -> Result<Printed, UsageError> {
+    let (entry, bounds) = (resolved.entry, *bounds);
+    let mut subject = resolved.subject();
     let outcome = match (schedule.seed, &schedule.tape) {
         (Some(seed), _) => run_seed(&mut *subject, seed, &bounds, true),
         (None, Some(tape)) => replay(&mut *subject, tape, &bounds)?,

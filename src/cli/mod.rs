@@ -6,10 +6,13 @@
 mod commands;
 mod output;
 mod report_dir;
+mod target;
 
+use crate::mcp::MCP_MODEL;
 use commands::{list, run_check, run_explore, run_merge, run_replay};
 use output::{note, one_line, standard_output_closed, write_out, Printed};
 use report_dir::{run_matrix, run_report_dir};
+use target::{resolve, Resolved};
 
 use crate::merge::{merge, ShardReport, REPORT_BYTES_MAX};
 use crate::report::{self, MatrixRow, Schedule};
@@ -19,9 +22,11 @@ use crate::{
     Level, Progress, Reduction, Rounds, Shard, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX,
     THREADS_MAX,
 };
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use retrysim_models::{self as models, HandlerEntry};
 use serde_json::json;
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
@@ -138,6 +143,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a real MCP server as a scenario file says (`check --model mcp --handler
+    /// SCENARIO`): every run within the bounds, its flags defaulting to the scenario's.
+    Mcp {
+        /// The scenario: the server's command, its database and effect tables, where the
+        /// client's key goes, and the calls the clients make (TOML; see docs/mcp.md).
+        #[arg(value_name = "SCENARIO")]
+        scenario: String,
+        #[command(flatten)]
+        search: SearchArgs,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        bounds: BoundsArgs,
+    },
     /// Print the timeline of one run, given by seed or by tape, and the invariants it breaks.
     Replay {
         #[command(flatten)]
@@ -154,10 +174,10 @@ enum Command {
 
 #[derive(Args)]
 struct Target {
-    /// The domain, e.g. counter.
+    /// The domain, e.g. counter; `mcp` for a real MCP server.
     #[arg(long)]
     model: String,
-    /// The handler, e.g. keyed-sqlite.
+    /// The handler, e.g. keyed-sqlite; for `--model mcp`, the scenario file.
     #[arg(long)]
     handler: String,
 }
@@ -239,35 +259,59 @@ struct BoundsArgs {
     /// [default: the handler's own; none but for the payment handlers]
     #[arg(long)]
     invocation_limit_ms: Option<u64>,
+    /// The flags given on the command line (by field name): the others take the target's
+    /// defaults, a scenario's where it sets them.
+    #[arg(skip)]
+    given: BTreeSet<String>,
 }
 
 impl BoundsArgs {
-    /// The bounds in force for `entry`, refused when no run could reach them.
-    fn bounds(&self, entry: &HandlerEntry, subject: &dyn Subject) -> Result<Bounds, UsageError> {
+    /// The bounds in force for `resolved`, refused when no run could reach them.
+    fn bounds(&self, resolved: &Resolved) -> Result<Bounds, UsageError> {
+        let (entry, base) = (resolved.entry, &resolved.base);
+        let given = |field: &str| self.given.contains(field);
+        macro_rules! pick {
+            ($field:ident) => {
+                if given(stringify!($field)) {
+                    self.$field
+                } else {
+                    base.$field
+                }
+            };
+        }
         let bounds = Bounds {
             invocations_max: self.invocations_max.unwrap_or(entry.invocations_max),
-            steps_max: self.steps_max,
-            clients_max: self.clients_max,
-            intents_max: self.intents_max,
-            attempts_max: self.attempts_max,
-            faults_max: self.faults_max,
-            drops_max: self.drops_max,
-            duplicates_max: self.duplicates_max,
-            crashes_max: self.crashes_max,
-            reconnects_max: self.reconnects_max,
+            steps_max: pick!(steps_max),
+            clients_max: pick!(clients_max),
+            intents_max: pick!(intents_max),
+            attempts_max: pick!(attempts_max),
+            faults_max: pick!(faults_max),
+            drops_max: pick!(drops_max),
+            duplicates_max: pick!(duplicates_max),
+            crashes_max: pick!(crashes_max),
+            reconnects_max: pick!(reconnects_max),
             storage_faults_max: self.storage_faults_max.unwrap_or(entry.storage_faults_max),
-            client: self.client,
-            timeouts: self.timeouts,
-            timeout_ms: self.timeout_ms,
-            backoff_ms_base: self.backoff_ms_base,
-            backoff_jitter_ms: self.backoff_jitter_ms,
-            retry_horizon_ms: self.retry_horizon_ms,
+            client: pick!(client),
+            timeouts: pick!(timeouts),
+            timeout_ms: pick!(timeout_ms),
+            backoff_ms_base: pick!(backoff_ms_base),
+            backoff_jitter_ms: pick!(backoff_jitter_ms),
+            retry_horizon_ms: pick!(retry_horizon_ms),
             invocation_limit_ms: self.invocation_limit_ms.or(entry.invocation_limit_ms),
         };
-        subject
+        resolved
             .check_bounds(&bounds)
             .map_err(|error| UsageError(flag_error(&error, entry)))?;
         Ok(bounds)
+    }
+
+    /// Notes which of its flags `matches` (the command's) were given on the command line.
+    fn note_given(&mut self, matches: &ArgMatches) {
+        self.given = matches
+            .ids()
+            .filter(|id| matches.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+            .map(|id| id.as_str().to_string())
+            .collect();
     }
 }
 
@@ -279,10 +323,17 @@ fn flag_error(error: &BoundsError, entry: &HandlerEntry) -> String {
         field => format!("--{}", field.replace('_', "-")),
     };
     match error {
+        BoundsError::AboveWorkload { value, most, .. } if entry.domain == MCP_MODEL => format!(
+            "{flag} {value} is more than the scenario {} has (at most {most})",
+            entry.handler
+        ),
         BoundsError::AboveWorkload { value, most, .. } => {
             let domain = entry.domain;
             format!("{flag} {value} is more than {domain}'s workloads draw (at most {most})")
         }
+        BoundsError::NoSuchFault { value, .. } if entry.domain == MCP_MODEL => format!(
+            "{flag} {value}: the harness cannot fail a real server's COMMITs; use 0"
+        ),
         BoundsError::NoSuchFault { value, .. } => format!(
             "{flag} {value}: {}/{} has no storage faults to inject (its store is not SQLite); use 0",
             entry.domain, entry.handler
@@ -440,19 +491,23 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = Cli::try_parse_from(args).map_err(|error| one_line(&error.render().to_string()))?;
+    let cli = parse(args).map_err(|error| one_line(&error.render().to_string()))?;
+    let mcp_target;
     let resolved = match &cli.command {
         Some(Command::Explore { target, bounds, .. })
         | Some(Command::Check { target, bounds, .. })
         | Some(Command::Replay { target, bounds, .. }) => Some((target, bounds)),
+        Some(Command::Mcp {
+            scenario, bounds, ..
+        }) => {
+            mcp_target = Target::scenario(scenario);
+            Some((&mcp_target, bounds))
+        }
         _ => None,
     };
     if let Some((target, bounds)) = resolved {
-        let entry =
-            models::find(&target.model, &target.handler).map_err(|e| UsageError::from(e).0)?;
-        bounds
-            .bounds(entry, &*(entry.build)())
-            .map_err(|error| error.0)?;
+        let resolved = resolve(target, false).map_err(|error| error.0)?;
+        bounds.bounds(&resolved).map_err(|error| error.0)?;
     }
     Ok(())
 }
@@ -467,7 +522,7 @@ where
         note("error: standard output is closed: nowhere to write the output");
         return ExitCode::from(2);
     }
-    let result = match Cli::try_parse_from(args) {
+    let result = match parse(args) {
         Ok(cli) => run(cli.command, width_in_force(cli.width)),
         Err(error) if !error.use_stderr() => {
             // Help and version: clap trims the last line's newline in some of them.
@@ -485,6 +540,44 @@ where
             note(&format!("error: {message}"));
             ExitCode::from(2)
         }
+    }
+}
+
+/// Parses `args`, noting which bounds flags were given on the command line.
+fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (
+        Some(
+            Command::Explore { bounds, .. }
+            | Command::Check { bounds, .. }
+            | Command::Mcp { bounds, .. }
+            | Command::Replay { bounds, .. },
+        ),
+        Some((_, command_matches)),
+    ) = (&mut cli.command, matches.subcommand())
+    {
+        bounds.note_given(command_matches);
+    }
+    Ok(cli)
+}
+
+impl Target {
+    /// The target of a scenario file.
+    fn scenario(path: &str) -> Target {
+        Target {
+            model: MCP_MODEL.to_string(),
+            handler: path.to_string(),
+        }
+    }
+
+    /// Whether it names a real MCP server.
+    fn is_mcp(&self) -> bool {
+        self.model == MCP_MODEL
     }
 }
 
@@ -514,6 +607,17 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
             json,
             bounds,
         }) => run_check(&target, &search, json, (&bounds, width_chars)),
+        Some(Command::Mcp {
+            scenario,
+            search,
+            json,
+            bounds,
+        }) => run_check(
+            &Target::scenario(&scenario),
+            &search,
+            json,
+            (&bounds, width_chars),
+        ),
         Some(Command::Report { out }) => run_report_dir(&out),
         Some(Command::Merge { files, json }) => run_merge(&files, json),
         Some(Command::Replay {

@@ -13,7 +13,8 @@ pub(super) fn matrix_rows() -> Vec<MatrixRow<'static>> {
     for entry in models::handlers() {
         let bounds = entry.bounds_from(Bounds::default());
         let shown = progress_shown(false);
-        let (exploration, _) = timed_explore(entry, DEFAULT_SEEDS, (&bounds, threads), shown);
+        let (exploration, _) =
+            timed_explore(&entry.build, DEFAULT_SEEDS, (&bounds, threads), shown);
         let applicable = (entry.build)().invariants();
         rows.push(MatrixRow {
             entry,
@@ -35,7 +36,8 @@ pub(super) fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageErro
         let bounds = row.entry.bounds_from(Bounds::default());
         for failure in &row.exploration.violations {
             let invariant = failure.invariant;
-            let Some(shrunk) = shrink_first(row.entry, &bounds, &row.exploration, Some(invariant))
+            let Some(shrunk) =
+                shrink_first(&row.entry.build, &bounds, &row.exploration, Some(invariant))
             else {
                 continue;
             };
@@ -202,7 +204,8 @@ pub(super) fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds, width_chars
     let models::Declared::Faulty { caught_by } = row.entry.declared else {
         return String::new();
     };
-    let Some(shrunk) = shrink_first(row.entry, bounds, &row.exploration, Some(caught_by)) else {
+    let Some(shrunk) = shrink_first(&row.entry.build, bounds, &row.exploration, Some(caught_by))
+    else {
         return String::new();
     };
     let seed = row.exploration.failure(caught_by).map(|found| found.seed);

@@ -8,26 +8,80 @@
 //! last lines of its standard error. Other transports (MCP's Streamable HTTP, a plain HTTP
 //! endpoint with an `Idempotency-Key` header) implement the same trait.
 
+mod scenario;
+mod side_channel;
 mod stdio;
 mod system;
 
+pub use scenario::{Scenario, ScenarioError};
+pub use side_channel::SIDE_CHANNEL_ENV;
 pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
-pub use system::{McpStore, McpTarget, OnMcp, AFTER_ANSWER, BEFORE_CALL};
+pub use system::{
+    Call, KeyPlacement, McpStore, McpTarget, OnMcp, StatusTool, AFTER_ANSWER, BEFORE_CALL,
+};
 
+use crate::Crash;
+
+/// The model under which the command line takes a scenario file as the handler
+/// (`--model mcp --handler SCENARIO`).
+pub const MCP_MODEL: &str = "mcp";
 use serde_json::Value;
 use std::fmt;
 
 /// A tool server the harness talks to, one session at a time.
 pub trait Transport {
-    /// Starts the server, a fresh process and session, and does the handshake; the tools it
+    /// Starts the server, a fresh process and session, and does the handshake; what it
     /// offers. A server already running is killed first.
-    fn start(&mut self) -> Result<Vec<Tool>, McpError>;
+    fn start(&mut self) -> Result<Offer, McpError>;
 
-    /// Calls `tool` with `arguments` and waits for its result (MCP's `CallToolResult`).
-    fn call(&mut self, tool: &str, arguments: &Value) -> Result<Value, McpError>;
+    /// Sends one `tools/call` with `params` (`name`, `arguments`, and `_meta` or an
+    /// `idempotencyKey` when the client sends its key there) and waits for its result (MCP's
+    /// `CallToolResult`). While it waits it answers what the server asks over the side
+    /// channel through `asks`; when `asks` says crash, the server is killed and the call ends
+    /// in [`Interrupted::Crash`].
+    fn call(
+        &mut self,
+        params: &Value,
+        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
+    ) -> Result<Value, Interrupted>;
 
     /// Kills the server at once, as a crash does: what it has not written is lost.
     fn kill(&mut self);
+}
+
+/// What a server offers after the handshake.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offer {
+    /// Its tools (`tools/list`).
+    pub tools: Vec<Tool>,
+    /// The capabilities its `initialize` answer declares.
+    pub capabilities: Value,
+}
+
+/// What a server asks the harness in the middle of a call, over the side channel that the
+/// helpers (`helpers/retrysim_points.py`) open: whether to go on past a crash point, or the
+/// simulated time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// `point("after-commit")`: go on, or be killed here.
+    Point(String),
+    /// `now_ms()`: the simulated clock, in milliseconds since the run began.
+    NowMs,
+}
+
+/// Why a call ended without a result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Interrupted {
+    /// The schedule crashed the server at a crash point it asked about; it is killed.
+    Crash(Crash),
+    /// The server failed the harness.
+    Failed(McpError),
+}
+
+impl From<McpError> for Interrupted {
+    fn from(error: McpError) -> Self {
+        Interrupted::Failed(error)
+    }
 }
 
 /// A tool a server offers (`tools/list`).

@@ -1,12 +1,15 @@
 //! MCP's stdio transport: the server is a child process; each message is one line of JSON on
 //! its standard input or output.
 
-use super::{McpError, Tool, Transport};
+use super::side_channel::{Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::{Ask, Interrupted, McpError, Offer, Tool, Transport};
+use crate::Crash;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -27,6 +30,8 @@ pub struct ServerCommand {
     pub args: Vec<String>,
     /// Variables set in its environment, in order.
     pub env: Vec<(String, String)>,
+    /// The directory it runs in; `None` for the harness's own.
+    pub working_dir: Option<PathBuf>,
     /// How long the harness waits for any one answer, in milliseconds of real time: a
     /// server that takes longer is reported silent, never waited on for ever.
     pub answer_wait_ms: u64,
@@ -48,14 +53,21 @@ pub struct StdioServer {
     running: Option<Running>,
     /// The id of the next JSON-RPC request, counting on across restarts.
     next_id: u64,
+    /// What every process of this server and the side channel say, in the order heard.
+    heard: Receiver<Heard>,
+    /// The sending end of `heard`, for each process's reader.
+    hearing: Sender<Heard>,
+    /// How many processes have been started: lines from an earlier one are old news.
+    generation: u64,
+    side_channel: Option<SideChannel>,
 }
 
 /// A running server process and the lines it writes.
 struct Running {
     child: Child,
     stdin: ChildStdin,
-    /// Its standard output, line by line, read by a thread of its own.
-    lines: Receiver<String>,
+    /// Which of the server's processes this is.
+    generation: u64,
     /// The last lines of its standard error.
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Closes when the thread that reads its standard error is done: once the process, and
@@ -66,18 +78,68 @@ struct Running {
 impl StdioServer {
     /// A server to run with `command`; nothing runs until [`Transport::start`].
     pub fn new(command: ServerCommand) -> Self {
+        let (hearing, heard) = mpsc::channel();
         StdioServer {
             command,
             running: None,
             next_id: 1,
+            heard,
+            hearing,
+            generation: 0,
+            side_channel: None,
         }
     }
 
+    /// A server to run with `command` that may ask the harness at crash points and for the
+    /// time over a side channel, a Unix socket at `socket` whose path it finds in
+    /// [`SIDE_CHANNEL_ENV`].
+    pub fn with_side_channel(command: ServerCommand, socket: &Path) -> Result<Self, McpError> {
+        let mut server = StdioServer::new(command);
+        let channel =
+            SideChannel::open(socket, server.hearing.clone()).map_err(|error| McpError::Start {
+                command: server.command.display(),
+                error: format!(
+                    "the side channel {} does not open: {error}",
+                    socket.display()
+                ),
+            })?;
+        server.side_channel = Some(channel);
+        Ok(server)
+    }
+
+    /// Whether a process of the server is running (started and not killed or failed).
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// Calls `tool` with `arguments`, going on past every crash point the server asks about
+    /// and answering the time 0.
+    pub fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Value, McpError> {
+        let params = json!({"name": tool, "arguments": arguments});
+        self.call(&params, &mut |_| Ok(0))
+            .map_err(|interrupted| match interrupted {
+                Interrupted::Failed(error) => error,
+                Interrupted::Crash(_) => unreachable!("nothing asked for a crash"),
+            })
+    }
+
     /// Runs the process and starts the threads that read its output.
-    fn spawn(&self) -> Result<Running, McpError> {
-        let mut child = Command::new(&self.command.program)
+    fn spawn(&mut self) -> Result<Running, McpError> {
+        // Old news of an earlier process is dropped.
+        while self.heard.try_recv().is_ok() {}
+        self.generation += 1;
+        let generation = self.generation;
+        let mut command = Command::new(&self.command.program);
+        command
             .args(&self.command.args)
-            .envs(self.command.env.iter().map(|(name, value)| (name, value)))
+            .envs(self.command.env.iter().map(|(name, value)| (name, value)));
+        if let Some(channel) = &self.side_channel {
+            command.env(SIDE_CHANNEL_ENV, channel.path());
+        }
+        if let Some(directory) = &self.command.working_dir {
+            command.current_dir(directory);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -89,14 +151,15 @@ impl StdioServer {
         let stdin = child.stdin.take().expect("a piped stdin");
         let stdout = child.stdout.take().expect("a piped stdout");
         let stderr_pipe = child.stderr.take().expect("a piped stderr");
-        let (sender, lines) = mpsc::channel();
+        let hearing = self.hearing.clone();
         thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
+                if hearing.send(Heard::Line(generation, line)).is_err() {
+                    return;
                 }
             }
+            let _ = hearing.send(Heard::Closed(generation));
         });
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let kept = Arc::clone(&stderr);
@@ -115,18 +178,33 @@ impl StdioServer {
         Ok(Running {
             child,
             stdin,
-            lines,
+            generation,
             stderr,
             stderr_done,
         })
     }
 
-    /// Sends a request and waits for the answer with its id.
-    fn request(&mut self, method: &str, params: Value) -> Result<Value, McpError> {
+    /// Sends a request and waits for the answer with its id, answering the server's
+    /// questions meanwhile through `asks`.
+    fn request(
+        &mut self,
+        method: &str,
+        params: &Value,
+        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
+    ) -> Result<Value, Interrupted> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
-        self.answer(id)
+        self.answer(id, asks)
+    }
+
+    /// A request of the handshake: the server's questions meanwhile are answered go.
+    fn handshake_request(&mut self, method: &str, params: &Value) -> Result<Value, McpError> {
+        self.request(method, params, &mut |_| Ok(0))
+            .map_err(|interrupted| match interrupted {
+                Interrupted::Failed(error) => error,
+                Interrupted::Crash(_) => unreachable!("the handshake never crashes"),
+            })
     }
 
     /// Sends a notification (no answer).
@@ -146,45 +224,95 @@ impl StdioServer {
         written.map_err(|_| self.exited())
     }
 
-    /// Waits for the response to request `id`, skipping the server's notifications.
-    fn answer(&mut self, id: u64) -> Result<Value, McpError> {
+    /// Waits for the response to request `id`, skipping the server's notifications and
+    /// answering its questions on the side channel through `asks`. Each wait for the next
+    /// thing the server says is bounded by `answer_wait_ms`.
+    fn answer(
+        &mut self,
+        id: u64,
+        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
+    ) -> Result<Value, Interrupted> {
         let wait = Duration::from_millis(self.command.answer_wait_ms);
+        let generation = self.running.as_ref().expect("a started server").generation;
         loop {
-            let running = self.running.as_mut().expect("a started server");
-            let line = match running.lines.recv_timeout(wait) {
-                Ok(line) => line,
+            let line = match self.heard.recv_timeout(wait) {
+                Ok(Heard::Line(from, line)) if from == generation => line,
+                Ok(Heard::Closed(from)) if from == generation => return Err(self.exited().into()),
+                Ok(Heard::Line(..) | Heard::Closed(_)) => continue,
+                Ok(Heard::Ask(ask)) => {
+                    self.answer_ask(&ask, asks)?;
+                    continue;
+                }
+                Ok(Heard::Unknown(line)) => {
+                    self.stop();
+                    return Err(McpError::Protocol(format!(
+                        "its side channel said {line:?}, not `point NAME` or `now`"
+                    ))
+                    .into());
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(McpError::Silent {
                         waited_ms: self.command.answer_wait_ms,
                         stderr: self.stop().1,
-                    })
+                    }
+                    .into())
                 }
-                Err(RecvTimeoutError::Disconnected) => return Err(self.exited()),
+                Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
             };
-            let Ok(message) = serde_json::from_str::<Value>(&line) else {
-                return Err(McpError::Garbage {
-                    line: line.chars().take(200).collect(),
-                    stderr: self.stop().1,
-                });
-            };
-            if message.get("id") != Some(&json!(id)) {
-                continue;
+            if let Some(result) = self.response(id, &line)? {
+                return Ok(result);
             }
-            if let Some(error) = message.get("error") {
-                return Err(McpError::Rpc {
-                    code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                    message: error
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                });
-            }
-            return message
-                .get("result")
-                .cloned()
-                .ok_or_else(|| McpError::Protocol(format!("a response without a result: {line}")));
         }
+    }
+
+    /// The result of request `id` if `line` is its response; `None` for another message.
+    fn response(&mut self, id: u64, line: &str) -> Result<Option<Value>, McpError> {
+        let Ok(message) = serde_json::from_str::<Value>(line) else {
+            return Err(McpError::Garbage {
+                line: line.chars().take(200).collect(),
+                stderr: self.stop().1,
+            });
+        };
+        if message.get("id") != Some(&json!(id)) {
+            return Ok(None);
+        }
+        if let Some(error) = message.get("error") {
+            return Err(McpError::Rpc {
+                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            });
+        }
+        message
+            .get("result")
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| McpError::Protocol(format!("a response without a result: {line}")))
+    }
+
+    /// Answers a question the server asked on the side channel: go on or the time, or a
+    /// crash (the server is killed).
+    fn answer_ask(
+        &mut self,
+        ask: &Ask,
+        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
+    ) -> Result<(), Interrupted> {
+        let channel = self
+            .side_channel
+            .as_ref()
+            .expect("questions come on the side channel");
+        match (asks(ask), ask) {
+            (Ok(_), Ask::Point(_)) => channel.answer("go"),
+            (Ok(now_ms), Ask::NowMs) => channel.answer(&format!("now {now_ms}")),
+            (Err(crash), _) => {
+                self.kill();
+                return Err(Interrupted::Crash(crash));
+            }
+        }
+        Ok(())
     }
 
     /// The error for a server that is gone: its exit status and its last words.
@@ -212,12 +340,12 @@ impl StdioServer {
 }
 
 impl Transport for StdioServer {
-    fn start(&mut self) -> Result<Vec<Tool>, McpError> {
+    fn start(&mut self) -> Result<Offer, McpError> {
         self.kill();
         self.running = Some(self.spawn()?);
-        let handshake = self.request(
+        let handshake = self.handshake_request(
             "initialize",
-            json!({
+            &json!({
                 "protocolVersion": PROTOCOL_VERSION,
                 "capabilities": {},
                 "clientInfo": {"name": "retrysim", "version": env!("CARGO_PKG_VERSION")},
@@ -229,12 +357,12 @@ impl Transport for StdioServer {
             )));
         }
         self.notify("notifications/initialized")?;
-        let listed = self.request("tools/list", json!({}))?;
+        let listed = self.handshake_request("tools/list", &json!({}))?;
         let tools = listed
             .get("tools")
             .and_then(Value::as_array)
             .ok_or_else(|| McpError::Protocol(format!("tools/list answered no tools: {listed}")))?;
-        Ok(tools
+        let tools = tools
             .iter()
             .map(|tool| Tool {
                 name: tool
@@ -244,11 +372,23 @@ impl Transport for StdioServer {
                     .to_string(),
                 input_schema: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
             })
-            .collect())
+            .collect();
+        let capabilities = handshake
+            .get("capabilities")
+            .cloned()
+            .unwrap_or(Value::Null);
+        Ok(Offer {
+            tools,
+            capabilities,
+        })
     }
 
-    fn call(&mut self, tool: &str, arguments: &Value) -> Result<Value, McpError> {
-        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+    fn call(
+        &mut self,
+        params: &Value,
+        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
+    ) -> Result<Value, Interrupted> {
+        self.request("tools/call", params, asks)
     }
 
     fn kill(&mut self) {

@@ -1,23 +1,28 @@
-//! A real MCP server as a system under test ([`OnMcp`]): the engine's clients call one of its
+//! A real MCP server as a system under test ([`OnMcp`]): the engine's clients call its
 //! tools through a [`Transport`], and the harness's ground truth is the server's own SQLite
 //! file, on whose effect tables it installs triggers of its own.
 //!
 //! The triggers are plain SQL (the server's connection has none of the harness's functions):
 //! each change to an effect table writes a row to `retrysim_effects` in the server's own
 //! transaction. After each call the harness gives the new rows to the intent it was serving;
-//! one call is in flight at a time, so that is exact. The server is restarted for every run on
-//! the file as the template left it, and after every crash.
+//! one call is in flight at a time, so that is exact. Each run starts from the file as the
+//! template left it: put back through SQLite's backup API under the running server when the
+//! target reuses its process, or copied before a fresh process starts. A crash kills the
+//! process, and the restarted one opens the file as the crash left it (SQLite's own recovery
+//! runs on it).
 
-use super::{McpError, ServerCommand, StdioServer, Transport};
-use crate::sqlite::rusqlite::{self, Connection};
+use super::{Ask, Interrupted, McpError, ServerCommand, StdioServer, Transport};
+use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::{table_rows, user_tables};
 use crate::{
-    Crash, Ctx, Decider, Intent, IntentTag, Keyed, Ledger, NoEvent, Reply, StoreKind, System,
-    Workload,
+    ChoiceKind, Crash, Ctx, Decider, Intent, IntentTag, Keyed, Ledger, NoEvent, Reply, Status,
+    StoreKind, System, Workload, WorkloadLimits,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::borrow::Cow;
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// The crash point before the call is sent: the server never sees it.
 pub const BEFORE_CALL: &str = "before-call";
@@ -26,7 +31,7 @@ pub const BEFORE_CALL: &str = "before-call";
 /// lost with the crash.
 pub const AFTER_ANSWER: &str = "after-answer";
 
-/// What to check of a server: how to run it, which tool the clients call and how, and where
+/// What to check of a server: how to run it, which tools the clients call and how, and where
 /// its effects are.
 #[derive(Clone, Debug)]
 pub struct McpTarget {
@@ -36,16 +41,57 @@ pub struct McpTarget {
     pub database_env: String,
     /// The tables whose changes are the effects the invariants count.
     pub effect_tables: Vec<String>,
-    /// The tool the clients call.
-    pub tool: String,
-    /// The argument the client's request id goes in; `None` sends none (a client without a
-    /// key).
-    pub key_argument: Option<String>,
+    /// Where a client puts the request id of an intent.
+    pub key: KeyPlacement,
     /// Where the result's value is, as a JSON pointer into the tool's result (e.g.
     /// `/structuredContent/total`): two answers with the same value are the same answer.
     pub value_pointer: String,
-    /// Each client's calls: their arguments, in order.
-    pub clients: Vec<Vec<Value>>,
+    /// Each client's calls, in order.
+    pub clients: Vec<Vec<Call>>,
+    /// The tool a reconnecting client asks about its request before it sends it again;
+    /// `None` when the server has none.
+    pub status: Option<StatusTool>,
+    /// Whether one server process serves run after run (the database put back under it
+    /// between runs) instead of a fresh process for each run. Far faster; a server that
+    /// keeps state in its memory across runs is caught by the replay on a fresh process
+    /// that every failure gets before it is reported.
+    pub reuse: bool,
+}
+
+/// One call a client makes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Call {
+    /// The tool's name.
+    pub tool: String,
+    /// Its arguments. An object `{"one_of": [a, b, ...]}` anywhere in them is a choice the
+    /// workload draws: each run calls with one of the values.
+    pub arguments: Value,
+}
+
+/// Where a client puts its request id (its idempotency key) in a `tools/call`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyPlacement {
+    /// Nowhere: a client without a key.
+    None,
+    /// In an argument the tool defines, of this name.
+    Argument(String),
+    /// In the request's `_meta`, under this name.
+    Meta(String),
+    /// In the `idempotencyKey` parameter of `tools/call`, for a server that declares the
+    /// `idempotency` capability.
+    IdempotencyKey,
+}
+
+/// A tool that answers what became of a request: called with the request id in
+/// `key_argument`, it answers `{"status": "completed" | "pending" | "not-found" |
+/// "conflict", ...}` in its `structuredContent`, with the saved answer's value where the
+/// target's `value_pointer` points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusTool {
+    /// The tool's name.
+    pub tool: String,
+    /// The argument the request id goes in.
+    pub key_argument: String,
 }
 
 /// An MCP server as a system under test.
@@ -56,7 +102,9 @@ pub struct McpStore {
     server: StdioServer,
     file: PathBuf,
     /// The database as every run starts from it.
-    template: Vec<u8>,
+    template: PathBuf,
+    /// Whether the server's process is reused between runs.
+    reuse: bool,
     /// The harness's own connection to the file, opened between runs.
     keeper: Connection,
     /// How many rows of `retrysim_effects` the harness has given to intents.
@@ -81,16 +129,31 @@ impl McpStore {
         usize::try_from(new).unwrap_or(0)
     }
 
-    /// Kills the server, puts the template back, and starts it again.
+    /// Puts the template back and forgets the last run's effects: under the running server
+    /// when it is reused, else before a fresh process starts.
     fn start_from_template(&mut self) -> Result<(), McpError> {
+        self.effects_seen = 0;
+        self.ledger.clear();
+        if self.reuse && self.server.is_running() {
+            // Through SQLite's locks, as another connection: the server's own connection
+            // reads the template at its next transaction.
+            self.keeper
+                .restore(
+                    MAIN_DB,
+                    &self.template,
+                    None::<fn(rusqlite::backup::Progress)>,
+                )
+                .expect("the template restores");
+            return Ok(());
+        }
         self.server.kill();
         // The harness lets go of the file while it is put back.
         self.keeper = Connection::open_in_memory().expect("an in-memory connection opens");
-        std::fs::write(&self.file, &self.template).expect("the database file writes");
-        let _ = std::fs::remove_file(self.file.with_extension("db-journal"));
+        std::fs::copy(&self.template, &self.file).expect("the database file writes");
+        for leftover in ["db-journal", "db-wal", "db-shm"] {
+            let _ = std::fs::remove_file(self.file.with_extension(leftover));
+        }
         self.keeper = Connection::open(&self.file).expect("the database file opens");
-        self.effects_seen = 0;
-        self.ledger.clear();
         self.server.start().map(|_| ())
     }
 }
@@ -105,8 +168,17 @@ impl Drop for McpStore {
 }
 
 impl OnMcp {
+    /// The same target with a fresh server process for every run: the check of a failure
+    /// found with a reused process.
+    pub fn without_reuse(&self) -> OnMcp {
+        OnMcp(McpTarget {
+            reuse: false,
+            ..self.0.clone()
+        })
+    }
+
     /// The server's command with the database's path in its environment.
-    fn command(&self, file: &std::path::Path) -> ServerCommand {
+    fn command(&self, file: &Path) -> ServerCommand {
         let mut command = self.0.server.clone();
         command
             .env
@@ -131,17 +203,112 @@ impl OnMcp {
     /// when this invocation committed an effect and replayed when it did not.
     fn reply(&self, result: &Value, committed: bool) -> Reply<String> {
         if result.get("isError") == Some(&Value::Bool(true)) {
-            return Reply::Refused(result.to_string().into());
+            return Reply::Refused(tool_error(result).into());
         }
-        let value = result
-            .pointer(&self.0.value_pointer)
-            .map_or_else(|| "null".to_string(), Value::to_string);
+        let value = self.value(result);
         if committed {
             Reply::Applied(value)
         } else {
             Reply::Replayed(value)
         }
     }
+
+    /// The value a result answers, as JSON text.
+    fn value(&self, result: &Value) -> String {
+        result
+            .pointer(&self.0.value_pointer)
+            .map_or_else(|| "null".to_string(), Value::to_string)
+    }
+
+    /// The `tools/call` parameters of `call`, with the client's key where the target puts
+    /// it.
+    fn params(&self, tool: &str, arguments: &str, key: &str) -> Value {
+        let mut arguments: Value =
+            serde_json::from_str(arguments).expect("arguments the harness wrote");
+        let mut params = json!({"name": tool});
+        match &self.0.key {
+            KeyPlacement::None => {}
+            KeyPlacement::Argument(name) => {
+                if let Some(object) = arguments.as_object_mut() {
+                    object.insert(name.clone(), Value::String(key.to_string()));
+                }
+            }
+            KeyPlacement::Meta(name) => params["_meta"] = json!({ name.as_str(): key }),
+            KeyPlacement::IdempotencyKey => params["idempotencyKey"] = json!(key),
+        }
+        params["arguments"] = arguments;
+        params
+    }
+
+    /// What a status tool's result says of a request.
+    fn status(&self, result: &Value) -> Status<String> {
+        if result.get("isError") == Some(&Value::Bool(true)) {
+            return Status::Unavailable(tool_error(result).into());
+        }
+        match result
+            .pointer("/structuredContent/status")
+            .and_then(Value::as_str)
+        {
+            Some("completed") => Status::Completed(self.value(result)),
+            Some("pending") => Status::Pending,
+            Some("conflict") => Status::Conflict,
+            _ => Status::NotFound,
+        }
+    }
+}
+
+/// A tool error's text (its first content item's), or the whole result.
+fn tool_error(result: &Value) -> String {
+    result
+        .pointer("/content/0/text")
+        .and_then(Value::as_str)
+        .map_or_else(|| result.to_string(), str::to_string)
+}
+
+/// `template` with each `{"one_of": [...]}` in it replaced by one of its values, drawn by
+/// `decider`.
+fn drawn(template: &Value, decider: &mut Decider<'_>) -> Value {
+    match template {
+        Value::Object(object) => {
+            if let (1, Some(Value::Array(values))) = (object.len(), object.get("one_of")) {
+                if !values.is_empty() {
+                    let options = u32::try_from(values.len()).unwrap_or(u32::MAX);
+                    let chosen = decider.choose(ChoiceKind::Workload, options);
+                    return drawn(&values[chosen as usize], decider);
+                }
+            }
+            Value::Object(
+                object
+                    .iter()
+                    .map(|(name, value)| (name.clone(), drawn(value, decider)))
+                    .collect(),
+            )
+        }
+        Value::Array(values) => Value::Array(values.iter().map(|v| drawn(v, decider)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Answers a server's questions from the run: its crash points through `ctx.point`, its
+/// clock from the simulated one.
+fn asker<'c, 'r>(ctx: &'c mut Ctx<'r>) -> impl FnMut(&Ask) -> Result<u64, Crash> + use<'c, 'r> {
+    move |ask| match ask {
+        Ask::Point(name) => ctx.point(point_name(name)).map(|()| 0),
+        Ask::NowMs => Ok(ctx.now_ms()),
+    }
+}
+
+/// The `&'static` name of a crash point a server names over the side channel: each distinct
+/// name is kept once for the life of the process.
+fn point_name(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().expect("the crash point names");
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    let kept: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.insert(kept);
+    kept
 }
 
 /// Panics with `error`'s line: a server that fails the harness ends the check.
@@ -160,14 +327,16 @@ impl StoreKind for OnMcp {
     /// Starts the server once on a fresh file (it makes its schema), puts the harness's
     /// triggers on the effect tables, and keeps the file as every run's template.
     fn open(&self, tag: &IntentTag) -> McpStore {
-        let directory = std::env::temp_dir().join(format!(
+        let directory = scratch_root().join(format!(
             "retrysim-mcp-{}-{}",
             std::process::id(),
             unique_suffix()
         ));
         std::fs::create_dir_all(&directory).expect("a scratch directory");
         let file = directory.join("server.db");
-        let mut server = StdioServer::new(self.command(&file));
+        let mut server =
+            StdioServer::with_side_channel(self.command(&file), &directory.join("points.sock"))
+                .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();
         let keeper = Connection::open(&file).expect("the server's database opens");
@@ -181,12 +350,14 @@ impl StoreKind for OnMcp {
             .execute_batch(&setup)
             .unwrap_or_else(|error| panic!("the harness's triggers install: {error}"));
         drop(keeper);
-        let template = std::fs::read(&file).expect("the template reads");
+        let template = directory.join("template.db");
+        std::fs::copy(&file, &template).expect("the template writes");
         let keeper = Connection::open(&file).expect("the server's database opens");
         McpStore {
             server,
             file,
             template,
+            reuse: self.0.reuse,
             keeper,
             effects_seen: 0,
             ledger: Ledger::new(tag),
@@ -225,7 +396,7 @@ impl System for OnMcp {
     /// request id of its own (`r1`, `r2`, ...).
     fn workload(
         &self,
-        _decider: &mut Decider<'_>,
+        decider: &mut Decider<'_>,
         bounds: &crate::Bounds,
     ) -> Workload<Keyed<String>, NoEvent> {
         let mut number = 0;
@@ -238,11 +409,11 @@ impl System for OnMcp {
                 calls
                     .iter()
                     .take(bounds.intents_max as usize)
-                    .map(|arguments| {
+                    .map(|call| {
                         number += 1;
                         Intent::new(Keyed {
                             id: Cow::Owned(format!("r{number}")),
-                            args: arguments.to_string(),
+                            args: format!("{} {}", call.tool, drawn(&call.arguments, decider)),
                         })
                     })
                     .collect()
@@ -259,23 +430,81 @@ impl System for OnMcp {
         request: &Keyed<String>,
     ) -> Result<Reply<String>, Crash> {
         ctx.point(BEFORE_CALL)?;
-        let mut arguments: Value =
-            serde_json::from_str(&request.args).expect("arguments the harness wrote");
-        if let (Some(key), Some(object)) = (&self.0.key_argument, arguments.as_object_mut()) {
-            object.insert(key.clone(), Value::String(request.id.to_string()));
-        }
-        let answer = store.server.call(&self.0.tool, &arguments);
+        let (tool, arguments) = request
+            .args
+            .split_once(' ')
+            .expect("a call the harness wrote");
+        let params = self.params(tool, arguments, &request.id);
+        let answer = store.server.call(&params, &mut asker(ctx));
         let committed = store.take_effects() > 0;
         let reply = match answer {
             Ok(result) => self.reply(&result, committed),
-            Err(McpError::Rpc { code, message }) => {
+            Err(Interrupted::Failed(McpError::Rpc { code, message })) => {
                 Reply::Refused(format!("JSON-RPC error {code}: {message}").into())
             }
-            Err(error) => failed(&error),
+            Err(Interrupted::Failed(error)) => failed(&error),
+            Err(Interrupted::Crash(crash)) => return Err(crash),
         };
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
     }
+
+    fn supports_lookup(&self) -> bool {
+        self.0.status.is_some()
+    }
+
+    /// Calls the status tool with the request's id.
+    fn lookup(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &mut McpStore,
+        _memory: &mut (),
+        request: &Keyed<String>,
+    ) -> Result<Status<String>, Crash> {
+        let status = self
+            .0
+            .status
+            .as_ref()
+            .expect("lookups only with a status tool");
+        let params = json!({
+            "name": status.tool,
+            "arguments": { status.key_argument.as_str(): request.id },
+        });
+        let answer = store.server.call(&params, &mut asker(ctx));
+        store.take_effects();
+        match answer {
+            Ok(result) => Ok(self.status(&result)),
+            Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Status::Unavailable(
+                format!("JSON-RPC error {code}: {message}").into(),
+            )),
+            Err(Interrupted::Failed(error)) => failed(&error),
+            Err(Interrupted::Crash(crash)) => Err(crash),
+        }
+    }
+
+    fn workload_limits(&self) -> WorkloadLimits {
+        WorkloadLimits {
+            clients_max: u32::try_from(self.0.clients.len()).unwrap_or(u32::MAX),
+            intents_max: self
+                .0
+                .clients
+                .iter()
+                .map(|calls| u32::try_from(calls.len()).unwrap_or(u32::MAX))
+                .max()
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// Where the harness keeps a server's database and side channel: in memory (`/dev/shm`)
+/// where the system has it, so that a server's commits and the harness's restores cost no
+/// disk flushes; else the system's temporary directory.
+pub(super) fn scratch_root() -> PathBuf {
+    let shared_memory = Path::new("/dev/shm");
+    if shared_memory.is_dir() {
+        return shared_memory.to_path_buf();
+    }
+    std::env::temp_dir()
 }
 
 /// A name part no other store of this process has.

@@ -34,6 +34,7 @@ fn counter_command(db: &Path, keyed: bool, misbehave: &str, answer_wait_ms: u64)
             ("KEYED".into(), if keyed { "1" } else { "0" }.into()),
             ("RETRYSIM_MISBEHAVE".into(), misbehave.into()),
         ],
+        working_dir: None,
         answer_wait_ms,
     }
 }
@@ -49,22 +50,24 @@ fn total(result: &serde_json::Value) -> i64 {
 fn a_server_is_started_listed_and_called() {
     let db = database("calls");
     let mut server = counter(&db, false);
-    let tools = server.start().expect("the server starts");
+    let tools = server.start().expect("the server starts").tools;
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].name, "add");
     assert_eq!(tools[0].input_schema["required"], json!(["amount"]));
     let first = server
-        .call("add", &json!({"amount": 5, "request_id": "k1"}))
+        .call_tool("add", &json!({"amount": 5, "request_id": "k1"}))
         .unwrap();
     let retry = server
-        .call("add", &json!({"amount": 5, "request_id": "k1"}))
+        .call_tool("add", &json!({"amount": 5, "request_id": "k1"}))
         .unwrap();
     assert_eq!(
         (total(&first), total(&retry)),
         (5, 10),
         "without a key a retry adds again"
     );
-    let unknown = server.call("subtract", &json!({"amount": 1})).unwrap_err();
+    let unknown = server
+        .call_tool("subtract", &json!({"amount": 1}))
+        .unwrap_err();
     assert!(
         matches!(unknown, McpError::Rpc { code: -32601, .. }),
         "{unknown}"
@@ -78,13 +81,13 @@ fn a_killed_server_restarts_on_its_committed_file() {
     let mut server = counter(&db, true);
     server.start().unwrap();
     let applied = server
-        .call("add", &json!({"amount": 5, "request_id": "k1"}))
+        .call_tool("add", &json!({"amount": 5, "request_id": "k1"}))
         .unwrap();
     assert_eq!(applied["structuredContent"]["replayed"], json!(false));
     server.kill();
     server.start().unwrap();
     let retry = server
-        .call("add", &json!({"amount": 5, "request_id": "k1"}))
+        .call_tool("add", &json!({"amount": 5, "request_id": "k1"}))
         .unwrap();
     assert_eq!(
         retry["structuredContent"],
@@ -100,7 +103,7 @@ fn a_failing_server_is_a_clear_error() {
         let db = database(misbehave);
         let mut server = StdioServer::new(counter_command(&db, false, misbehave, answer_wait_ms));
         server.start().expect("the handshake works");
-        server.call("add", &json!({"amount": 1})).unwrap_err()
+        server.call_tool("add", &json!({"amount": 1})).unwrap_err()
     };
     let garbage = call("garbage", 5_000);
     assert!(matches!(&garbage, McpError::Garbage { line, .. } if line == "this is not JSON"));
@@ -135,6 +138,7 @@ fn a_command_that_does_not_start_is_named() {
         program: "no-such-program-retrysim".into(),
         args: vec!["--serve".into()],
         env: Vec::new(),
+        working_dir: None,
         answer_wait_ms: 1_000,
     });
     let error = server.start().unwrap_err();

@@ -1,0 +1,84 @@
+"""A tool server over MCP's stdio transport, with the standard library only.
+
+Messages are newline-delimited JSON-RPC 2.0: `initialize`, `tools/list` and `tools/call` are
+answered; notifications are read and left unanswered. A tool is a function of its arguments
+that returns a dict (the call's structured content) or raises ToolError (a tool error,
+`isError: true`, which the client sees as a refusal).
+
+RETRYSIM_MISBEHAVE makes the server misbehave on `tools/call`, for the harness's own tests:
+`garbage` writes a line that is not JSON, `exit` exits, `hang` never answers, `error`
+answers a JSON-RPC error.
+"""
+
+import json
+import os
+import sys
+import time
+
+PROTOCOL_VERSION = "2025-06-18"
+
+
+class ToolError(Exception):
+    """A tool's refusal: answered as a result with isError, its message as the text."""
+
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def misbehave(request):
+    """Misbehaves as RETRYSIM_MISBEHAVE says; whether the request was answered so."""
+    how = os.environ.get("RETRYSIM_MISBEHAVE", "")
+    if not how or request.get("method") != "tools/call":
+        return False
+    print("misbehaving: " + how, file=sys.stderr, flush=True)
+    if how == "garbage":
+        sys.stdout.write("this is not JSON\n")
+        sys.stdout.flush()
+    elif how == "exit":
+        sys.exit(3)
+    elif how == "hang":
+        time.sleep(3600)
+    elif how == "error":
+        send({"jsonrpc": "2.0", "id": request["id"],
+              "error": {"code": -32000, "message": "the tool failed"}})
+    return True
+
+
+def answer(name, tools, request, capabilities):
+    method = request.get("method")
+    if method == "initialize":
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": dict({"tools": {}}, **capabilities),
+            "serverInfo": {"name": name, "version": "1"},
+        }
+    if method == "tools/list":
+        return {"tools": [dict(description, name=tool) for tool, (description, _) in tools.items()]}
+    if method == "tools/call":
+        params = request.get("params", {})
+        if params.get("name") not in tools:
+            raise LookupError("unknown tool " + repr(params.get("name")))
+        _, function = tools[params["name"]]
+        try:
+            result = function(params.get("arguments", {}), params)
+        except ToolError as error:
+            return {"content": [{"type": "text", "text": str(error)}], "isError": True}
+        return {"content": [{"type": "text", "text": json.dumps(result)}],
+                "structuredContent": result}
+    raise LookupError("unknown method " + repr(method))
+
+
+def serve(name, tools, capabilities=None):
+    """Serves `tools` ({name: (description with inputSchema, function)}) on stdin/stdout."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "id" not in request or misbehave(request):
+            continue
+        try:
+            send({"jsonrpc": "2.0", "id": request["id"],
+                  "result": answer(name, tools, request, capabilities or {})})
+        except LookupError as error:
+            send({"jsonrpc": "2.0", "id": request["id"],
+                  "error": {"code": -32601, "message": str(error)}})

@@ -1,0 +1,143 @@
+//! What a command runs on: a built-in handler (`--model counter --handler naive`), or a real
+//! MCP server named by a scenario file (`--model mcp --handler SCENARIO`, or `retrysim mcp
+//! SCENARIO`).
+
+use super::{Target, UsageError};
+use crate::mcp::{OnMcp, Scenario, MCP_MODEL};
+use crate::{Bounds, BoundsError, Simulator, Subject, SubjectFactory, System as _};
+use retrysim_models::{self as models, Declared, HandlerEntry};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Mutex;
+
+/// How many times a failure found on a real server is replayed, on a fresh process each
+/// time, before it is reported.
+pub const REPLAYS_BEFORE_REPORT: u32 = 2;
+
+/// A target the command line resolved: its entry (names and defaults), how to build it, and
+/// the bounds its flags default to.
+pub(super) struct Resolved {
+    /// The entry, a built-in one or one made for the scenario.
+    pub entry: &'static HandlerEntry,
+    /// Builds a fresh subject.
+    pub build: Box<dyn Fn() -> Box<dyn Subject> + Sync>,
+    /// The bounds that flags not given take: [`Bounds::default`], or the scenario's.
+    pub base: Bounds,
+    /// The scenario, for an MCP server.
+    pub scenario: Option<Scenario>,
+}
+
+impl Resolved {
+    /// The factory the engine's explorations take.
+    pub fn factory(&self) -> SubjectFactory<'_> {
+        &*self.build
+    }
+
+    /// A fresh subject.
+    pub fn subject(&self) -> Box<dyn Subject> {
+        (self.build)()
+    }
+
+    /// Replays a failure found on a scenario's server ([`REPLAYS_BEFORE_REPORT`] times, each
+    /// on a fresh server process) and compares each replay with `found`: `Err` names the
+    /// first difference, a server that does not answer identical schedules alike. Built-in
+    /// targets are deterministic by construction and pass at once.
+    pub fn confirm(&self, found: &crate::RunOutcome, bounds: &Bounds) -> Result<(), String> {
+        let Some(scenario) = &self.scenario else {
+            return Ok(());
+        };
+        let mut fresh = Simulator::new(OnMcp(scenario.target.clone()).without_reuse());
+        crate::check_replays(
+            &mut fresh,
+            &found.tape,
+            bounds,
+            found,
+            REPLAYS_BEFORE_REPORT,
+        )
+    }
+
+    /// Whether some run can reach `bounds` (without starting a scenario's server).
+    pub fn check_bounds(&self, bounds: &Bounds) -> Result<(), BoundsError> {
+        let Some(scenario) = &self.scenario else {
+            return self.subject().check_bounds(bounds);
+        };
+        bounds.validate_for(OnMcp(scenario.target.clone()).workload_limits())?;
+        if bounds.storage_faults_max > 0 {
+            return Err(BoundsError::NoSuchFault {
+                field: "storage_faults_max",
+                value: bounds.storage_faults_max,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Resolves `target`. A scenario is read and checked; with `start` its server is started
+/// once too, to check that it offers the tools the scenario calls.
+pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageError> {
+    if target.model != MCP_MODEL {
+        let entry = models::find(&target.model, &target.handler)?;
+        return Ok(Resolved {
+            entry,
+            build: Box::new(entry.build),
+            base: Bounds::default(),
+            scenario: None,
+        });
+    }
+    let scenario = Scenario::load(std::path::Path::new(&target.handler))?;
+    if start {
+        scenario.verify()?;
+    }
+    let entry: &'static HandlerEntry = Box::leak(Box::new(HandlerEntry {
+        domain: MCP_MODEL,
+        handler: Box::leak(target.handler.clone().into_boxed_str()),
+        summary: "a real MCP server, run over stdio as its scenario says",
+        declared: Declared::Correct,
+        invocations_max: 1,
+        retention_ms: None,
+        storage_faults_max: 0,
+        invocation_limit_ms: None,
+        build: built_from_its_scenario,
+    }));
+    let mcp = scenario.target.clone();
+    Ok(Resolved {
+        entry,
+        build: Box::new(move || Box::new(Simulator::new(OnMcp(mcp.clone())))),
+        base: scenario.bounds,
+        scenario: Some(scenario),
+    })
+}
+
+/// The builder of an entry made for a scenario, which is built from the scenario instead.
+fn built_from_its_scenario() -> Box<dyn Subject> {
+    unreachable!("an MCP target is built from its scenario, not its entry")
+}
+
+/// Runs `work`; a panic in it (a server that failed the harness: it exited, wrote garbage,
+/// fell silent) becomes bad input of one line, the first panic's message.
+pub(super) fn server_failures_as_errors<T>(
+    work: impl FnOnce() -> Result<T, UsageError>,
+) -> Result<T, UsageError> {
+    static FIRST: Mutex<Option<String>> = Mutex::new(None);
+    *FIRST.lock().expect("the first failure") = None;
+    let previous = panic::take_hook();
+    panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the check panicked".to_string());
+        FIRST
+            .lock()
+            .expect("the first failure")
+            .get_or_insert(message);
+    }));
+    let result = panic::catch_unwind(AssertUnwindSafe(work));
+    panic::set_hook(previous);
+    result.unwrap_or_else(|_| {
+        let first = FIRST.lock().expect("the first failure").take();
+        Err(UsageError(
+            first.unwrap_or_else(|| "the check panicked".to_string()),
+        ))
+    })
+}

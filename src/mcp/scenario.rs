@@ -1,0 +1,381 @@
+//! A scenario file: what `retrysim mcp SCENARIO` checks of a server, in TOML.
+//!
+//! ```toml
+//! [server]
+//! command = ["python3", "counter_server.py"]   # run in the scenario file's directory
+//! env = { KEYED = "1" }
+//! answer_wait_ms = 10000                       # the bound on every wait for the server
+//! reuse = true                                 # one process for run after run
+//!
+//! [database]                                   # the ground truth
+//! env = "RETRYSIM_DB"                          # the variable that names the file
+//! effect_tables = ["counter"]                  # changes to these are the effects
+//!
+//! key = { argument = "request_id" }            # or { meta = "idempotencyKey" },
+//!                                              # "idempotencyKey", or "none"
+//! value = "/structuredContent/total"           # the answer's value, a JSON pointer
+//!
+//! [[client]]
+//! calls = [{ tool = "add", arguments = { amount = { one_of = [5, 7] } } }]
+//!
+//! [bounds]                                     # defaults for the command line's flags
+//! attempts_max = 2
+//! faults_max = 1
+//! ```
+//!
+//! Every field is checked: an unknown one, a missing one, or a value of the wrong kind is
+//! an error of one line that names it.
+
+use super::{Call, KeyPlacement, McpTarget, ServerCommand, StatusTool, StdioServer, Transport};
+use crate::{Bounds, ClientPolicy, Timeouts};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The wait bound on a server when the scenario names none, in milliseconds.
+pub const ANSWER_WAIT_MS_DEFAULT: u64 = 10_000;
+
+/// The JSON pointer to an answer's value when the scenario names none: the whole structured
+/// content.
+pub const VALUE_POINTER_DEFAULT: &str = "/structuredContent";
+
+/// A loaded scenario: the target to check and the bounds its file sets.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The file's path, as given.
+    pub path: PathBuf,
+    /// What to check.
+    pub target: McpTarget,
+    /// The bounds the file sets over [`Bounds::default`], the workload's size for the
+    /// clients and intents it does not set.
+    pub bounds: Bounds,
+}
+
+/// Why a scenario file cannot be used: one line that names the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError(pub String);
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioFile {
+    server: ServerSection,
+    database: Option<DatabaseSection>,
+    #[serde(default = "no_key")]
+    key: KeyPlacementFile,
+    value: Option<String>,
+    status: Option<StatusSection>,
+    #[serde(rename = "client")]
+    clients: Vec<ClientSection>,
+    #[serde(default)]
+    bounds: BoundsSection,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerSection {
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    answer_wait_ms: Option<u64>,
+    reuse: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DatabaseSection {
+    env: String,
+    effect_tables: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusSection {
+    tool: String,
+    key_argument: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientSection {
+    calls: Vec<CallSection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallSection {
+    tool: String,
+    #[serde(default = "no_arguments")]
+    arguments: Value,
+}
+
+#[derive(Deserialize)]
+enum KeyPlacementFile {
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "argument")]
+    Argument(String),
+    #[serde(rename = "meta")]
+    Meta(String),
+    #[serde(rename = "idempotencyKey")]
+    IdempotencyKey,
+}
+
+/// The bounds a scenario may set, named as the command line's flags are.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoundsSection {
+    steps_max: Option<u32>,
+    clients: Option<u32>,
+    intents: Option<u32>,
+    attempts_max: Option<u32>,
+    faults_max: Option<u32>,
+    drops_max: Option<u32>,
+    duplicates_max: Option<u32>,
+    crashes_max: Option<u32>,
+    reconnects_max: Option<u32>,
+    client: Option<String>,
+    timeouts: Option<String>,
+    timeout_ms: Option<u64>,
+    backoff_ms_base: Option<u64>,
+    retry_horizon_ms: Option<u64>,
+}
+
+fn no_key() -> KeyPlacementFile {
+    KeyPlacementFile::None
+}
+
+fn no_arguments() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+impl Scenario {
+    /// Reads and checks the scenario at `path`.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let name = path.display();
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
+        Scenario::parse(path, &text)
+    }
+
+    /// Checks `text`, the scenario at `path` (whose directory the server runs in).
+    pub fn parse(path: &Path, text: &str) -> Result<Scenario, ScenarioError> {
+        let name = path.display();
+        let file: ScenarioFile = toml::from_str(text).map_err(|error| {
+            let message = error.message().trim().replace('\n', " ");
+            let line = error
+                .span()
+                .map(|span| format!(" (line {})", text[..span.start].lines().count().max(1)))
+                .unwrap_or_default();
+            ScenarioError(format!("scenario {name}{line}: {message}"))
+        })?;
+        let directory = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let invalid = |why: String| ScenarioError(format!("scenario {name}: {why}"));
+        let target = file.target(directory).map_err(invalid)?;
+        let bounds = file.bounds.over(&target).map_err(invalid)?;
+        Ok(Scenario {
+            path: path.to_path_buf(),
+            target,
+            bounds,
+        })
+    }
+
+    /// The tools the scenario calls: every client's, then the status tool.
+    pub fn tools(&self) -> Vec<&str> {
+        let mut tools: Vec<&str> = Vec::new();
+        let named = self
+            .target
+            .clients
+            .iter()
+            .flatten()
+            .map(|c| c.tool.as_str());
+        for tool in named.chain(self.target.status.iter().map(|s| s.tool.as_str())) {
+            if !tools.contains(&tool) {
+                tools.push(tool);
+            }
+        }
+        tools
+    }
+}
+
+impl ScenarioFile {
+    /// The target, its server run in `directory`.
+    fn target(&self, directory: &Path) -> Result<McpTarget, String> {
+        let Some((program, args)) = self.server.command.split_first() else {
+            return Err("server.command is empty: name the program and its arguments".into());
+        };
+        let Some(database) = &self.database else {
+            return Err(
+                "no [database]: name the server's SQLite file's variable (env) and \
+                        its effect_tables, the ground truth the invariants are judged from"
+                    .into(),
+            );
+        };
+        if database.effect_tables.is_empty() {
+            return Err(
+                "database.effect_tables is empty: name the tables whose changes are \
+                        the effects"
+                    .into(),
+            );
+        }
+        if self.clients.is_empty() || self.clients.iter().any(|c| c.calls.is_empty()) {
+            return Err("every [[client]] needs at least one call, and there must be one".into());
+        }
+        Ok(McpTarget {
+            server: ServerCommand {
+                program: program_in(directory, program),
+                args: args.to_vec(),
+                env: self.server.env.clone().into_iter().collect(),
+                working_dir: Some(directory.to_path_buf()),
+                answer_wait_ms: self.server.answer_wait_ms.unwrap_or(ANSWER_WAIT_MS_DEFAULT),
+            },
+            database_env: database.env.clone(),
+            effect_tables: database.effect_tables.clone(),
+            key: match &self.key {
+                KeyPlacementFile::None => KeyPlacement::None,
+                KeyPlacementFile::Argument(name) => KeyPlacement::Argument(name.clone()),
+                KeyPlacementFile::Meta(name) => KeyPlacement::Meta(name.clone()),
+                KeyPlacementFile::IdempotencyKey => KeyPlacement::IdempotencyKey,
+            },
+            value_pointer: self
+                .value
+                .clone()
+                .unwrap_or_else(|| VALUE_POINTER_DEFAULT.into()),
+            clients: self
+                .clients
+                .iter()
+                .map(|client| {
+                    client
+                        .calls
+                        .iter()
+                        .map(|call| Call {
+                            tool: call.tool.clone(),
+                            arguments: call.arguments.clone(),
+                        })
+                        .collect()
+                })
+                .collect(),
+            status: self.status.as_ref().map(|status| StatusTool {
+                tool: status.tool.clone(),
+                key_argument: status.key_argument.clone(),
+            }),
+            reuse: self.server.reuse.unwrap_or(true),
+        })
+    }
+}
+
+/// A program named by a path (one with a `/`) is found from the scenario's directory; a bare
+/// name is looked up on `PATH`.
+fn program_in(directory: &Path, program: &str) -> String {
+    if program.contains('/') && Path::new(program).is_relative() {
+        let found = directory.join(program);
+        return std::fs::canonicalize(&found)
+            .unwrap_or(found)
+            .display()
+            .to_string();
+    }
+    program.to_string()
+}
+
+impl BoundsSection {
+    /// These bounds over the defaults, with as many clients and intents as the workload has
+    /// where unset.
+    fn over(&self, target: &McpTarget) -> Result<Bounds, String> {
+        let base = Bounds::default();
+        let clients = u32::try_from(target.clients.len()).unwrap_or(u32::MAX);
+        let intents = target.clients.iter().map(Vec::len).max().unwrap_or(0);
+        let parse_client = |text: &String| {
+            text.parse::<ClientPolicy>()
+                .map_err(|error| format!("bounds.client: {error}"))
+        };
+        let parse_timeouts = |text: &String| {
+            text.parse::<Timeouts>()
+                .map_err(|error| format!("bounds.timeouts: {error}"))
+        };
+        Ok(Bounds {
+            steps_max: self.steps_max.unwrap_or(base.steps_max),
+            clients_max: self.clients.unwrap_or(clients),
+            intents_max: self
+                .intents
+                .unwrap_or(u32::try_from(intents).unwrap_or(u32::MAX)),
+            attempts_max: self.attempts_max.unwrap_or(base.attempts_max),
+            faults_max: self.faults_max.unwrap_or(base.faults_max),
+            drops_max: self.drops_max.unwrap_or(base.drops_max),
+            duplicates_max: self.duplicates_max.unwrap_or(base.duplicates_max),
+            crashes_max: self.crashes_max.unwrap_or(base.crashes_max),
+            reconnects_max: self.reconnects_max.unwrap_or(base.reconnects_max),
+            client: self
+                .client
+                .as_ref()
+                .map(parse_client)
+                .transpose()?
+                .unwrap_or(base.client),
+            timeouts: self
+                .timeouts
+                .as_ref()
+                .map(parse_timeouts)
+                .transpose()?
+                .unwrap_or(base.timeouts),
+            timeout_ms: self.timeout_ms.unwrap_or(base.timeout_ms),
+            backoff_ms_base: self.backoff_ms_base.unwrap_or(base.backoff_ms_base),
+            retry_horizon_ms: self.retry_horizon_ms.unwrap_or(base.retry_horizon_ms),
+            ..base
+        })
+    }
+}
+
+impl Scenario {
+    /// Starts the server once on a scratch database and checks that it offers every tool the
+    /// scenario calls, and the `idempotency` capability when the key goes in the
+    /// `idempotencyKey` parameter. The error is one line.
+    pub fn verify(&self) -> Result<(), ScenarioError> {
+        let name = self.path.display();
+        let directory = super::system::scratch_root().join(format!(
+            "retrysim-scenario-{}-{}",
+            std::process::id(),
+            self.tools().len()
+        ));
+        std::fs::create_dir_all(&directory)
+            .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
+        let mut command = self.target.server.clone();
+        command.env.push((
+            self.target.database_env.clone(),
+            directory.join("verify.db").display().to_string(),
+        ));
+        let mut server = StdioServer::new(command);
+        let offered = server.start();
+        server.kill();
+        let _ = std::fs::remove_dir_all(&directory);
+        let offer = offered.map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
+        for tool in self.tools() {
+            if !offer.tools.iter().any(|offered| offered.name == tool) {
+                let names: Vec<&str> = offer.tools.iter().map(|t| t.name.as_str()).collect();
+                return Err(ScenarioError(format!(
+                    "scenario {name}: the server offers no tool `{tool}` (it offers: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        let declares_idempotency = offer.capabilities.to_string().contains("\"idempotency\"");
+        if self.target.key == KeyPlacement::IdempotencyKey && !declares_idempotency {
+            return Err(ScenarioError(format!(
+                "scenario {name}: key = \"idempotencyKey\", but the server declares no \
+                 `idempotency` capability"
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! The side channel over which a server asks the harness in the middle of a call: a Unix
+//! socket whose path the server finds in [`SIDE_CHANNEL_ENV`]. One line per question, one per
+//! answer:
+//!
+//! - `point NAME` — a crash point; the harness answers `go`, or kills the server there;
+//! - `now` — the simulated clock; the harness answers `now MILLISECONDS`.
+//!
+//! The helpers (`helpers/retrysim_points.py`) speak it; a server without them has no crash
+//! points but the message boundaries, and reads its own clock.
+
+use super::Ask;
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+/// The environment variable that names the side channel's socket.
+pub const SIDE_CHANNEL_ENV: &str = "RETRYSIM_POINTS";
+
+/// What the harness hears from a server: a line of its standard output, the end of it, or a
+/// question on the side channel.
+#[derive(Debug)]
+pub(super) enum Heard {
+    /// A line the process of this generation wrote to its standard output.
+    Line(u64, String),
+    /// The standard output of the process of this generation closed.
+    Closed(u64),
+    /// A question on the side channel.
+    Ask(Ask),
+    /// A line on the side channel that is no question of its protocol.
+    Unknown(String),
+}
+
+/// A listening side channel and the connection it answers on.
+pub(super) struct SideChannel {
+    path: PathBuf,
+    /// The latest connection: a server's process opens one and asks on it.
+    latest: Arc<Mutex<Option<UnixStream>>>,
+    closing: Arc<AtomicBool>,
+}
+
+impl SideChannel {
+    /// Listens at `path`, passing each question to `heard`.
+    pub(super) fn open(path: &Path, heard: Sender<Heard>) -> io::Result<SideChannel> {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path)?;
+        let latest = Arc::new(Mutex::new(None));
+        let closing = Arc::new(AtomicBool::new(false));
+        let (kept, stop) = (Arc::clone(&latest), Arc::clone(&closing));
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let Ok(writer) = stream.try_clone() else {
+                    continue;
+                };
+                *kept.lock().expect("the side channel's connection") = Some(writer);
+                let heard = heard.clone();
+                thread::spawn(move || read_questions(stream, &heard));
+            }
+        });
+        Ok(SideChannel {
+            path: path.to_path_buf(),
+            latest,
+            closing,
+        })
+    }
+
+    /// The socket's path.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Answers the last question with `line`. A server that is gone hears nothing.
+    pub(super) fn answer(&self, line: &str) {
+        let mut latest = self.latest.lock().expect("the side channel's connection");
+        if let Some(stream) = latest.as_mut() {
+            let _ = stream.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
+impl Drop for SideChannel {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::SeqCst);
+        // Wakes the listener so that its thread sees it is closing.
+        let _ = UnixStream::connect(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Passes each question on `stream` to `heard` until the server closes it.
+fn read_questions(stream: UnixStream, heard: &Sender<Heard>) {
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { break };
+        let question = match line.trim().split_once(' ') {
+            Some(("point", name)) if !name.trim().is_empty() => {
+                Heard::Ask(Ask::Point(name.trim().to_string()))
+            }
+            _ if line.trim() == "now" => Heard::Ask(Ask::NowMs),
+            _ => Heard::Unknown(line.chars().take(200).collect()),
+        };
+        if heard.send(question).is_err() {
+            break;
+        }
+    }
+}
