@@ -6,6 +6,12 @@ in the same transaction and answers a retry with the saved total instead of addi
 without it a retry adds again. KEYED=split records the key too, but in a transaction of its
 own after the addition's: a crash between the two (the crash point `between-commits`, asked
 through helpers/retrysim_points.py) loses the record, and the retry adds again.
+KEYED=memory remembers the keys in the process's memory instead: a crash forgets them, and
+a process reused from one run to the next remembers keys of runs that never happened to it.
+
+KEY_FROM says where the key is read: `argument` (request_id, the default), `meta` (the
+request's _meta.requestId) or `parameter` (tools/call's idempotencyKey, with the
+`idempotency` capability declared).
 """
 
 import os
@@ -18,6 +24,8 @@ from retrysim_points import point  # noqa: E402
 from stdio_mcp import serve  # noqa: E402
 
 KEYED = os.environ.get("KEYED", "0")
+KEY_FROM = os.environ.get("KEY_FROM", "argument")
+REMEMBERED = {}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
@@ -38,9 +46,20 @@ DESCRIPTION = {
 }
 
 
-def add(db, arguments):
+def key_of(arguments, params):
+    """The client's key, from where KEY_FROM says it is."""
+    if KEY_FROM == "meta":
+        return params.get("_meta", {}).get("requestId")
+    if KEY_FROM == "parameter":
+        return params.get("idempotencyKey")
+    return arguments.get("request_id")
+
+
+def add(db, arguments, params):
     amount = int(arguments["amount"])
-    key = arguments.get("request_id")
+    key = key_of(arguments, params)
+    if KEYED == "memory" and key in REMEMBERED:
+        return {"total": REMEMBERED[key], "replayed": True}
     keyed = KEYED in ("1", "split") and key is not None
     db.execute("BEGIN IMMEDIATE")
     if keyed:
@@ -57,13 +76,17 @@ def add(db, arguments):
     if keyed:
         db.execute("INSERT INTO records VALUES (?, ?)", (key, total))
     db.execute("COMMIT")
+    if KEYED == "memory" and key is not None:
+        REMEMBERED[key] = total
     return {"total": total, "replayed": False}
 
 
 def main():
     db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
     db.executescript(SCHEMA)
-    serve("counter", {"add": (DESCRIPTION, lambda arguments, _params: add(db, arguments))})
+    capabilities = {"idempotency": {}} if KEY_FROM == "parameter" else {}
+    tools = {"add": (DESCRIPTION, lambda arguments, params: add(db, arguments, params))}
+    serve("counter", tools, capabilities)
 
 
 if __name__ == "__main__":

@@ -249,13 +249,15 @@ fn check_on(
     });
     let elapsed_seconds = started.elapsed().as_secs_f64();
     // A counterexample replays under the bounds of the level that found it.
-    let minimal = report.violations.first().map(|found| {
+    let mut nondeterminism = None;
+    let minimal = report.violations.first().and_then(|found| {
         let found_bounds = found.bounds(&options.bounds);
-        shrink(&mut *subject, &found_bounds, &found.tape, found.invariant)
+        let shrunk =
+            resolved.shrink_confirmed(&mut *subject, (&found.tape, &found_bounds), found.invariant);
+        shrunk
+            .map_err(|divergence| nondeterminism = Some(divergence))
+            .ok()
     });
-    let nondeterminism = minimal
-        .as_ref()
-        .and_then(|m| resolved.confirm(&m.outcome, &m.bounds).err());
     let gaps = report.coverage.gaps(&options.bounds);
     let mut out = Printed::new();
     if json {
@@ -308,8 +310,8 @@ fn check_on(
 /// What a report says of a failure that did not replay alike on a fresh server process.
 pub(super) fn nondeterministic_note(divergence: &str) -> String {
     format!(
-        "\nNONDETERMINISTIC: the failure above did not replay alike on a fresh server process, \
-         so it is not reported as a violation (exit 3). The server answers identical schedules \
+        "\nNONDETERMINISTIC: the violation found did not replay alike (on the process it was \
+         found with, then on fresh server processes), so it is not reported as one (exit 3). The server answers identical schedules \
          differently: it reads the wall clock, draws at random, runs threads, or keeps state in \
          its memory from one run to the next (try reuse = false in [server]).\n{divergence}\n"
     )
@@ -410,10 +412,14 @@ fn explore_on(
         (&bounds, threads),
         progress_shown(json),
     );
-    let shrunk = shrink_first(resolved.factory(), &bounds, &exploration, None);
-    let nondeterminism = shrunk
-        .as_ref()
-        .and_then(|m| resolved.confirm(&m.outcome, &m.bounds).err());
+    let mut nondeterminism = None;
+    let shrunk = exploration.first().and_then(|found| {
+        let shrunk =
+            resolved.shrink_confirmed(&mut *subject, (&found.tape, &bounds), found.invariant);
+        shrunk
+            .map_err(|divergence| nondeterminism = Some(divergence))
+            .ok()
+    });
     if json {
         let first = shrunk.as_ref().map(|shrunk| {
             json!({

@@ -150,10 +150,20 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
             }
             clear_progress_line(shown == Shown::Redrawn);
         });
-        let result = work(&progress);
-        done.store(true, Ordering::Relaxed);
-        result
+        // Set however `work` ends, a panic included (a real server that failed the harness):
+        // else the scope would wait for the progress thread for ever.
+        let _done_on_exit = SetOnDrop(&done);
+        work(&progress)
     })
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Clears the progress line, when one is shown, so that a note can take its place.

@@ -4,7 +4,10 @@
 
 use super::{Target, UsageError};
 use crate::mcp::{OnMcp, Scenario, MCP_MODEL};
-use crate::{Bounds, BoundsError, Simulator, Subject, SubjectFactory, System as _};
+use crate::{
+    check_replays, replay, shrink, Bounds, BoundsError, Invariant, Shrunk, Simulator, Subject,
+    SubjectFactory, System as _, Tape,
+};
 use retrysim_models::{self as models, Declared, HandlerEntry};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Mutex;
@@ -20,6 +23,9 @@ pub(super) struct Resolved {
     pub entry: &'static HandlerEntry,
     /// Builds a fresh subject.
     pub build: Box<dyn Fn() -> Box<dyn Subject> + Sync>,
+    /// For a scenario whose server process is reused: builds a subject that starts a fresh
+    /// process for every run.
+    pub fresh_build: Option<Box<dyn Fn() -> Box<dyn Subject> + Sync>>,
     /// The bounds that flags not given take: [`Bounds::default`], or the scenario's.
     pub base: Bounds,
     /// The scenario, for an MCP server.
@@ -37,22 +43,37 @@ impl Resolved {
         (self.build)()
     }
 
-    /// Replays a failure found on a scenario's server ([`REPLAYS_BEFORE_REPORT`] times, each
-    /// on a fresh server process) and compares each replay with `found`: `Err` names the
-    /// first difference, a server that does not answer identical schedules alike. Built-in
-    /// targets are deterministic by construction and pass at once.
-    pub fn confirm(&self, found: &crate::RunOutcome, bounds: &Bounds) -> Result<(), String> {
-        let Some(scenario) = &self.scenario else {
-            return Ok(());
-        };
-        let mut fresh = Simulator::new(OnMcp(scenario.target.clone()).without_reuse());
-        crate::check_replays(
-            &mut fresh,
-            &found.tape,
-            bounds,
-            found,
-            REPLAYS_BEFORE_REPORT,
-        )
+    /// Shrinks a failure the check or exploration found (`tape` breaking `invariant` within
+    /// `bounds`) on `subject`. For a real server, the failure must first replay on `subject`,
+    /// and its shrunk run then replays alike [`REPLAYS_BEFORE_REPORT`] times on a fresh
+    /// server process each time; `Err` says where it did not: the server answers identical
+    /// schedules differently.
+    pub fn shrink_confirmed(
+        &self,
+        subject: &mut dyn Subject,
+        (tape, bounds): (&Tape, &Bounds),
+        invariant: Invariant,
+    ) -> Result<Shrunk, String> {
+        if self.scenario.is_some() {
+            let again = replay(subject, tape, bounds).map_err(|error| error.to_string())?;
+            if !again.violations.iter().any(|v| v.invariant == invariant) {
+                return Err(format!(
+                    "tape {tape} broke {invariant} in the search, but not when replayed"
+                ));
+            }
+        }
+        let shrunk = shrink(subject, bounds, tape, invariant);
+        if let Some(fresh_build) = &self.fresh_build {
+            let mut fresh = fresh_build();
+            check_replays(
+                &mut *fresh,
+                &shrunk.tape,
+                &shrunk.bounds,
+                &shrunk.outcome,
+                REPLAYS_BEFORE_REPORT,
+            )?;
+        }
+        Ok(shrunk)
     }
 
     /// Whether some run can reach `bounds` (without starting a scenario's server).
@@ -79,6 +100,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
         return Ok(Resolved {
             entry,
             build: Box::new(entry.build),
+            fresh_build: None,
             base: Bounds::default(),
             scenario: None,
         });
@@ -98,10 +120,13 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
         invocation_limit_ms: None,
         build: built_from_its_scenario,
     }));
-    let mcp = scenario.target.clone();
+    let (mcp, fresh) = (scenario.target.clone(), scenario.target.clone());
     Ok(Resolved {
         entry,
         build: Box::new(move || Box::new(Simulator::new(OnMcp(mcp.clone())))),
+        fresh_build: Some(Box::new(move || {
+            Box::new(Simulator::new(OnMcp(fresh.clone()).without_reuse()))
+        })),
         base: scenario.bounds,
         scenario: Some(scenario),
     })

@@ -16,6 +16,7 @@ mod interval;
 mod layers;
 mod liveness;
 mod mcp;
+mod mcp_cli;
 mod outside;
 mod overlap;
 mod own_capabilities;

@@ -1,0 +1,298 @@
+//! `retrysim mcp SCENARIO` on real Python servers (standard library only): the scenarios in
+//! `examples/mcp/` give their verdicts in both directions, a failure's reproduction command
+//! reproduces it, each key placement reaches the server, a server that fails the harness or
+//! a scenario that is wrong is bad input of one line, and a server that answers identical
+//! schedules differently is reported nondeterministic, not as a violation.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn retrysim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// A scenario shipped in `examples/mcp/`.
+fn shipped(name: &str) -> String {
+    format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Writes `text` as a scenario of its own for one test, with `COUNTER` standing for the
+/// counter server's path.
+fn scenario(name: &str, text: &str) -> String {
+    let directory: PathBuf =
+        std::env::temp_dir().join(format!("retrysim-scenarios-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join(format!("{name}.toml"));
+    let text = text.replace("COUNTER", &shipped("counter_server.py"));
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// The counter server keyed as `env` says, the key sent as `key` says, checked at one
+/// client, one call, two attempts and one fault.
+fn counter(key: &str, env: &str) -> String {
+    format!(
+        r#"
+key = {key}
+value = "/structuredContent/total"
+
+[server]
+command = ["python3", "COUNTER"]
+env = {{ {env} }}
+
+[database]
+env = "RETRYSIM_DB"
+effect_tables = ["counter"]
+
+[[client]]
+calls = [{{ tool = "add", arguments = {{ amount = 5 }} }}]
+
+[bounds]
+attempts_max = 2
+faults_max = 1
+"#
+    )
+}
+
+/// Runs `args`, expects `status`, and returns stdout.
+fn expect(args: &[&str], status: i32) -> String {
+    let output = retrysim(args);
+    assert_eq!(
+        output.status.code(),
+        Some(status),
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// The reproduction command's arguments, from a report's `reproduce:` line.
+fn reproduction(report: &str) -> Vec<String> {
+    let line = report
+        .lines()
+        .find_map(|line| line.strip_prefix("reproduce: retrysim "))
+        .unwrap_or_else(|| panic!("no reproduction command in:\n{report}"));
+    line.split_whitespace().map(str::to_string).collect()
+}
+
+#[test]
+fn a_keyless_counter_is_caught_and_its_replay_reproduces() {
+    let report = expect(&["mcp", &shipped("counter_keyless.toml")], 1);
+    assert!(
+        report.contains("at-most-once-effect      VIOLATED"),
+        "{report}"
+    );
+    let replay = reproduction(&report);
+    let args: Vec<&str> = replay.iter().map(String::as_str).collect();
+    let replayed = expect(&args, 1);
+    assert!(
+        replayed.contains("VIOLATED at-most-once-effect"),
+        "{replayed}"
+    );
+    // The same tape prints the same timeline, byte for byte.
+    assert_eq!(expect(&args, 1), replayed);
+}
+
+#[test]
+fn a_keyed_counter_is_clean_over_its_bound() {
+    let report = expect(&["mcp", &shipped("counter.toml")], 0);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("crashes by point (runs): after-answer"),
+        "{report}"
+    );
+    let runs: u64 = report
+        .lines()
+        .find_map(|line| line.strip_prefix("runs explored: "))
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|runs| runs.parse().ok())
+        .expect("a run count");
+    assert!(runs > 100, "{runs} runs");
+}
+
+#[test]
+fn a_key_recorded_in_its_own_transaction_is_caught_by_a_crash_between() {
+    let report = expect(&["mcp", &shipped("counter_split.toml")], 1);
+    assert!(
+        report.contains("CRASH at between-commits"),
+        "the helper's crash point is in the timeline:\n{report}"
+    );
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+}
+
+#[test]
+fn the_seeds_interval_tool_version_only_is_caught_and_receipt_is_clean() {
+    let version_only = expect(&["mcp", &shipped("interval_version_only.toml")], 1);
+    assert!(
+        version_only.contains("outcome-agreement        VIOLATED"),
+        "{version_only}"
+    );
+    let receipt = expect(&["mcp", &shipped("interval_receipt.toml")], 0);
+    assert!(receipt.contains("bound: exhausted"), "{receipt}");
+}
+
+#[test]
+fn the_key_reaches_the_server_where_the_scenario_puts_it() {
+    for (key, key_from) in [
+        (r#"{ argument = "request_id" }"#, "argument"),
+        (r#"{ meta = "requestId" }"#, "meta"),
+        (r#""idempotencyKey""#, "parameter"),
+    ] {
+        let env = format!(r#"KEYED = "1", KEY_FROM = "{key_from}""#);
+        let clean = scenario(&format!("key-{key_from}"), &counter(key, &env));
+        expect(&["mcp", &clean], 0);
+    }
+    // Sent in the arguments to a server that reads it from _meta: no key reaches it.
+    let missed = scenario(
+        "key-missed",
+        &counter(
+            r#"{ argument = "request_id" }"#,
+            r#"KEYED = "1", KEY_FROM = "meta""#,
+        ),
+    );
+    expect(&["mcp", &missed], 1);
+}
+
+#[test]
+fn exploration_and_json_work_on_a_scenario() {
+    let keyless = shipped("counter_keyless.toml");
+    let explored = expect(
+        &[
+            "explore",
+            "--model",
+            "mcp",
+            "--handler",
+            &keyless,
+            "--seeds",
+            "0..20",
+        ],
+        1,
+    );
+    assert!(
+        explored.contains("reproduce: retrysim replay --model mcp"),
+        "{explored}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&expect(&["mcp", &keyless, "--json"], 1)).unwrap();
+    assert_eq!(json["model"], "mcp");
+    assert_eq!(json["nondeterministic"], serde_json::Value::Null);
+    assert!(json["minimal"]["replay"]
+        .as_str()
+        .unwrap()
+        .starts_with("retrysim replay --model mcp --handler"));
+}
+
+/// Bad input: exit 2, one line on stderr that mentions `mentions`, nothing on stdout.
+fn assert_bad_input(args: &[&str], mentions: &str) {
+    let output = retrysim(args);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+    assert_eq!(message.lines().count(), 1, "{args:?}: {message}");
+    assert!(message.contains(mentions), "{args:?}: {message}");
+    assert_eq!(stdout(&output), "", "{args:?}");
+}
+
+#[test]
+fn a_wrong_scenario_is_bad_input_of_one_line() {
+    let keyed = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "1""#);
+    let unknown_field = scenario(
+        "unknown-field",
+        &keyed.replace("[bounds]", "[bounds]\nfaults = 1"),
+    );
+    assert_bad_input(&["mcp", &unknown_field], "unknown field `faults`");
+    let missing_tool = scenario(
+        "missing-tool",
+        &keyed.replace("tool = \"add\"", "tool = \"subtract\""),
+    );
+    assert_bad_input(
+        &["mcp", &missing_tool],
+        "the server offers no tool `subtract` (it offers: add)",
+    );
+    let no_start = scenario(
+        "no-start",
+        &keyed.replace(
+            r#"["python3", "COUNTER"]"#,
+            r#"["no-such-program-retrysim"]"#,
+        ),
+    );
+    assert_bad_input(
+        &["mcp", &no_start],
+        "`no-such-program-retrysim` does not start",
+    );
+    let no_database = scenario(
+        "no-database",
+        &keyed.replace(
+            "[database]\nenv = \"RETRYSIM_DB\"\neffect_tables = [\"counter\"]",
+            "",
+        ),
+    );
+    assert_bad_input(&["mcp", &no_database], "no [database]");
+    let no_capability = scenario(
+        "no-capability",
+        &counter(r#""idempotencyKey""#, r#"KEYED = "1""#),
+    );
+    assert_bad_input(
+        &["mcp", &no_capability],
+        "declares no `idempotency` capability",
+    );
+    assert_bad_input(
+        &["mcp", "no/such/scenario.toml"],
+        "scenario no/such/scenario.toml",
+    );
+    let clean = shipped("counter.toml");
+    assert_bad_input(
+        &["mcp", &clean, "--clients", "2"],
+        "--clients 2 is more than the scenario",
+    );
+}
+
+#[test]
+fn a_server_that_fails_the_harness_is_one_line_with_its_last_words() {
+    for (misbehave, says) in [
+        ("exit", "the server exited"),
+        ("garbage", "not JSON-RPC: \"this is not JSON\""),
+    ] {
+        let env = format!(r#"KEYED = "1", RETRYSIM_MISBEHAVE = "{misbehave}""#);
+        let failing = scenario(
+            &format!("misbehave-{misbehave}"),
+            &counter(r#"{ argument = "request_id" }"#, &env),
+        );
+        assert_bad_input(&["mcp", &failing], says);
+        assert_bad_input(&["mcp", &failing], "its stderr ends: misbehaving:");
+    }
+    let hang = counter(
+        r#"{ argument = "request_id" }"#,
+        r#"RETRYSIM_MISBEHAVE = "hang""#,
+    )
+    .replace("[server]", "[server]\nanswer_wait_ms = 300");
+    assert_bad_input(
+        &["mcp", &scenario("misbehave-hang", &hang)],
+        "did not answer within 300 ms (answer_wait_ms)",
+    );
+}
+
+/// A server that remembers keys in its memory: reused from run to run, it remembers keys of
+/// runs its database never saw, and the check's failure does not replay; with a fresh
+/// process per run, its real flaw (a crash forgets the keys) is caught.
+#[test]
+fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
+    let memory = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "memory""#);
+    let reused = expect(&["mcp", &scenario("memory-reused", &memory)], 3);
+    assert!(reused.contains("NONDETERMINISTIC"), "{reused}");
+    let fresh = memory.replace("[server]", "[server]\nreuse = false");
+    let caught = expect(&["mcp", &scenario("memory-fresh", &fresh)], 1);
+    assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
+    assert!(caught.contains("CRASH at"), "{caught}");
+}
