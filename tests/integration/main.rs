@@ -17,6 +17,7 @@ mod layers;
 mod liveness;
 mod mcp;
 mod mcp_cli;
+mod mcp_sdk;
 mod outside;
 mod overlap;
 mod own_capabilities;
