@@ -12,6 +12,10 @@ a process reused from one run to the next remembers keys of runs that never happ
 KEY_FROM says where the key is read: `argument` (request_id, the default), `meta` (the
 request's _meta.requestId) or `parameter` (tools/call's idempotencyKey, with the
 `idempotency` capability declared).
+
+The tool `status` answers what became of a request_id: {"status": "completed", "total": ...}
+from its record, or {"status": "not-found"}. STATUS=optimistic makes it answer a request it
+has no record of as completed (total 0), as a status endpoint that assumes success would.
 """
 
 import os
@@ -25,6 +29,7 @@ from stdio_mcp import serve  # noqa: E402
 
 KEYED = os.environ.get("KEYED", "0")
 KEY_FROM = os.environ.get("KEY_FROM", "argument")
+STATUS = os.environ.get("STATUS", "")
 REMEMBERED = {}
 
 SCHEMA = """
@@ -32,6 +37,15 @@ CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, total INTEGER NOT NU
 INSERT OR IGNORE INTO counter VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS records (request_id TEXT PRIMARY KEY, total INTEGER NOT NULL);
 """
+
+STATUS_DESCRIPTION = {
+    "description": "What became of a request: completed with its total, or not found.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"request_id": {"type": "string"}},
+        "required": ["request_id"],
+    },
+}
 
 DESCRIPTION = {
     "description": "Adds an amount to the counter; answers the new total.",
@@ -81,11 +95,24 @@ def add(db, arguments, params):
     return {"total": total, "replayed": False}
 
 
+def status(db, arguments):
+    row = db.execute("SELECT total FROM records WHERE request_id = ?",
+                     (arguments.get("request_id"),)).fetchone()
+    if row is not None:
+        return {"status": "completed", "total": row[0]}
+    if STATUS == "optimistic":
+        return {"status": "completed", "total": 0}
+    return {"status": "not-found"}
+
+
 def main():
     db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
     db.executescript(SCHEMA)
     capabilities = {"idempotency": {}} if KEY_FROM == "parameter" else {}
-    tools = {"add": (DESCRIPTION, lambda arguments, params: add(db, arguments, params))}
+    tools = {
+        "add": (DESCRIPTION, lambda arguments, params: add(db, arguments, params)),
+        "status": (STATUS_DESCRIPTION, lambda arguments, _params: status(db, arguments)),
+    }
     serve("counter", tools, capabilities)
 
 

@@ -296,3 +296,18 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     assert!(caught.contains("CRASH at"), "{caught}");
 }
+
+/// A reconnecting client asks the status tool before it sends again: a truthful one is
+/// clean; one that answers a request it has no record of as completed is caught.
+#[test]
+fn a_status_tool_is_asked_on_reconnect_and_held_to_the_truth() {
+    let truthful = expect(&["mcp", &shipped("counter_status.toml")], 0);
+    assert!(truthful.contains("bound: exhausted"), "{truthful}");
+    let text = std::fs::read_to_string(shipped("counter_status.toml"))
+        .unwrap()
+        .replace(r#""counter_server.py""#, r#""COUNTER""#)
+        .replace(r#"KEYED = "1""#, r#"KEYED = "1", STATUS = "optimistic""#);
+    let caught = expect(&["mcp", &scenario("status-optimistic", &text)], 1);
+    assert!(caught.contains("will look up the status of A"), "{caught}");
+    assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
+}
