@@ -2,11 +2,12 @@
 //! exhaustive checks: with and without state hashing and checkpoints, at the bound that must
 //! hold (two clients, three attempts, two faults), at a peer model checker's bound, and the
 //! payment domain's correct handlers, and a handler of one's own with its time columns hashed
-//! and left out.
+//! and left out, and real MCP servers in Python (the standard library's and the official
+//! SDK's) with their process reused and restarted for each run.
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count, and
 //! the names of the sections to run: random, timeouts, overlap, exhaustive, peer, real,
-//! payment, time).
+//! payment, time, mcp).
 
 /// Handlers written with `SqlHandler` alone, shared with the integration tests.
 #[allow(dead_code)]
@@ -36,7 +37,7 @@ fn main() {
         .filter(|arg| arg.parse::<u64>().is_err() && !arg.starts_with('-'))
         .collect();
     let wanted = |section: &str| named.is_empty() || named.contains(&section);
-    let sections: [(&str, &dyn Fn()); 8] = [
+    let sections: [(&str, &dyn Fn()); 9] = [
         ("random", &|| random_exploration(seeds)),
         ("timeouts", &|| timeout_models(seeds)),
         ("overlap", &|| overlapping_invocations(seeds)),
@@ -45,6 +46,7 @@ fn main() {
         ("real", &real_bounds),
         ("payment", &payment_checks),
         ("time", &time_columns),
+        ("mcp", &mcp_servers),
     ];
     for (name, section) in sections {
         if wanted(name) {
@@ -515,5 +517,67 @@ fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckRepor
         elapsed,
         report.runs() as f64 / elapsed,
         report.stopped,
+    );
+}
+
+/// Runs per second on real MCP servers in Python: the standard library's counter and the
+/// SDK's interval tool (when `.ci/mcp-sdk` has installed the SDK), with the server process
+/// reused from run to run and restarted for each run, without crashes and with them (each
+/// crash restarts the process: a Python start and the SDK's imports); then the exhaustive
+/// check of the seed's receipt server at (1 client, 1 intent, attempts 2, faults 1) on one
+/// thread.
+fn mcp_servers() {
+    use retrysim::mcp::{OnMcp, Scenario};
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mcp");
+    let venv = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("mcp-sdk-venv/bin/python");
+    println!("\nreal MCP servers over stdio (one thread; the first start not counted):");
+    let mut servers = vec![("stdlib counter", "counter.toml")];
+    if venv.exists() {
+        std::env::set_var("RETRYSIM_MCP_PYTHON", &venv);
+        servers.push(("SDK interval", "interval_sdk_receipt.toml"));
+    } else {
+        println!("  (the SDK server left out: run `bash .ci/mcp-sdk` to install the SDK)");
+    }
+    for (name, file) in servers {
+        let scenario = Scenario::load(&std::path::Path::new(examples).join(file)).unwrap();
+        let no_crashes = Bounds {
+            crashes_max: 0,
+            ..scenario.bounds
+        };
+        let cases = [
+            ("reused, no crashes", true, no_crashes, 400),
+            ("restarted, no crashes", false, no_crashes, 40),
+            ("reused, crashes_max=2", true, scenario.bounds, 100),
+        ];
+        for (how, reuse, bounds, runs) in cases {
+            let mut target = scenario.target.clone();
+            target.reuse = reuse;
+            let mut simulator = Simulator::new(OnMcp(target));
+            let started = Instant::now();
+            for seed in 0..runs {
+                retrysim::run_seed(&mut simulator, seed, &bounds, false);
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            println!(
+                "  {name:<15} {how:<22} {runs:>4} runs  {:>7.1} runs/s",
+                runs as f64 / seconds
+            );
+        }
+    }
+    let receipt =
+        Scenario::load(&std::path::Path::new(examples).join("interval_receipt.toml")).unwrap();
+    let started = Instant::now();
+    let report = exhaust(
+        &mut Simulator::new(OnMcp(receipt.target.clone())),
+        &CheckOptions::new(receipt.bounds),
+    );
+    println!(
+        "  check of the stdlib receipt server at (1, 1, 2, 1): {} runs, {} violations, {:.1} s",
+        report.runs(),
+        report.violations.len(),
+        started.elapsed().as_secs_f64()
     );
 }
