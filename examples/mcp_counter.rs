@@ -25,6 +25,7 @@ fn counter(keyed: bool) -> McpTarget {
         },
         database_env: "RETRYSIM_DB".into(),
         effect_tables: vec!["counter".into()],
+        provider_env: None,
         key: KeyPlacement::Argument("request_id".into()),
         value_pointer: "/structuredContent/total".into(),
         clients: vec![vec![Call {

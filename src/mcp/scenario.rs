@@ -7,7 +7,8 @@
 //! answer_wait_ms = 10000                       # the bound on every wait for the server
 //! reuse = true                                 # one process for run after run
 //!
-//! [database]                                   # the ground truth
+//! [database]                                   # the ground truth (and with a
+//!                                              # [provider], its charges' records)
 //! env = "RETRYSIM_DB"                          # the variable that names the file
 //! effect_tables = ["counter"]                  # changes to these are the effects
 //!
@@ -71,6 +72,7 @@ impl std::error::Error for ScenarioError {}
 struct ScenarioFile {
     server: ServerSection,
     database: Option<DatabaseSection>,
+    provider: Option<ProviderSection>,
     #[serde(default = "no_key")]
     key: KeyPlacementFile,
     value: Option<String>,
@@ -96,6 +98,12 @@ struct ServerSection {
 struct DatabaseSection {
     env: String,
     effect_tables: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderSection {
+    env: String,
 }
 
 #[derive(Deserialize)]
@@ -244,6 +252,7 @@ impl ScenarioFile {
             },
             database_env: database.env.clone(),
             effect_tables: database.effect_tables.clone(),
+            provider_env: self.provider.as_ref().map(|provider| provider.env.clone()),
             key: match &self.key {
                 KeyPlacementFile::None => KeyPlacement::None,
                 KeyPlacementFile::Argument(name) => KeyPlacement::Argument(name.clone()),

@@ -11,12 +11,12 @@
 //! process, and the restarted one opens the file as the crash left it (SQLite's own recovery
 //! runs on it).
 
-use super::{Ask, Interrupted, McpError, ServerCommand, StdioServer, Transport};
+use super::{Ask, Interrupted, LoopbackProvider, McpError, ServerCommand, StdioServer, Transport};
 use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::{table_rows, user_tables};
 use crate::{
-    ChoiceKind, Crash, Ctx, Decider, Intent, IntentTag, Keyed, Ledger, NoEvent, Reply, Status,
-    StoreKind, System, Workload, WorkloadLimits,
+    ChoiceKind, Crash, Ctx, Decider, Intent, IntentTag, Invariant, Keyed, Ledger, NoEvent, Reply,
+    Status, StoreKind, System, Workload, WorkloadLimits,
 };
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -39,8 +39,14 @@ pub struct McpTarget {
     pub server: ServerCommand,
     /// The environment variable that names the server's database file.
     pub database_env: String,
-    /// The tables whose changes are the effects the invariants count.
+    /// The tables whose changes are the effects the invariants count; with a provider,
+    /// the tables whose inserted rows are the local records of its charges.
     pub effect_tables: Vec<String>,
+    /// With `Some(name)`, the harness runs a payment provider on loopback
+    /// ([`super::LoopbackProvider`]) and gives its address to the server in the variable
+    /// `name`: its charges are then the effects, judged against their local records by
+    /// `no-orphan-effect` too.
+    pub provider_env: Option<String>,
     /// Where a client puts the request id of an intent.
     pub key: KeyPlacement,
     /// Where the result's value is, as a JSON pointer into the tool's result (e.g.
@@ -109,24 +115,56 @@ pub struct McpStore {
     keeper: Connection,
     /// How many rows of `retrysim_effects` the harness has given to intents.
     effects_seen: i64,
+    /// The effects, each under its intent: the effect tables' changes, or the provider's
+    /// charges when the server calls one.
     ledger: Ledger,
+    /// The provider the server calls, if the target has one.
+    provider: Option<LoopbackProvider>,
+    /// How many of the provider's charges the harness has given to intents.
+    charges_seen: usize,
+    /// With a provider: the local records of its charges (rows inserted into the effect
+    /// tables), each under its intent.
+    records: Ledger,
 }
 
 impl McpStore {
-    /// Gives the effect rows written since the last look to the intent being served.
+    /// Gives the effects (and with a provider, the local records) made since the last look
+    /// to the intent being served; how many effects.
     fn take_effects(&mut self) -> usize {
-        let written: i64 = self
-            .keeper
-            .query_row("SELECT count(*) FROM retrysim_effects", [], |row| {
-                row.get(0)
-            })
-            .expect("the harness's effect record reads");
-        let new = written - self.effects_seen;
+        let rows = self.take_rows();
+        let Some(provider) = &self.provider else {
+            for _ in 0..rows.len() {
+                self.ledger.record();
+            }
+            return rows.len();
+        };
+        for _ in rows.iter().filter(|operation| *operation == "insert") {
+            self.records.record();
+        }
+        let charged = provider.charge_count();
+        let new = charged - self.charges_seen;
         for _ in 0..new {
             self.ledger.record();
         }
-        self.effects_seen = written;
-        usize::try_from(new).unwrap_or(0)
+        self.charges_seen = charged;
+        new
+    }
+
+    /// The operations of the effect tables' changes written since the last look.
+    fn take_rows(&mut self) -> Vec<String> {
+        let mut query = self
+            .keeper
+            .prepare_cached(
+                "SELECT operation FROM retrysim_effects WHERE rowid > ?1 ORDER BY rowid",
+            )
+            .expect("the harness's effect record reads");
+        let rows: Vec<String> = query
+            .query_map([self.effects_seen], |row| row.get(0))
+            .and_then(Iterator::collect)
+            .expect("the harness's effect record reads");
+        drop(query);
+        self.effects_seen += i64::try_from(rows.len()).unwrap_or(0);
+        rows
     }
 
     /// Puts the template back and forgets the last run's effects: under the running server
@@ -134,6 +172,11 @@ impl McpStore {
     fn start_from_template(&mut self) -> Result<(), McpError> {
         self.effects_seen = 0;
         self.ledger.clear();
+        self.records.clear();
+        self.charges_seen = 0;
+        if let Some(provider) = &self.provider {
+            provider.clear();
+        }
         if self.reuse && self.server.is_running() {
             // Through SQLite's locks, as another connection: the server's own connection
             // reads the template at its next transaction.
@@ -177,12 +220,18 @@ impl OnMcp {
         })
     }
 
-    /// The server's command with the database's path in its environment.
-    fn command(&self, file: &Path) -> ServerCommand {
+    /// The server's command with the database's path, and the provider's address, in its
+    /// environment.
+    fn command(&self, file: &Path, provider: Option<&LoopbackProvider>) -> ServerCommand {
         let mut command = self.0.server.clone();
         command
             .env
             .push((self.0.database_env.clone(), file.display().to_string()));
+        if let (Some(name), Some(provider)) = (&self.0.provider_env, provider) {
+            command
+                .env
+                .push((name.clone(), provider.address().to_string()));
+        }
         command
     }
 
@@ -334,9 +383,12 @@ impl StoreKind for OnMcp {
         ));
         std::fs::create_dir_all(&directory).expect("a scratch directory");
         let file = directory.join("server.db");
-        let mut server =
-            StdioServer::with_side_channel(self.command(&file), &directory.join("points.sock"))
-                .unwrap_or_else(|error| failed(&error));
+        let provider = self.0.provider_env.as_ref().map(|_| {
+            LoopbackProvider::start().unwrap_or_else(|error| panic!("the provider starts: {error}"))
+        });
+        let command = self.command(&file, provider.as_ref());
+        let mut server = StdioServer::with_side_channel(command, &directory.join("points.sock"))
+            .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();
         let keeper = Connection::open(&file).expect("the server's database opens");
@@ -361,6 +413,9 @@ impl StoreKind for OnMcp {
             keeper,
             effects_seen: 0,
             ledger: Ledger::new(tag),
+            provider,
+            charges_seen: 0,
+            records: Ledger::new(tag),
         }
     }
 
@@ -385,9 +440,27 @@ impl StoreKind for OnMcp {
         store.ledger.effects().to_vec()
     }
 
-    /// Every table of the server's file, row by row.
+    /// With a provider, the effect tables' inserted rows, each under its intent.
+    fn effect_records(&self, store: &McpStore) -> Option<Vec<crate::IntentId>> {
+        store
+            .provider
+            .as_ref()
+            .map(|_| store.records.effects().to_vec())
+    }
+
+    /// Every table of the server's file, row by row, and the provider's charges.
     fn describe_store(&self, store: &McpStore) -> String {
-        describe(&store.keeper).unwrap_or_else(|error| format!("(unreadable: {error})"))
+        let tables =
+            describe(&store.keeper).unwrap_or_else(|error| format!("(unreadable: {error})"));
+        let Some(provider) = &store.provider else {
+            return tables;
+        };
+        let charges: Vec<String> = provider
+            .charges()
+            .iter()
+            .map(|charge| format!("{}:{}", charge.key.as_deref().unwrap_or("-"), charge.amount))
+            .collect();
+        format!("{tables} charges [{}]", charges.join("; "))
     }
 }
 
@@ -447,6 +520,15 @@ impl System for OnMcp {
         };
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
+    }
+
+    /// With a provider, `no-orphan-effect` too: a charge without its local record.
+    fn invariants(&self) -> &'static [Invariant] {
+        if self.0.provider_env.is_some() {
+            Invariant::CORE_AND_ORPHANS
+        } else {
+            Invariant::CORE
+        }
     }
 
     fn supports_lookup(&self) -> bool {

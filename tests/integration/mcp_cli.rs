@@ -311,3 +311,21 @@ fn a_status_tool_is_asked_on_reconnect_and_held_to_the_truth() {
     assert!(caught.contains("will look up the status of A"), "{caught}");
     assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
 }
+
+/// A server that calls the harness's provider on loopback: without an idempotency key, a
+/// crash between the charge and its record and then the retry charge twice; with the request
+/// id as the key, one charge and one record.
+#[test]
+fn a_provider_call_without_a_key_is_caught_and_with_one_is_clean() {
+    let keyless = expect(&["mcp", &shipped("pay_keyless.toml")], 1);
+    assert!(keyless.contains("CRASH at after-charge"), "{keyless}");
+    assert!(
+        keyless.contains("VIOLATED at-most-once-effect"),
+        "{keyless}"
+    );
+    assert!(keyless.contains("VIOLATED no-orphan-effect"), "{keyless}");
+    assert!(keyless.contains("charges [-:40; -:40]"), "{keyless}");
+    let keyed = expect(&["mcp", &shipped("pay.toml")], 0);
+    assert!(keyed.contains("no-orphan-effect         clean"), "{keyed}");
+    assert!(keyed.contains("bound: exhausted"), "{keyed}");
+}
