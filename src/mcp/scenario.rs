@@ -355,7 +355,7 @@ impl Scenario {
         let directory = super::system::scratch_root().join(format!(
             "retrysim-scenario-{}-{}",
             std::process::id(),
-            self.tools().len()
+            super::system::unique_suffix()
         ));
         std::fs::create_dir_all(&directory)
             .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;

@@ -590,7 +590,7 @@ pub(super) fn scratch_root() -> PathBuf {
 }
 
 /// A name part no other store of this process has.
-fn unique_suffix() -> u64 {
+pub(super) fn unique_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
