@@ -261,10 +261,9 @@ fn check_on(
     let gaps = report.coverage.gaps(&options.bounds);
     let mut out = Printed::new();
     if json {
-        let value = json!({
+        let mut value = json!({
             "model": entry.domain,
             "handler": entry.handler,
-            "nondeterministic": nondeterminism,
             "options": options,
             "report": report,
             "runs": report.runs(),
@@ -278,6 +277,10 @@ fn check_on(
                 "timeline": m.outcome.timeline,
             })),
         });
+        // A real server's report says whether its failure replayed alike.
+        if resolved.scenario.is_some() {
+            value["nondeterministic"] = json!(nondeterminism);
+        }
         let _ = writeln!(out.text, "{value}");
     } else {
         out.text = report::check_report(
@@ -431,10 +434,9 @@ fn explore_on(
                 "timeline": shrunk.outcome.timeline,
             })
         });
-        let value = json!({
+        let mut value = json!({
             "model": entry.domain,
             "handler": entry.handler,
-            "nondeterministic": nondeterminism,
             "seeds": { "start": seeds.start, "end": seeds.end },
             "shard": shard,
             "bounds": bounds,
@@ -445,6 +447,10 @@ fn explore_on(
             "violations": exploration.violations,
             "first": first,
         });
+        // A real server's report says whether its failure replayed alike.
+        if resolved.scenario.is_some() {
+            value["nondeterministic"] = json!(nondeterminism);
+        }
         let _ = writeln!(out.text, "{value}");
     } else {
         out.text = report::exploration_report(

@@ -218,7 +218,7 @@ fn a_wrong_scenario_is_bad_input_of_one_line() {
     );
     assert_bad_input(
         &["mcp", &missing_tool],
-        "the server offers no tool `subtract` (it offers: add)",
+        "the server offers no tool `subtract` (it offers: add, status)",
     );
     let no_start = scenario(
         "no-start",
