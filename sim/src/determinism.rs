@@ -56,16 +56,38 @@ fn divergence(first: &RunOutcome, second: &RunOutcome) -> Option<String> {
     if first.tape == second.tape && first_text == second_text {
         return None;
     }
+    // Columns are padded to their widest cell, so a difference deep in the run widens the
+    // header and its rule too: the first line that differs in more than its padding is the
+    // one to name.
+    let words = |line: &str| {
+        if line.chars().all(|c| c == '-' || c == '+') {
+            return String::from("-+-");
+        }
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
     let mismatch = first_text
         .lines()
         .zip(second_text.lines())
         .enumerate()
-        .find(|(_, (a, b))| a != b);
+        .find(|(_, (a, b))| words(a) != words(b))
+        .or_else(|| {
+            let mut lines = first_text.lines().zip(second_text.lines()).enumerate();
+            lines.find(|(_, (a, b))| a != b)
+        });
     Some(match mismatch {
         Some((line, (a, b))) => format!(
-            "timeline line {} differs:\n  first:  {a}\n  second: {b}",
-            line + 1
+            "timeline line {} differs:\n  first:  {}\n  second: {}",
+            line + 1,
+            words(a),
+            words(b)
         ),
-        None => format!("tapes {} and {} differ", first.tape, second.tape),
+        None if first.tape != second.tape => {
+            format!("tapes {} and {} differ", first.tape, second.tape)
+        }
+        None => format!(
+            "one timeline ends sooner: {} lines, then {}",
+            first_text.lines().count(),
+            second_text.lines().count()
+        ),
     })
 }

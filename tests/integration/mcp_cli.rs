@@ -291,6 +291,24 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
     let memory = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "memory""#);
     let reused = expect(&["mcp", &scenario("memory-reused", &memory)], 3);
     assert!(reused.contains("NONDETERMINISTIC"), "{reused}");
+    let reused_path = scenario("memory-reused", &memory);
+    let checked = expect(
+        &[
+            "explore",
+            "--model",
+            "mcp",
+            "--handler",
+            &reused_path,
+            "--seeds",
+            "0..10",
+            "--check-determinism",
+        ],
+        1,
+    );
+    assert!(
+        checked.contains("is not deterministic") && checked.contains("-> replayed 5"),
+        "the first divergence is the remembered key's replay: {checked}"
+    );
     let fresh = memory.replace("[server]", "[server]\nreuse = false");
     let caught = expect(&["mcp", &scenario("memory-fresh", &fresh)], 1);
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
