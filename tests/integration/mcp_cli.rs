@@ -347,3 +347,36 @@ fn a_provider_call_without_a_key_is_caught_and_with_one_is_clean() {
     assert!(keyed.contains("no-orphan-effect         clean"), "{keyed}");
     assert!(keyed.contains("bound: exhausted"), "{keyed}");
 }
+
+/// The invariants a report says are violated.
+fn violated(report: &str) -> Vec<&str> {
+    report
+        .lines()
+        .filter(|line| line.contains(" VIOLATED ("))
+        .filter_map(|line| line.split_whitespace().next())
+        .collect()
+}
+
+/// On real servers the reductions hide nothing plain enumeration finds: each faulty
+/// scenario breaks the same invariants at the same fault level either way.
+#[test]
+fn reductions_find_what_plain_enumeration_finds_on_real_servers() {
+    for name in [
+        "counter_keyless.toml",
+        "counter_split.toml",
+        "interval_version_only.toml",
+        "pay_keyless.toml",
+    ] {
+        let reduced = expect(&["mcp", &shipped(name)], 1);
+        let plain = expect(&["mcp", &shipped(name), "--reduction", "none"], 1);
+        assert!(!violated(&plain).is_empty(), "{name}: {plain}");
+        assert_eq!(violated(&reduced), violated(&plain), "{name}");
+        let level = |report: &str| {
+            report
+                .lines()
+                .find(|line| line.starts_with("bound: stopped at a violation"))
+                .map(str::to_string)
+        };
+        assert_eq!(level(&reduced), level(&plain), "{name}");
+    }
+}
