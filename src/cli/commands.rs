@@ -4,7 +4,6 @@
 use super::output::{
     clear_progress_line, note, progress_shown, timed, with_progress, Printed, Shown,
 };
-use super::target::server_failures_as_errors;
 use super::*;
 
 pub(super) fn cores() -> usize {
@@ -214,12 +213,7 @@ pub(super) fn run_check(
 ) -> Result<Printed, UsageError> {
     let resolved = resolve(target, true)?;
     let bounds = bounds.bounds(&resolved)?;
-    if target.is_mcp() {
-        return server_failures_as_errors(|| {
-            check_on(&resolved, search, json, (bounds, width_chars))
-        });
-    }
-    check_on(&resolved, search, json, (bounds, width_chars))
+    resolved.guarded(|| check_on(&resolved, search, json, (bounds, width_chars)))
 }
 
 /// Checks `resolved` within `bounds`.
@@ -314,9 +308,10 @@ fn check_on(
 pub(super) fn nondeterministic_note(divergence: &str) -> String {
     format!(
         "\nNONDETERMINISTIC: the violation found did not replay alike (on the process it was \
-         found with, then on fresh server processes), so it is not reported as one (exit 3). The server answers identical schedules \
-         differently: it reads the wall clock, draws at random, runs threads, or keeps state in \
-         its memory from one run to the next (try reuse = false in [server]).\n{divergence}\n"
+         found with, then on fresh server processes), so it is not reported as one (exit 3). \
+         The server answers identical schedules differently: it reads the wall clock, draws \
+         at random, runs threads, or keeps state in its memory from one run to the next (try \
+         reuse = false in [server]).\n{divergence}\n"
     )
 }
 
@@ -374,7 +369,7 @@ pub(super) fn run_explore(
 ) -> Result<Printed, UsageError> {
     let resolved = resolve(target, true)?;
     let bounds = bounds.bounds(&resolved)?;
-    let explore = || {
+    resolved.guarded(|| {
         explore_on(
             &resolved,
             (seeds, shard),
@@ -382,11 +377,7 @@ pub(super) fn run_explore(
             threads,
             (&bounds, width_chars),
         )
-    };
-    if target.is_mcp() {
-        return server_failures_as_errors(explore);
-    }
-    explore()
+    })
 }
 
 /// Explores `resolved` over `seeds` within `bounds`.
@@ -489,12 +480,7 @@ pub(super) fn run_replay(
 ) -> Result<Printed, UsageError> {
     let resolved = resolve(target, true)?;
     let bounds = bounds.bounds(&resolved)?;
-    if target.is_mcp() {
-        return server_failures_as_errors(|| {
-            replay_on(&resolved, schedule, format, (&bounds, width_chars))
-        });
-    }
-    replay_on(&resolved, schedule, format, (&bounds, width_chars))
+    resolved.guarded(|| replay_on(&resolved, schedule, format, (&bounds, width_chars)))
 }
 
 /// Replays one run of `resolved`.

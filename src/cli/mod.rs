@@ -574,11 +574,6 @@ impl Target {
             handler: path.to_string(),
         }
     }
-
-    /// Whether it names a real MCP server.
-    fn is_mcp(&self) -> bool {
-        self.model == MCP_MODEL
-    }
 }
 
 fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageError> {

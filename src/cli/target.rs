@@ -76,6 +76,19 @@ impl Resolved {
         Ok(shrunk)
     }
 
+    /// Runs `work` on this target. For a real server a panic in it (the server failed the
+    /// harness: it exited, wrote garbage, fell silent) becomes bad input of one line; a
+    /// built-in target's panic is a bug and stays one.
+    pub fn guarded<T>(
+        &self,
+        work: impl FnOnce() -> Result<T, UsageError>,
+    ) -> Result<T, UsageError> {
+        if self.scenario.is_none() {
+            return work();
+        }
+        server_failures_as_errors(work)
+    }
+
     /// Whether some run can reach `bounds` (without starting a scenario's server).
     pub fn check_bounds(&self, bounds: &Bounds) -> Result<(), BoundsError> {
         let Some(scenario) = &self.scenario else {
@@ -139,7 +152,7 @@ fn built_from_its_scenario() -> Box<dyn Subject> {
 
 /// Runs `work`; a panic in it (a server that failed the harness: it exited, wrote garbage,
 /// fell silent) becomes bad input of one line, the first panic's message.
-pub(super) fn server_failures_as_errors<T>(
+fn server_failures_as_errors<T>(
     work: impl FnOnce() -> Result<T, UsageError>,
 ) -> Result<T, UsageError> {
     static FIRST: Mutex<Option<String>> = Mutex::new(None);

@@ -3,23 +3,23 @@
 use retrysim::CHECK_RUNS_MAX;
 use std::process::{Command, Output};
 
-fn retrysim(args: &[&str]) -> Output {
+pub(crate) fn retrysim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_retrysim"))
         .args(args)
         .output()
         .expect("the binary runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()
 }
 
 /// Bad input: exit 2, one line on stderr saying what was wrong, nothing on stdout.
-fn assert_bad_input(args: &[&str], mentions: &str) {
+pub(crate) fn assert_bad_input(args: &[&str], mentions: &str) {
     let output = retrysim(args);
     let message = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");

@@ -4,23 +4,8 @@
 //! a scenario that is wrong is bad input of one line, and a server that answers identical
 //! schedules differently is reported nondeterministic, not as a violation.
 
+use crate::cli::{assert_bad_input, retrysim, stderr, stdout};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn retrysim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_retrysim"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
 
 /// A scenario shipped in `examples/mcp/`.
 fn shipped(name: &str) -> String {
@@ -194,16 +179,6 @@ fn exploration_and_json_work_on_a_scenario() {
         .starts_with("retrysim replay --model mcp --handler"));
 }
 
-/// Bad input: exit 2, one line on stderr that mentions `mentions`, nothing on stdout.
-fn assert_bad_input(args: &[&str], mentions: &str) {
-    let output = retrysim(args);
-    let message = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
-    assert_eq!(message.lines().count(), 1, "{args:?}: {message}");
-    assert!(message.contains(mentions), "{args:?}: {message}");
-    assert_eq!(stdout(&output), "", "{args:?}");
-}
-
 #[test]
 fn a_wrong_scenario_is_bad_input_of_one_line() {
     let keyed = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "1""#);
@@ -289,9 +264,9 @@ fn a_server_that_fails_the_harness_is_one_line_with_its_last_words() {
 #[test]
 fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
     let memory = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "memory""#);
-    let reused = expect(&["mcp", &scenario("memory-reused", &memory)], 3);
-    assert!(reused.contains("NONDETERMINISTIC"), "{reused}");
     let reused_path = scenario("memory-reused", &memory);
+    let reused = expect(&["mcp", &reused_path], 3);
+    assert!(reused.contains("NONDETERMINISTIC"), "{reused}");
     let checked = expect(
         &[
             "explore",
