@@ -34,6 +34,7 @@ fn counter(keyed: bool) -> McpTarget {
         }]],
         status: None,
         reuse: true,
+        concurrent: false,
     }
 }
 

@@ -11,27 +11,32 @@ environment names the side channel in RETRYSIM_POINTS) each call asks the harnes
 
 Outside retrysim, point() does nothing and now_ms() reads the wall clock, so the server
 runs unchanged in production.
+
+Each thread asks on a connection of its own, so a server that serves calls on threads can
+have several calls waiting at crash points at once, each for its own answer.
 """
 
 import os
 import socket
+import threading
 import time
 
 SIDE_CHANNEL_ENV = "RETRYSIM_POINTS"
 
-_channel = None
+_local = threading.local()
 
 
 def _ask(question):
-    """Sends one question line on the side channel and returns the answer line."""
-    global _channel
-    if _channel is None:
+    """Sends one question line on this thread's side channel; returns the answer line."""
+    channel = getattr(_local, "channel", None)
+    if channel is None:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(os.environ[SIDE_CHANNEL_ENV])
-        _channel = connection.makefile("rw", encoding="utf-8", newline="\n")
-    _channel.write(question + "\n")
-    _channel.flush()
-    answer = _channel.readline()
+        channel = connection.makefile("rw", encoding="utf-8", newline="\n")
+        _local.channel = channel
+    channel.write(question + "\n")
+    channel.flush()
+    answer = channel.readline()
     if not answer:
         # The harness is gone: nothing more can be checked, so stop at once.
         os._exit(1)

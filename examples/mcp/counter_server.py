@@ -9,6 +9,14 @@ through helpers/retrysim_points.py) loses the record, and the retry adds again.
 KEYED=memory remembers the keys in the process's memory instead: a crash forgets them, and
 a process reused from one run to the next remembers keys of runs that never happened to it.
 
+KEYED=racy looks the key up before it takes the write lock, then adds and saves the record:
+one call at a time it is correct, but two calls with one key in flight at once (a retry
+racing its original) can both miss the record and both add.
+
+CONCURRENT=1 serves each call on a thread of its own, with a connection of its own, and
+pauses at the crash point `after-lookup` after looking the key up, so that calls can
+interleave there (scenarios with `concurrent = true` and invocations_max = 2).
+
 KEY_FROM says where the key is read: `argument` (request_id, the default), `meta` (the
 request's _meta.requestId) or `parameter` (tools/call's idempotencyKey, with the
 `idempotency` capability declared).
@@ -21,6 +29,7 @@ has no record of as completed (total 0), as a status endpoint that assumes succe
 import os
 import sqlite3
 import sys
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
@@ -30,7 +39,9 @@ from stdio_mcp import serve  # noqa: E402
 KEYED = os.environ.get("KEYED", "0")
 KEY_FROM = os.environ.get("KEY_FROM", "argument")
 STATUS = os.environ.get("STATUS", "")
+CONCURRENT = os.environ.get("CONCURRENT") == "1"
 REMEMBERED = {}
+_LOCAL = threading.local()
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
@@ -69,18 +80,33 @@ def key_of(arguments, params):
     return arguments.get("request_id")
 
 
+def lookup(db, key):
+    """The saved total of request `key`, or None."""
+    row = db.execute("SELECT total FROM records WHERE request_id = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
 def add(db, arguments, params):
     amount = int(arguments["amount"])
     key = key_of(arguments, params)
     if KEYED == "memory" and key in REMEMBERED:
         return {"total": REMEMBERED[key], "replayed": True}
-    keyed = KEYED in ("1", "split") and key is not None
-    db.execute("BEGIN IMMEDIATE")
-    if keyed:
-        row = db.execute("SELECT total FROM records WHERE request_id = ?", (key,)).fetchone()
-        if row is not None:
-            db.execute("COMMIT")
-            return {"total": row[0], "replayed": True}
+    keyed = KEYED in ("1", "split", "racy") and key is not None
+    if keyed and KEYED == "racy":
+        saved = lookup(db, key)
+        if saved is not None:
+            return {"total": saved, "replayed": True}
+        point("after-lookup")
+        db.execute("BEGIN IMMEDIATE")
+    else:
+        db.execute("BEGIN IMMEDIATE")
+        if keyed:
+            saved = lookup(db, key)
+            if saved is not None:
+                db.execute("COMMIT")
+                return {"total": saved, "replayed": True}
+            if CONCURRENT:
+                point("after-lookup")
     db.execute("UPDATE counter SET total = total + ? WHERE id = 1", (amount,))
     total = db.execute("SELECT total FROM counter WHERE id = 1").fetchone()[0]
     if keyed and KEYED == "split":
@@ -88,7 +114,7 @@ def add(db, arguments, params):
         point("between-commits")
         db.execute("BEGIN IMMEDIATE")
     if keyed:
-        db.execute("INSERT INTO records VALUES (?, ?)", (key, total))
+        db.execute("INSERT OR REPLACE INTO records VALUES (?, ?)", (key, total))
     db.execute("COMMIT")
     if KEYED == "memory" and key is not None:
         REMEMBERED[key] = total
@@ -105,15 +131,23 @@ def status(db, arguments):
     return {"status": "not-found"}
 
 
+def database():
+    """This thread's connection to the database (each thread has its own)."""
+    db = getattr(_LOCAL, "db", None)
+    if db is None:
+        db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
+        _LOCAL.db = db
+    return db
+
+
 def main():
-    db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
-    db.executescript(SCHEMA)
+    database().executescript(SCHEMA)
     capabilities = {"idempotency": {}} if KEY_FROM == "parameter" else {}
     tools = {
-        "add": (DESCRIPTION, lambda arguments, params: add(db, arguments, params)),
-        "status": (STATUS_DESCRIPTION, lambda arguments, _params: status(db, arguments)),
+        "add": (DESCRIPTION, lambda arguments, params: add(database(), arguments, params)),
+        "status": (STATUS_DESCRIPTION, lambda arguments, _params: status(database(), arguments)),
     }
-    serve("counter", tools, capabilities)
+    serve("counter", tools, capabilities, concurrent=CONCURRENT)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ answers a JSON-RPC error.
 import json
 import os
 import sys
+import threading
 import time
 
 PROTOCOL_VERSION = "2025-06-18"
@@ -22,9 +23,14 @@ class ToolError(Exception):
     """A tool's refusal: answered as a result with isError, its message as the text."""
 
 
+_SENDING = threading.Lock()
+
+
 def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    """Writes one message line; calls served on threads take turns."""
+    with _SENDING:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
 
 
 def misbehave(request):
@@ -70,15 +76,28 @@ def answer(name, tools, request, capabilities):
     raise LookupError("unknown method " + repr(method))
 
 
-def serve(name, tools, capabilities=None):
-    """Serves `tools` ({name: (description with inputSchema, function)}) on stdin/stdout."""
+def respond(name, tools, request, capabilities):
+    """Answers one request with its result, or a JSON-RPC error."""
+    try:
+        send({"jsonrpc": "2.0", "id": request["id"],
+              "result": answer(name, tools, request, capabilities)})
+    except LookupError as error:
+        send({"jsonrpc": "2.0", "id": request["id"],
+              "error": {"code": -32601, "message": str(error)}})
+
+
+def serve(name, tools, capabilities=None, concurrent=False):
+    """Serves `tools` ({name: (description with inputSchema, function)}) on stdin/stdout.
+
+    With `concurrent`, each `tools/call` is served on a thread of its own, so that a call
+    arriving while another is in progress (say, waiting at a crash point) is served at once.
+    """
     for line in sys.stdin:
         request = json.loads(line)
         if "id" not in request or misbehave(request):
             continue
-        try:
-            send({"jsonrpc": "2.0", "id": request["id"],
-                  "result": answer(name, tools, request, capabilities or {})})
-        except LookupError as error:
-            send({"jsonrpc": "2.0", "id": request["id"],
-                  "error": {"code": -32601, "message": str(error)}})
+        if concurrent and request.get("method") == "tools/call":
+            threading.Thread(target=respond, daemon=True,
+                             args=(name, tools, request, capabilities or {})).start()
+            continue
+        respond(name, tools, request, capabilities or {})

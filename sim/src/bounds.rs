@@ -280,6 +280,12 @@ pub enum BoundsError {
         /// Its value.
         value: u32,
     },
+    /// Invocations that overlap ([`Bounds::invocations_max`] above 1) where the system's
+    /// cannot: it serves one request at a time.
+    NoOverlap {
+        /// The value of `invocations_max`.
+        value: u32,
+    },
 }
 
 impl BoundsError {
@@ -291,6 +297,7 @@ impl BoundsError {
             | BoundsError::AboveMost { field, .. }
             | BoundsError::TooLong { field, .. }
             | BoundsError::NoSuchFault { field, .. } => field,
+            BoundsError::NoOverlap { .. } => "invocations_max",
         }
     }
 
@@ -309,6 +316,9 @@ impl BoundsError {
             } => format!("is {value_ms}, but may be at most {most_ms} (2^40 ms, about 34 years)"),
             BoundsError::NoSuchFault { value, .. } => {
                 format!("is {value}, but this system's store has no such fault to inject")
+            }
+            BoundsError::NoOverlap { value } => {
+                format!("is {value}, but this system serves one request at a time")
             }
         }
     }

@@ -159,6 +159,17 @@ pub trait StoreKind {
         None
     }
 
+    /// Whether a process of the system's own (a real server, outside the engine's
+    /// connections) holds a lock on the store now, between turns of overlapping invocations:
+    /// asked after each turn, and `true` means the invocation that took the turn holds it.
+    /// Then no other invocation starts or goes on until that one has ended or let the lock
+    /// go, since another would wait on it where the engine cannot see. Locks taken on
+    /// connections the engine gave ([`StoreKind::connect`]) it sees itself. The default is
+    /// `false`.
+    fn locked_outside(&self, _store: &Self::Store) -> bool {
+        false
+    }
+
     /// The ground truth: the intent of every committed effect, in commit order.
     fn effects(&self, store: &Self::Store) -> Vec<IntentId>;
 

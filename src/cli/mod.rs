@@ -338,6 +338,11 @@ fn flag_error(error: &BoundsError, entry: &HandlerEntry) -> String {
             "{flag} {value}: {}/{} has no storage faults to inject (its store is not SQLite); use 0",
             entry.domain, entry.handler
         ),
+        BoundsError::NoOverlap { value } => format!(
+            "{flag} {value}: the scenario {} serves one call at a time; say `concurrent = true` \
+             under [server] if its server serves calls concurrently, or use 1",
+            entry.handler
+        ),
         BoundsError::Zero { .. } | BoundsError::AboveMost { .. } | BoundsError::TooLong { .. } => {
             format!("{flag} {}", error.problem())
         }

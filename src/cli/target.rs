@@ -95,6 +95,11 @@ impl Resolved {
             return self.subject().check_bounds(bounds);
         };
         bounds.validate_for(OnMcp(scenario.target.clone()).workload_limits())?;
+        if bounds.invocations_max > 1 && !scenario.target.concurrent {
+            return Err(BoundsError::NoOverlap {
+                value: bounds.invocations_max,
+            });
+        }
         if bounds.storage_faults_max > 0 {
             return Err(BoundsError::NoSuchFault {
                 field: "storage_faults_max",
@@ -127,7 +132,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
         handler: Box::leak(target.handler.clone().into_boxed_str()),
         summary: "a real MCP server, run over stdio as its scenario says",
         declared: Declared::Correct,
-        invocations_max: 1,
+        invocations_max: scenario.bounds.invocations_max,
         retention_ms: None,
         storage_faults_max: 0,
         invocation_limit_ms: None,

@@ -31,24 +31,71 @@ use serde_json::Value;
 use std::fmt;
 
 /// A tool server the harness talks to, one session at a time.
+///
+/// A call is sent ([`Transport::send_call`]), then followed ([`Transport::next`]) until its
+/// result comes, each question the server asks in the middle of it answered
+/// ([`Transport::reply`]). Calls of a server that serves them concurrently overlap: one is
+/// sent while another waits at a crash point for its answer.
 pub trait Transport {
     /// Starts the server, a fresh process and session, and does the handshake; what it
     /// offers. A server already running is killed first.
     fn start(&mut self) -> Result<Offer, McpError>;
 
     /// Sends one `tools/call` with `params` (`name`, `arguments`, and `_meta` or an
-    /// `idempotencyKey` when the client sends its key there) and waits for its result (MCP's
-    /// `CallToolResult`). While it waits it answers what the server asks over the side
-    /// channel through `asks`; when `asks` says crash, the server is killed and the call ends
-    /// in [`Interrupted::Crash`].
+    /// `idempotencyKey` when the client sends its key there) without waiting; its JSON-RPC
+    /// id, which [`Transport::next`] follows.
+    fn send_call(&mut self, params: &Value) -> Result<u64, McpError>;
+
+    /// Waits for what the server says next about call `id`: its result (MCP's
+    /// `CallToolResult`), or a question it asks over the side channel in the middle of it,
+    /// which [`Transport::reply`] answers. Results of other calls that come meanwhile are
+    /// kept for them.
+    fn next(&mut self, id: u64) -> Result<Said, McpError>;
+
+    /// Answers `question`: go on past the crash point, or the time. With `Err` the schedule
+    /// crashes the server there: it is killed, and the call ends in [`Interrupted::Crash`].
+    fn reply(&mut self, question: &Question, answer: Result<u64, Crash>)
+        -> Result<(), Interrupted>;
+
+    /// Sends one `tools/call` and waits for its result, answering what the server asks
+    /// meanwhile through `asks`.
     fn call(
         &mut self,
         params: &Value,
         asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
-    ) -> Result<Value, Interrupted>;
+    ) -> Result<Value, Interrupted> {
+        let id = self.send_call(params)?;
+        loop {
+            match self.next(id)? {
+                Said::Result(result) => return Ok(result),
+                Said::Asked(question) => {
+                    let answer = asks(&question.ask);
+                    self.reply(&question, answer)?;
+                }
+            }
+        }
+    }
 
     /// Kills the server at once, as a crash does: what it has not written is lost.
     fn kill(&mut self);
+}
+
+/// What a server says next about a call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Said {
+    /// The call's result.
+    Result(Value),
+    /// A question it asks in the middle of the call, waiting for the answer.
+    Asked(Question),
+}
+
+/// A question a server asked over the side channel, waiting for its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Question {
+    /// What it asks.
+    pub ask: Ask,
+    /// The side channel's connection it came on, where its answer goes.
+    pub connection: u64,
 }
 
 /// What a server offers after the handshake.

@@ -6,6 +6,8 @@
 //! env = { KEYED = "1" }
 //! answer_wait_ms = 10000                       # the bound on every wait for the server
 //! reuse = true                                 # one process for run after run
+//! concurrent = false                           # true: it serves calls at once, so
+//!                                              # calls may overlap (--invocations-max)
 //!
 //! [database]                                   # the ground truth (and with a
 //!                                              # [provider], its charges' records)
@@ -91,6 +93,7 @@ struct ServerSection {
     env: BTreeMap<String, String>,
     answer_wait_ms: Option<u64>,
     reuse: Option<bool>,
+    concurrent: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -147,6 +150,7 @@ struct BoundsSection {
     clients: Option<u32>,
     intents: Option<u32>,
     attempts_max: Option<u32>,
+    invocations_max: Option<u32>,
     faults_max: Option<u32>,
     drops_max: Option<u32>,
     duplicates_max: Option<u32>,
@@ -282,6 +286,7 @@ impl ScenarioFile {
                 key_argument: status.key_argument.clone(),
             }),
             reuse: self.server.reuse.unwrap_or(true),
+            concurrent: self.server.concurrent.unwrap_or(false),
         })
     }
 }
@@ -321,6 +326,7 @@ impl BoundsSection {
                 .intents
                 .unwrap_or(u32::try_from(intents).unwrap_or(u32::MAX)),
             attempts_max: self.attempts_max.unwrap_or(base.attempts_max),
+            invocations_max: self.invocations_max.unwrap_or(base.invocations_max),
             faults_max: self.faults_max.unwrap_or(base.faults_max),
             drops_max: self.drops_max.unwrap_or(base.drops_max),
             duplicates_max: self.duplicates_max.unwrap_or(base.duplicates_max),

@@ -5,10 +5,15 @@
 //! - `point NAME` — a crash point; the harness answers `go`, or kills the server there;
 //! - `now` — the simulated clock; the harness answers `now MILLISECONDS`.
 //!
+//! Each question is answered on the connection it came on: a server that serves calls on
+//! threads of its own opens one connection per thread (the helpers do), and while calls
+//! overlap each waits at its own crash point for its own answer.
+//!
 //! The helpers (`helpers/retrysim_points.py`) speak it; a server without them has no crash
 //! points but the message boundaries, and reads its own clock.
 
 use super::Ask;
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -28,17 +33,17 @@ pub(super) enum Heard {
     Line(u64, String),
     /// The standard output of the process of this generation closed.
     Closed(u64),
-    /// A question on the side channel.
-    Ask(Ask),
+    /// A question on the side channel, and the connection it came on.
+    Ask(Ask, u64),
     /// A line on the side channel that is no question of its protocol.
     Unknown(String),
 }
 
-/// A listening side channel and the connection it answers on.
+/// A listening side channel and the connections it answers on.
 pub(super) struct SideChannel {
     path: PathBuf,
-    /// The latest connection: a server's process opens one and asks on it.
-    latest: Arc<Mutex<Option<UnixStream>>>,
+    /// The open connections, by the number each got when it was accepted.
+    connections: Arc<Mutex<BTreeMap<u64, UnixStream>>>,
     closing: Arc<AtomicBool>,
 }
 
@@ -47,11 +52,11 @@ impl SideChannel {
     pub(super) fn open(path: &Path, heard: Sender<Heard>) -> io::Result<SideChannel> {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
-        let latest = Arc::new(Mutex::new(None));
+        let connections = Arc::new(Mutex::new(BTreeMap::new()));
         let closing = Arc::new(AtomicBool::new(false));
-        let (kept, stop) = (Arc::clone(&latest), Arc::clone(&closing));
+        let (kept, stop) = (Arc::clone(&connections), Arc::clone(&closing));
         thread::spawn(move || {
-            for stream in listener.incoming() {
+            for (number, stream) in (0u64..).zip(listener.incoming()) {
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
@@ -59,14 +64,21 @@ impl SideChannel {
                 let Ok(writer) = stream.try_clone() else {
                     continue;
                 };
-                *kept.lock().expect("the side channel's connection") = Some(writer);
-                let heard = heard.clone();
-                thread::spawn(move || read_questions(stream, &heard));
+                kept.lock()
+                    .expect("the side channel's connections")
+                    .insert(number, writer);
+                let (heard, kept) = (heard.clone(), Arc::clone(&kept));
+                thread::spawn(move || {
+                    read_questions(stream, number, &heard);
+                    kept.lock()
+                        .expect("the side channel's connections")
+                        .remove(&number);
+                });
             }
         });
         Ok(SideChannel {
             path: path.to_path_buf(),
-            latest,
+            connections,
             closing,
         })
     }
@@ -76,10 +88,14 @@ impl SideChannel {
         &self.path
     }
 
-    /// Answers the last question with `line`. A server that is gone hears nothing.
-    pub(super) fn answer(&self, line: &str) {
-        let mut latest = self.latest.lock().expect("the side channel's connection");
-        if let Some(stream) = latest.as_mut() {
+    /// Answers the question that came on `connection` with `line`. A server that is gone
+    /// hears nothing.
+    pub(super) fn answer(&self, connection: u64, line: &str) {
+        let mut connections = self
+            .connections
+            .lock()
+            .expect("the side channel's connections");
+        if let Some(stream) = connections.get_mut(&connection) {
             let _ = stream.write_all(format!("{line}\n").as_bytes());
         }
     }
@@ -94,15 +110,16 @@ impl Drop for SideChannel {
     }
 }
 
-/// Passes each question on `stream` to `heard` until the server closes it.
-fn read_questions(stream: UnixStream, heard: &Sender<Heard>) {
+/// Passes each question on `stream`, connection `number`, to `heard` until the server closes
+/// it.
+fn read_questions(stream: UnixStream, number: u64, heard: &Sender<Heard>) {
     for line in BufReader::new(stream).lines() {
         let Ok(line) = line else { break };
         let question = match line.trim().split_once(' ') {
             Some(("point", name)) if !name.trim().is_empty() => {
-                Heard::Ask(Ask::Point(name.trim().to_string()))
+                Heard::Ask(Ask::Point(name.trim().to_string()), number)
             }
-            _ if line.trim() == "now" => Heard::Ask(Ask::NowMs),
+            _ if line.trim() == "now" => Heard::Ask(Ask::NowMs, number),
             _ => Heard::Unknown(line.chars().take(200).collect()),
         };
         if heard.send(question).is_err() {

@@ -2,10 +2,10 @@
 //! its standard input or output.
 
 use super::side_channel::{Heard, SideChannel, SIDE_CHANNEL_ENV};
-use super::{Ask, Interrupted, McpError, Offer, Tool, Transport};
+use super::{Ask, Interrupted, McpError, Offer, Question, Said, Tool, Transport};
 use crate::Crash;
 use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -60,7 +60,13 @@ pub struct StdioServer {
     /// How many processes have been started: lines from an earlier one are old news.
     generation: u64,
     side_channel: Option<SideChannel>,
+    /// Answers (results or JSON-RPC errors) that came for a call other than the one
+    /// followed, by id, kept for it.
+    kept_results: BTreeMap<u64, Answer>,
 }
+
+/// What a server answered a request: its result, or a JSON-RPC error.
+type Answer = Result<Value, McpError>;
 
 /// A running server process and the lines it writes.
 struct Running {
@@ -87,6 +93,7 @@ impl StdioServer {
             hearing,
             generation: 0,
             side_channel: None,
+            kept_results: BTreeMap::new(),
         }
     }
 
@@ -127,6 +134,7 @@ impl StdioServer {
     fn spawn(&mut self) -> Result<Running, McpError> {
         // Old news of an earlier process is dropped.
         while self.heard.try_recv().is_ok() {}
+        self.kept_results.clear();
         self.generation += 1;
         let generation = self.generation;
         let mut command = Command::new(&self.command.program);
@@ -185,26 +193,27 @@ impl StdioServer {
     }
 
     /// Sends a request and waits for the answer with its id, answering the server's
-    /// questions meanwhile through `asks`.
-    fn request(
-        &mut self,
-        method: &str,
-        params: &Value,
-        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
-    ) -> Result<Value, Interrupted> {
+    /// questions meanwhile go on: the handshake crashes nothing.
+    fn request(&mut self, method: &str, params: &Value) -> Result<Value, McpError> {
+        let id = self.send_request(method, params)?;
+        loop {
+            match self.next(id)? {
+                Said::Result(result) => return Ok(result),
+                Said::Asked(question) => {
+                    if let Err(Interrupted::Failed(error)) = self.reply(&question, Ok(0)) {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a request; its id.
+    fn send_request(&mut self, method: &str, params: &Value) -> Result<u64, McpError> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
-        self.answer(id, asks)
-    }
-
-    /// A request of the handshake: the server's questions meanwhile are answered go.
-    fn handshake_request(&mut self, method: &str, params: &Value) -> Result<Value, McpError> {
-        self.request(method, params, &mut |_| Ok(0))
-            .map_err(|interrupted| match interrupted {
-                Interrupted::Failed(error) => error,
-                Interrupted::Crash(_) => unreachable!("the handshake never crashes"),
-            })
+        Ok(id)
     }
 
     /// Sends a notification (no answer).
@@ -224,95 +233,77 @@ impl StdioServer {
         written.map_err(|_| self.exited())
     }
 
-    /// Waits for the response to request `id`, skipping the server's notifications and
-    /// answering its questions on the side channel through `asks`. Each wait for the next
-    /// thing the server says is bounded by `answer_wait_ms`.
-    fn answer(
-        &mut self,
-        id: u64,
-        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
-    ) -> Result<Value, Interrupted> {
+    /// Waits for what the server says next about request `id`: its result, or a question on
+    /// the side channel. Each wait for the next thing the server says is bounded by
+    /// `answer_wait_ms`.
+    fn follow(&mut self, id: u64) -> Result<Said, McpError> {
+        if let Some(answer) = self.kept_results.remove(&id) {
+            return answer.map(Said::Result);
+        }
         let wait = Duration::from_millis(self.command.answer_wait_ms);
         let generation = self.running.as_ref().expect("a started server").generation;
         loop {
             let line = match self.heard.recv_timeout(wait) {
                 Ok(Heard::Line(from, line)) if from == generation => line,
-                Ok(Heard::Closed(from)) if from == generation => return Err(self.exited().into()),
+                Ok(Heard::Closed(from)) if from == generation => return Err(self.exited()),
                 Ok(Heard::Line(..) | Heard::Closed(_)) => continue,
-                Ok(Heard::Ask(ask)) => {
-                    self.answer_ask(&ask, asks)?;
-                    continue;
+                Ok(Heard::Ask(ask, connection)) => {
+                    return Ok(Said::Asked(Question { ask, connection }))
                 }
                 Ok(Heard::Unknown(line)) => {
                     self.stop();
                     return Err(McpError::Protocol(format!(
                         "its side channel said {line:?}, not `point NAME` or `now`"
-                    ))
-                    .into());
+                    )));
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     return Err(McpError::Silent {
                         waited_ms: self.command.answer_wait_ms,
                         stderr: self.stop().1,
-                    }
-                    .into())
+                    })
                 }
                 Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
             };
-            if let Some(result) = self.response(id, &line)? {
-                return Ok(result);
+            if let Some((answered, answer)) = self.response(&line)? {
+                if answered == id {
+                    return answer.map(Said::Result);
+                }
+                self.kept_results.insert(answered, answer);
             }
         }
     }
 
-    /// The result of request `id` if `line` is its response; `None` for another message.
-    fn response(&mut self, id: u64, line: &str) -> Result<Option<Value>, McpError> {
+    /// The id and answer (a result, or a JSON-RPC error) of the response `line` is; `None`
+    /// for a message that is no response (a notification, a request of the server's).
+    fn response(&mut self, line: &str) -> Result<Option<(u64, Answer)>, McpError> {
         let Ok(message) = serde_json::from_str::<Value>(line) else {
             return Err(McpError::Garbage {
                 line: line.chars().take(200).collect(),
                 stderr: self.stop().1,
             });
         };
-        if message.get("id") != Some(&json!(id)) {
+        let Some(id) = message.get("id").and_then(Value::as_u64) else {
+            return Ok(None);
+        };
+        if message.get("method").is_some() {
             return Ok(None);
         }
         if let Some(error) = message.get("error") {
-            return Err(McpError::Rpc {
+            let error = McpError::Rpc {
                 code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
                 message: error
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),
-            });
+            };
+            return Ok(Some((id, Err(error))));
         }
         message
             .get("result")
             .cloned()
-            .map(Some)
+            .map(|result| Some((id, Ok(result))))
             .ok_or_else(|| McpError::Protocol(format!("a response without a result: {line}")))
-    }
-
-    /// Answers a question the server asked on the side channel: go on or the time, or a
-    /// crash (the server is killed).
-    fn answer_ask(
-        &mut self,
-        ask: &Ask,
-        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
-    ) -> Result<(), Interrupted> {
-        let channel = self
-            .side_channel
-            .as_ref()
-            .expect("questions come on the side channel");
-        match (asks(ask), ask) {
-            (Ok(_), Ask::Point(_)) => channel.answer("go"),
-            (Ok(now_ms), Ask::NowMs) => channel.answer(&format!("now {now_ms}")),
-            (Err(crash), _) => {
-                self.kill();
-                return Err(Interrupted::Crash(crash));
-            }
-        }
-        Ok(())
     }
 
     /// The error for a server that is gone: its exit status and its last words.
@@ -343,7 +334,7 @@ impl Transport for StdioServer {
     fn start(&mut self) -> Result<Offer, McpError> {
         self.kill();
         self.running = Some(self.spawn()?);
-        let handshake = self.handshake_request(
+        let handshake = self.request(
             "initialize",
             &json!({
                 "protocolVersion": PROTOCOL_VERSION,
@@ -357,7 +348,7 @@ impl Transport for StdioServer {
             )));
         }
         self.notify("notifications/initialized")?;
-        let listed = self.handshake_request("tools/list", &json!({}))?;
+        let listed = self.request("tools/list", &json!({}))?;
         let tools = listed
             .get("tools")
             .and_then(Value::as_array)
@@ -383,12 +374,33 @@ impl Transport for StdioServer {
         })
     }
 
-    fn call(
+    fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
+        self.send_request("tools/call", params)
+    }
+
+    fn next(&mut self, id: u64) -> Result<Said, McpError> {
+        self.follow(id)
+    }
+
+    fn reply(
         &mut self,
-        params: &Value,
-        asks: &mut dyn FnMut(&Ask) -> Result<u64, Crash>,
-    ) -> Result<Value, Interrupted> {
-        self.request("tools/call", params, asks)
+        question: &Question,
+        answer: Result<u64, Crash>,
+    ) -> Result<(), Interrupted> {
+        let channel = self
+            .side_channel
+            .as_ref()
+            .expect("questions come on the side channel");
+        let line = match (answer, &question.ask) {
+            (Ok(_), Ask::Point(_)) => "go".to_string(),
+            (Ok(now_ms), Ask::NowMs) => format!("now {now_ms}"),
+            (Err(crash), _) => {
+                self.kill();
+                return Err(Interrupted::Crash(crash));
+            }
+        };
+        channel.answer(question.connection, &line);
+        Ok(())
     }
 
     fn kill(&mut self) {

@@ -11,7 +11,9 @@
 //! process, and the restarted one opens the file as the crash left it (SQLite's own recovery
 //! runs on it).
 
-use super::{Ask, Interrupted, LoopbackProvider, McpError, ServerCommand, StdioServer, Transport};
+use super::{
+    Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand, StdioServer, Transport,
+};
 use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::{table_rows, user_tables};
 use crate::{
@@ -20,9 +22,15 @@ use crate::{
 };
 use serde_json::{json, Value};
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// How long the harness's own connection waits on the server's locks when it reads the
+/// file, in real time.
+const KEEPER_BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// The crash point before the call is sent: the server never sees it.
 pub const BEFORE_CALL: &str = "before-call";
@@ -57,6 +65,11 @@ pub struct McpTarget {
     /// The tool a reconnecting client asks about its request before it sends it again;
     /// `None` when the server has none.
     pub status: Option<StatusTool>,
+    /// Whether the server serves calls concurrently (a thread or task per call, so that a
+    /// second call is served while the first waits at a crash point): then calls may
+    /// overlap, up to [`crate::Bounds::invocations_max`]. A server that serves one call at
+    /// a time would leave the second unanswered.
+    pub concurrent: bool,
     /// Whether one server process serves run after run (the database put back under it
     /// between runs) instead of a fresh process for each run. Far faster; a server that
     /// keeps state in its memory across runs is caught by the replay on a fresh process
@@ -104,8 +117,12 @@ pub struct StatusTool {
 pub struct OnMcp(pub McpTarget);
 
 /// The server, its database file and the harness's record of its effects.
+///
+/// Overlapping invocations share it through `&McpStore`; each takes the server, and the
+/// record, only for the moment it sends, waits for the next thing the server says, or reads
+/// the effects, never across a pause.
 pub struct McpStore {
-    server: StdioServer,
+    server: RefCell<StdioServer>,
     file: PathBuf,
     /// The database as every run starts from it.
     template: PathBuf,
@@ -113,45 +130,62 @@ pub struct McpStore {
     reuse: bool,
     /// The harness's own connection to the file, opened between runs.
     keeper: Connection,
-    /// How many rows of `retrysim_effects` the harness has given to intents.
-    effects_seen: i64,
-    /// The effects, each under its intent: the effect tables' changes, or the provider's
-    /// charges when the server calls one.
-    ledger: Ledger,
     /// The provider the server calls, if the target has one.
     provider: Option<LoopbackProvider>,
+    /// The effects given to intents so far.
+    seen: RefCell<Seen>,
+}
+
+/// The harness's record of a run's effects, each under its intent.
+struct Seen {
+    /// How many rows of `retrysim_effects` the harness has given to intents.
+    rows: i64,
+    /// The effects: the effect tables' changes, or the provider's charges when the server
+    /// calls one.
+    ledger: Ledger,
     /// How many of the provider's charges the harness has given to intents.
-    charges_seen: usize,
+    charges: usize,
     /// With a provider: the local records of its charges (rows inserted into the effect
-    /// tables), each under its intent.
+    /// tables).
     records: Ledger,
+}
+
+impl Seen {
+    /// Forgets every effect (for a fresh run).
+    fn clear(&mut self) {
+        self.rows = 0;
+        self.ledger.clear();
+        self.records.clear();
+        self.charges = 0;
+    }
 }
 
 impl McpStore {
     /// Gives the effects (and with a provider, the local records) made since the last look
     /// to the intent being served; how many effects.
-    fn take_effects(&mut self) -> usize {
-        let rows = self.take_rows();
+    fn take_effects(&self) -> usize {
+        let mut seen = self.seen.borrow_mut();
+        let rows = self.rows_since(&mut seen);
         let Some(provider) = &self.provider else {
             for _ in 0..rows.len() {
-                self.ledger.record();
+                seen.ledger.record();
             }
             return rows.len();
         };
         for _ in rows.iter().filter(|operation| *operation == "insert") {
-            self.records.record();
+            seen.records.record();
         }
         let charged = provider.charge_count();
-        let new = charged - self.charges_seen;
+        let new = charged - seen.charges;
         for _ in 0..new {
-            self.ledger.record();
+            seen.ledger.record();
         }
-        self.charges_seen = charged;
+        seen.charges = charged;
         new
     }
 
     /// The operations of the effect tables' changes written since the last look.
-    fn take_rows(&mut self) -> Vec<String> {
+    fn rows_since(&self, seen: &mut Seen) -> Vec<String> {
         let mut query = self
             .keeper
             .prepare_cached(
@@ -159,25 +193,41 @@ impl McpStore {
             )
             .expect("the harness's effect record reads");
         let rows: Vec<String> = query
-            .query_map([self.effects_seen], |row| row.get(0))
+            .query_map([seen.rows], |row| row.get(0))
             .and_then(Iterator::collect)
             .expect("the harness's effect record reads");
-        drop(query);
-        self.effects_seen += i64::try_from(rows.len()).unwrap_or(0);
+        seen.rows += i64::try_from(rows.len()).unwrap_or(0);
         rows
+    }
+
+    /// Whether a connection of the server's holds a lock on the file that keeps another
+    /// from writing: the harness's own connection tries to take the whole file, without
+    /// waiting, and lets it go at once.
+    fn locked(&self) -> bool {
+        self.keeper
+            .busy_timeout(Duration::ZERO)
+            .expect("the harness's connection takes a busy timeout");
+        let locked = self.keeper.execute_batch("BEGIN EXCLUSIVE").is_err();
+        if !self.keeper.is_autocommit() {
+            self.keeper
+                .execute_batch("ROLLBACK")
+                .expect("the harness's own transaction rolls back");
+        }
+        self.keeper
+            .busy_timeout(KEEPER_BUSY_WAIT)
+            .expect("the harness's connection takes a busy timeout");
+        locked
     }
 
     /// Puts the template back and forgets the last run's effects: under the running server
     /// when it is reused, else before a fresh process starts.
     fn start_from_template(&mut self) -> Result<(), McpError> {
-        self.effects_seen = 0;
-        self.ledger.clear();
-        self.records.clear();
-        self.charges_seen = 0;
+        self.seen.get_mut().clear();
         if let Some(provider) = &self.provider {
             provider.clear();
         }
-        if self.reuse && self.server.is_running() {
+        let server = self.server.get_mut();
+        if self.reuse && server.is_running() {
             // Through SQLite's locks, as another connection: the server's own connection
             // reads the template at its next transaction.
             self.keeper
@@ -189,21 +239,21 @@ impl McpStore {
                 .expect("the template restores");
             return Ok(());
         }
-        self.server.kill();
+        server.kill();
         // The harness lets go of the file while it is put back.
         self.keeper = Connection::open_in_memory().expect("an in-memory connection opens");
         std::fs::copy(&self.template, &self.file).expect("the database file writes");
         for leftover in ["db-journal", "db-wal", "db-shm"] {
             let _ = std::fs::remove_file(self.file.with_extension(leftover));
         }
-        self.keeper = Connection::open(&self.file).expect("the database file opens");
-        self.server.start().map(|_| ())
+        self.keeper = open_keeper(&self.file);
+        self.server.get_mut().start().map(|_| ())
     }
 }
 
 impl Drop for McpStore {
     fn drop(&mut self) {
-        self.server.kill();
+        self.server.get_mut().kill();
         if let Some(directory) = self.file.parent() {
             let _ = std::fs::remove_dir_all(directory);
         }
@@ -267,6 +317,31 @@ impl OnMcp {
         result
             .pointer(&self.0.value_pointer)
             .map_or_else(|| "null".to_string(), Value::to_string)
+    }
+
+    /// The `tools/call` parameters of `request`, a call the workload drew.
+    fn call_params(&self, request: &Keyed<String>) -> Value {
+        let (tool, arguments) = request
+            .args
+            .split_once(' ')
+            .expect("a call the harness wrote");
+        self.params(tool, arguments, &request.id)
+    }
+
+    /// The reply to a call that came to `answer`; a JSON-RPC error is a refusal.
+    fn answered(
+        &self,
+        answer: Result<Value, Interrupted>,
+        committed: bool,
+    ) -> Result<Reply<String>, Crash> {
+        match answer {
+            Ok(result) => Ok(self.reply(&result, committed)),
+            Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Reply::Refused(
+                format!("JSON-RPC error {code}: {message}").into(),
+            )),
+            Err(Interrupted::Failed(error)) => failed(&error),
+            Err(Interrupted::Crash(crash)) => Err(crash),
+        }
     }
 
     /// The `tools/call` parameters of `call`, with the client's key where the target puts
@@ -404,18 +479,19 @@ impl StoreKind for OnMcp {
         drop(keeper);
         let template = directory.join("template.db");
         std::fs::copy(&file, &template).expect("the template writes");
-        let keeper = Connection::open(&file).expect("the server's database opens");
         McpStore {
-            server,
+            server: RefCell::new(server),
+            keeper: open_keeper(&file),
             file,
             template,
             reuse: self.0.reuse,
-            keeper,
-            effects_seen: 0,
-            ledger: Ledger::new(tag),
             provider,
-            charges_seen: 0,
-            records: Ledger::new(tag),
+            seen: RefCell::new(Seen {
+                rows: 0,
+                ledger: Ledger::new(tag),
+                charges: 0,
+                records: Ledger::new(tag),
+            }),
         }
     }
 
@@ -427,7 +503,11 @@ impl StoreKind for OnMcp {
 
     fn restart(&self, store: &mut McpStore) {
         store.take_effects();
-        store.server.start().unwrap_or_else(|error| failed(&error));
+        store
+            .server
+            .get_mut()
+            .start()
+            .unwrap_or_else(|error| failed(&error));
     }
 
     fn apply_event(&self, _store: &mut McpStore, event: &NoEvent) {
@@ -437,7 +517,7 @@ impl StoreKind for OnMcp {
     fn observe(&self, _store: &McpStore, _request: &Keyed<String>) {}
 
     fn effects(&self, store: &McpStore) -> Vec<crate::IntentId> {
-        store.ledger.effects().to_vec()
+        store.seen.borrow().ledger.effects().to_vec()
     }
 
     /// With a provider, the effect tables' inserted rows, each under its intent.
@@ -445,7 +525,21 @@ impl StoreKind for OnMcp {
         store
             .provider
             .as_ref()
-            .map(|_| store.records.effects().to_vec())
+            .map(|_| store.seen.borrow().records.effects().to_vec())
+    }
+
+    /// For a server that serves calls concurrently: a connection for each invocation, which
+    /// the engine asks for to let invocations overlap (the calls go to the server; the
+    /// connection itself is not used).
+    fn connect(&self, _store: &McpStore) -> Option<Connection> {
+        self.0
+            .concurrent
+            .then(|| Connection::open_in_memory().expect("an in-memory connection opens"))
+    }
+
+    /// Whether the server's connection holds its file locked, paused in a transaction.
+    fn locked_outside(&self, store: &McpStore) -> bool {
+        store.locked()
     }
 
     /// Every table of the server's file, row by row, and the provider's charges.
@@ -503,21 +597,46 @@ impl System for OnMcp {
         request: &Keyed<String>,
     ) -> Result<Reply<String>, Crash> {
         ctx.point(BEFORE_CALL)?;
-        let (tool, arguments) = request
-            .args
-            .split_once(' ')
-            .expect("a call the harness wrote");
-        let params = self.params(tool, arguments, &request.id);
-        let answer = store.server.call(&params, &mut asker(ctx));
+        let params = self.call_params(request);
+        let answer = store.server.get_mut().call(&params, &mut asker(ctx));
         let committed = store.take_effects() > 0;
-        let reply = match answer {
-            Ok(result) => self.reply(&result, committed),
-            Err(Interrupted::Failed(McpError::Rpc { code, message })) => {
-                Reply::Refused(format!("JSON-RPC error {code}: {message}").into())
+        let reply = self.answered(answer, committed)?;
+        ctx.point(AFTER_ANSWER)?;
+        Ok(reply)
+    }
+
+    /// Sends the call and follows it, taking the server only while it sends or waits: at
+    /// each question the server asks, the effects so far are taken, and then the invocation
+    /// pauses (at a crash point) while others go on.
+    fn handle_on(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: &McpStore,
+        _connection: &Connection,
+        request: &Keyed<String>,
+    ) -> Result<Reply<String>, Crash> {
+        ctx.point(BEFORE_CALL)?;
+        let params = self.call_params(request);
+        let mut effects = 0;
+        let sent = store.server.borrow_mut().send_call(&params);
+        let id = sent.unwrap_or_else(|error| failed(&error));
+        let answer = loop {
+            let said = store.server.borrow_mut().next(id);
+            match said {
+                Ok(Said::Result(result)) => break Ok(result),
+                Err(error) => break Err(Interrupted::Failed(error)),
+                Ok(Said::Asked(question)) => {
+                    effects += store.take_effects();
+                    let answer = asker(ctx)(&question.ask);
+                    let replied = store.server.borrow_mut().reply(&question, answer);
+                    if let Err(interrupted) = replied {
+                        break Err(interrupted);
+                    }
+                }
             }
-            Err(Interrupted::Failed(error)) => failed(&error),
-            Err(Interrupted::Crash(crash)) => return Err(crash),
         };
+        effects += store.take_effects();
+        let reply = self.answered(answer, effects > 0)?;
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
     }
@@ -552,7 +671,7 @@ impl System for OnMcp {
             "name": status.tool,
             "arguments": { status.key_argument.as_str(): request.id },
         });
-        let answer = store.server.call(&params, &mut asker(ctx));
+        let answer = store.server.get_mut().call(&params, &mut asker(ctx));
         store.take_effects();
         match answer {
             Ok(result) => Ok(self.status(&result)),
@@ -608,4 +727,13 @@ fn describe(keeper: &Connection) -> rusqlite::Result<String> {
         })
         .collect::<rusqlite::Result<_>>()?;
     Ok(described.join(" "))
+}
+
+/// The harness's own connection to the server's file.
+fn open_keeper(file: &Path) -> Connection {
+    let keeper = Connection::open(file).expect("the server's database opens");
+    keeper
+        .busy_timeout(KEEPER_BUSY_WAIT)
+        .expect("the harness's connection takes a busy timeout");
+    keeper
 }

@@ -332,6 +332,54 @@ fn violated(report: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Two calls in progress at once in a server that serves them on threads: a key looked up
+/// before the write lock is taken lets a retry racing its original add again, caught with
+/// no fault at all; one call at a time the same server is clean. Looking the key up inside
+/// the write transaction is clean with calls overlapping, crashes and all: while a call
+/// holds the file locked at its crash point, the other waits where the harness sees it.
+#[test]
+fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
+    let racy = shipped("counter_racy.toml");
+    let report = expect(&["mcp", &racy], 1);
+    assert!(report.contains("invocations_max=2"), "{report}");
+    assert!(
+        report.contains("bound: stopped at a violation at faults_max=0"),
+        "{report}"
+    );
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    // Both invocations are in progress at once: the second goes on from the crash point
+    // the first is paused at.
+    assert!(
+        report.contains("invocation 2 (A#2) goes on from before-call -> pauses at after-lookup"),
+        "{report}"
+    );
+    let replay = reproduction(&report);
+    let args: Vec<&str> = replay.iter().map(String::as_str).collect();
+    assert_eq!(expect(&args, 1), expect(&args, 1));
+    let one_at_a_time = expect(&["mcp", &racy, "--invocations-max", "1"], 0);
+    assert!(
+        one_at_a_time.contains("bound: exhausted"),
+        "{one_at_a_time}"
+    );
+
+    let keyed = expect(&["mcp", &shipped("counter_concurrent.toml")], 0);
+    assert!(keyed.contains("bound: exhausted"), "{keyed}");
+    assert!(
+        keyed.contains("crashes by point (runs): after-answer"),
+        "{keyed}"
+    );
+    assert!(!keyed.contains("after-lookup 0,"), "{keyed}");
+}
+
+/// A scenario whose server serves one call at a time refuses overlapping calls, in one line.
+#[test]
+fn overlapping_calls_need_a_concurrent_server() {
+    assert_bad_input(
+        &["mcp", &shipped("counter.toml"), "--invocations-max", "2"],
+        "--invocations-max 2: the scenario",
+    );
+}
+
 /// On real servers the reductions hide nothing plain enumeration finds: each faulty
 /// scenario breaks the same invariants at the same fault level either way.
 #[test]
@@ -339,6 +387,7 @@ fn reductions_find_what_plain_enumeration_finds_on_real_servers() {
     for name in [
         "counter_keyless.toml",
         "counter_split.toml",
+        "counter_racy.toml",
         "interval_version_only.toml",
         "pay_keyless.toml",
     ] {

@@ -131,6 +131,9 @@ pub(crate) struct Execution<'a, 's, S: System> {
     /// The effects outside services had applied ([`IntentTag::outside_effect_applied`]) when
     /// the ground truth was last read.
     pub(super) outside_read: u64,
+    /// The durable changes stores had reported ([`IntentTag::durable_change_committed`]) when
+    /// the ground truth was last read.
+    pub(super) durable_read: u64,
     /// Turns that got somewhere (a crash point reached, an invocation ended): a waiting
     /// invocation tries its lock again only after some.
     pub(super) progress: u64,

@@ -487,6 +487,7 @@ impl<S: System> Simulator<S> {
             commits: Arc::clone(&self.commits),
             commits_read: self.commits.load(std::sync::atomic::Ordering::Relaxed),
             outside_read: self.tag.outside_effects(),
+            durable_read: self.tag.durable_changes(),
             progress: state.progress,
             store_seen: None,
             checkpoints: checkpoints.as_deref_mut(),

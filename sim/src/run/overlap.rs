@@ -40,6 +40,9 @@ pub(crate) struct Invocation<S: System> {
     blocked_since: Option<u64>,
     /// Whether an effect of its intent committed while it ran.
     committed: bool,
+    /// Whether, paused, it holds a lock of a process outside the engine
+    /// ([`crate::StoreKind::locked_outside`]): then it alone may go on.
+    holds_outside_lock: bool,
     /// The session its request came in on.
     session: Session,
     /// What decides where it goes from here, in an exhaustive check: the pauses it made and
@@ -145,10 +148,15 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         let full = self.tasks.len() as u32 >= self.points.bounds.invocations_max;
-        let writing = self
+        let holder = self
             .tasks
             .iter()
-            .any(|invocation| invocation.task.writing());
+            .position(|invocation| invocation.holds_outside_lock);
+        let writing = holder.is_some()
+            || self
+                .tasks
+                .iter()
+                .any(|invocation| invocation.task.writing());
         let idle = self.tasks.is_empty();
         let network = &self.world.network;
         actions.retain(|action| match *action {
@@ -164,7 +172,10 @@ impl<S: System> Execution<'_, '_, S> {
             .tasks
             .iter()
             .enumerate()
-            .filter(|(_, invocation)| invocation.blocked_since != Some(self.progress))
+            .filter(|(index, invocation)| {
+                invocation.blocked_since != Some(self.progress)
+                    && holder.is_none_or(|holder| holder == *index)
+            })
             .map(|(index, _)| Action::Resume(index));
         actions.insert_many(0, resumable);
     }
@@ -210,6 +221,7 @@ impl<S: System> Execution<'_, '_, S> {
             calling: false,
             blocked_since: None,
             committed: false,
+            holds_outside_lock: false,
             session,
             history: 0,
             started_ms: self.world.now_ms,
@@ -267,7 +279,9 @@ impl<S: System> Execution<'_, '_, S> {
         match turn {
             Turn::Paused(Pause::Point(point) | Pause::Call(point)) => {
                 self.progress += 1;
+                let locked = self.system.locked_outside(self.store);
                 let invocation = &mut self.tasks[index];
+                invocation.holds_outside_lock = locked;
                 invocation.paused_at = Some(point);
                 invocation.calling = matches!(turn, Turn::Paused(Pause::Call(_)));
                 invocation.blocked_since = None;
@@ -407,7 +421,11 @@ impl<S: System> Execution<'_, '_, S> {
     fn read_truth_after(&mut self, index: usize) {
         let commits = self.commits.load(Ordering::Relaxed);
         let outside = self.tag.outside_effects();
-        if commits == self.commits_read && outside == self.outside_read {
+        let durable = self.tag.durable_changes();
+        if commits == self.commits_read
+            && outside == self.outside_read
+            && durable == self.durable_read
+        {
             return;
         }
         let writing = self
@@ -437,6 +455,7 @@ impl<S: System> Execution<'_, '_, S> {
     pub(super) fn read_truth(&mut self) -> Vec<IntentId> {
         self.commits_read = self.commits.load(Ordering::Relaxed);
         self.outside_read = self.tag.outside_effects();
+        self.durable_read = self.tag.durable_changes();
         self.store_changes();
         let fresh = self.absorb_effects();
         if self.world.rows.is_some() {
