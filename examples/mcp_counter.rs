@@ -5,7 +5,7 @@
 //!
 //! `cargo run --example mcp_counter` checks both; `cargo test` runs the test below.
 
-use retrysim::mcp::{Call, KeyPlacement, McpTarget, OnMcp, ServerCommand};
+use retrysim::mcp::{Call, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand};
 use retrysim::{exhaust, Bounds, CheckOptions, CheckReport, Simulator};
 use serde_json::json;
 
@@ -35,6 +35,8 @@ fn counter(keyed: bool) -> McpTarget {
         status: None,
         reuse: true,
         concurrent: false,
+        // It reads no clock: all the time it sees is the harness's.
+        clock: ServerClock::Harness,
     }
 }
 

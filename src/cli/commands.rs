@@ -271,9 +271,11 @@ fn check_on(
                 "timeline": m.outcome.timeline,
             })),
         });
-        // A real server's report says whether its failure replayed alike.
+        // A real server's report says whether its failure replayed alike, and whose clock
+        // it read.
         if resolved.scenario.is_some() {
             value["nondeterministic"] = json!(nondeterminism);
+            value["clock"] = json!(resolved.clock_name());
         }
         let _ = writeln!(out.text, "{value}");
     } else {
@@ -288,6 +290,9 @@ fn check_on(
         );
         if let Some(divergence) = &nondeterminism {
             out.text.push_str(&nondeterministic_note(divergence));
+        }
+        if let Some(clock) = resolved.clock_note() {
+            out.text.push_str(&clock);
         }
         out = out.fitted(width_chars);
     }
@@ -438,9 +443,11 @@ fn explore_on(
             "violations": exploration.violations,
             "first": first,
         });
-        // A real server's report says whether its failure replayed alike.
+        // A real server's report says whether its failure replayed alike, and whose clock
+        // it read.
         if resolved.scenario.is_some() {
             value["nondeterministic"] = json!(nondeterminism);
+            value["clock"] = json!(resolved.clock_name());
         }
         let _ = writeln!(out.text, "{value}");
     } else {
@@ -455,6 +462,9 @@ fn explore_on(
         );
         if let Some(divergence) = &nondeterminism {
             out.text.push_str(&nondeterministic_note(divergence));
+        }
+        if let Some(clock) = resolved.clock_note() {
+            out.text.push_str(&clock);
         }
         out = out.fitted(width_chars);
     }

@@ -3,7 +3,7 @@
 //! SCENARIO`).
 
 use super::{Target, UsageError};
-use crate::mcp::{OnMcp, Scenario, MCP_MODEL};
+use crate::mcp::{OnMcp, Scenario, ServerClock, MCP_MODEL};
 use crate::{
     check_replays, replay, shrink, Bounds, BoundsError, Invariant, Shrunk, Simulator, Subject,
     SubjectFactory, System as _, Tape,
@@ -87,6 +87,28 @@ impl Resolved {
             return work();
         }
         server_failures_as_errors(work)
+    }
+
+    /// What a report says of a scenario whose server reads its own clock: time in the check
+    /// is not the harness's, and `eventual-verdict` was not judged. `None` otherwise.
+    pub fn clock_note(&self) -> Option<String> {
+        let scenario = self.scenario.as_ref()?;
+        (scenario.target.clock == ServerClock::Own).then(|| {
+            "\ntime: the server's own (clock = \"own\", the default): the harness does not \
+             control the time it reads, so eventual-verdict is not judged. A server that reads \
+             time only through the helper's now_ms(), or none, says clock = \"harness\" under \
+             [server].\n"
+                .to_string()
+        })
+    }
+
+    /// Whose clock a scenario's server reads, for JSON reports: `harness` or `own`.
+    pub fn clock_name(&self) -> Option<&'static str> {
+        let scenario = self.scenario.as_ref()?;
+        Some(match scenario.target.clock {
+            ServerClock::Harness => "harness",
+            ServerClock::Own => "own",
+        })
     }
 
     /// Whether some run can reach `bounds` (without starting a scenario's server).

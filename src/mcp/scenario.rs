@@ -8,6 +8,8 @@
 //! reuse = true                                 # one process for run after run
 //! concurrent = false                           # true: it serves calls at once, so
 //!                                              # calls may overlap (--invocations-max)
+//! clock = "harness"                            # it reads time only through now_ms(),
+//!                                              # or none; "own" (the default): its own
 //!
 //! [database]                                   # the ground truth (and with a
 //!                                              # [provider], its charges' records)
@@ -29,7 +31,9 @@
 //! Every field is checked: an unknown one, a missing one, or a value of the wrong kind is
 //! an error of one line that names it.
 
-use super::{Call, KeyPlacement, McpTarget, ServerCommand, StatusTool, StdioServer, Transport};
+use super::{
+    Call, KeyPlacement, McpTarget, ServerClock, ServerCommand, StatusTool, StdioServer, Transport,
+};
 use crate::{Bounds, ClientPolicy, Timeouts};
 use serde::Deserialize;
 use serde_json::Value;
@@ -94,6 +98,15 @@ struct ServerSection {
     answer_wait_ms: Option<u64>,
     reuse: Option<bool>,
     concurrent: Option<bool>,
+    clock: Option<ClockFile>,
+}
+
+/// `clock` under `[server]`: whose clock the server reads.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum ClockFile {
+    Harness,
+    Own,
 }
 
 #[derive(Deserialize)]
@@ -287,6 +300,10 @@ impl ScenarioFile {
             }),
             reuse: self.server.reuse.unwrap_or(true),
             concurrent: self.server.concurrent.unwrap_or(false),
+            clock: match self.server.clock {
+                Some(ClockFile::Harness) => ServerClock::Harness,
+                Some(ClockFile::Own) | None => ServerClock::Own,
+            },
         })
     }
 }

@@ -70,12 +70,49 @@ pub struct McpTarget {
     /// overlap, up to [`crate::Bounds::invocations_max`]. A server that serves one call at
     /// a time would leave the second unanswered.
     pub concurrent: bool,
+    /// Whose clock the server reads: the harness's (through the helper's `now_ms()`, or
+    /// none at all), or its own. With its own, the harness does not control the time it
+    /// reads, and `eventual-verdict` (which waits on the simulated clock) is not judged.
+    pub clock: ServerClock,
     /// Whether one server process serves run after run (the database put back under it
     /// between runs) instead of a fresh process for each run. Far faster; a server that
     /// keeps state in its memory across runs is caught by the replay on a fresh process
     /// that every failure gets before it is reported.
     pub reuse: bool,
 }
+
+/// Whose clock a server reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerClock {
+    /// The harness's: it asks the simulated clock over the side channel (the helper's
+    /// `now_ms()`), or reads no time at all. Every invariant is judged.
+    Harness,
+    /// Its own (the wall clock): time in a check is not the harness's, and
+    /// `eventual-verdict` is not judged.
+    Own,
+}
+
+/// The core invariants but `eventual-verdict`: a server on its own clock.
+const CORE_ON_OWN_CLOCK: &[Invariant] = &[
+    Invariant::AtMostOnceEffect,
+    Invariant::OutcomeAgreement,
+    Invariant::NoSilentKeyReuse,
+    Invariant::ReplayFidelity,
+    Invariant::TruthfulReply,
+    Invariant::NoDeadlock,
+];
+
+/// The core invariants and `no-orphan-effect` but `eventual-verdict`: a server on its own
+/// clock that calls a provider.
+const CORE_AND_ORPHANS_ON_OWN_CLOCK: &[Invariant] = &[
+    Invariant::AtMostOnceEffect,
+    Invariant::OutcomeAgreement,
+    Invariant::NoSilentKeyReuse,
+    Invariant::ReplayFidelity,
+    Invariant::TruthfulReply,
+    Invariant::NoDeadlock,
+    Invariant::NoOrphanEffect,
+];
 
 /// One call a client makes.
 #[derive(Clone, Debug, PartialEq)]
@@ -641,12 +678,14 @@ impl System for OnMcp {
         Ok(reply)
     }
 
-    /// With a provider, `no-orphan-effect` too: a charge without its local record.
+    /// With a provider, `no-orphan-effect` too: a charge without its local record. A
+    /// server on its own clock is not held to `eventual-verdict`.
     fn invariants(&self) -> &'static [Invariant] {
-        if self.0.provider_env.is_some() {
-            Invariant::CORE_AND_ORPHANS
-        } else {
-            Invariant::CORE
+        match (self.0.provider_env.is_some(), self.0.clock) {
+            (true, ServerClock::Harness) => Invariant::CORE_AND_ORPHANS,
+            (false, ServerClock::Harness) => Invariant::CORE,
+            (true, ServerClock::Own) => CORE_AND_ORPHANS_ON_OWN_CLOCK,
+            (false, ServerClock::Own) => CORE_ON_OWN_CLOCK,
         }
     }
 

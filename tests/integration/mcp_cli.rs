@@ -107,6 +107,34 @@ fn a_keyed_counter_is_clean_over_its_bound() {
     assert!(runs > 100, "{runs} runs");
 }
 
+/// A server that does not say it takes its time from the harness is on its own clock: the
+/// report says so, and `eventual-verdict`, which waits on the simulated clock, is not judged.
+/// One that says `clock = "harness"` is held to it.
+#[test]
+fn time_is_the_harness_clock_only_when_the_scenario_says_so() {
+    let own = expect(
+        &[
+            "mcp",
+            &scenario(
+                "own-clock",
+                &counter("{ argument = \"request_id\" }", "KEYED = \"1\""),
+            ),
+        ],
+        0,
+    );
+    assert!(own.contains("time: the server's own"), "{own}");
+    assert!(!own.contains("\n  eventual-verdict "), "not in the table:\n{own}");
+    assert!(own.contains("at-most-once-effect      clean"), "{own}");
+    let harness = expect(&["mcp", &shipped("counter.toml")], 0);
+    assert!(
+        harness.contains("eventual-verdict         clean"),
+        "{harness}"
+    );
+    assert!(!harness.contains("time: the server's own"), "{harness}");
+    let json = expect(&["mcp", &shipped("counter.toml"), "--json"], 0);
+    assert!(json.contains(r#""clock":"harness""#), "{json}");
+}
+
 #[test]
 fn a_key_recorded_in_its_own_transaction_is_caught_by_a_crash_between() {
     let report = expect(&["mcp", &shipped("counter_split.toml")], 1);
