@@ -18,6 +18,7 @@ mod liveness;
 mod mcp;
 mod mcp_cli;
 mod mcp_sdk;
+mod mcp_ts;
 mod outside;
 mod overlap;
 mod own_capabilities;

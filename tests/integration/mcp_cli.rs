@@ -123,7 +123,10 @@ fn time_is_the_harness_clock_only_when_the_scenario_says_so() {
         0,
     );
     assert!(own.contains("time: the server's own"), "{own}");
-    assert!(!own.contains("\n  eventual-verdict "), "not in the table:\n{own}");
+    assert!(
+        !own.contains("\n  eventual-verdict "),
+        "not in the table:\n{own}"
+    );
     assert!(own.contains("at-most-once-effect      clean"), "{own}");
     let harness = expect(&["mcp", &shipped("counter.toml")], 0);
     assert!(

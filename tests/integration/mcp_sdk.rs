@@ -10,45 +10,78 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The Python that has the SDK, if there is one.
-fn sdk_python() -> Option<PathBuf> {
-    if let Ok(python) = std::env::var("RETRYSIM_MCP_PYTHON") {
-        return Some(PathBuf::from(python));
-    }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let python = target.join("mcp-sdk-venv/bin/python");
-    python.exists().then_some(python)
+/// A program some scenarios run that a fresh machine does not have, and how the tests find
+/// it: named in an environment variable, or where a `.ci` script installs it.
+pub(crate) struct Installed {
+    /// What it is, for messages.
+    pub what: &'static str,
+    /// The variable that names it (and that the scenarios read).
+    pub env: &'static str,
+    /// Where the `.ci` script puts it, under the target directory.
+    pub in_target: &'static str,
+    /// The script that installs it.
+    pub script: &'static str,
+    /// The variable that, set to `required`, makes it missing a failure.
+    pub required_env: &'static str,
 }
 
-/// Checks the SDK scenario `name` and returns its exit status and report, or `None` when
-/// the SDK is missing and not required.
+/// The Python that has the SDK.
+const SDK: Installed = Installed {
+    what: "the MCP Python SDK",
+    env: "RETRYSIM_MCP_PYTHON",
+    in_target: "mcp-sdk-venv/bin/python",
+    script: ".ci/mcp-sdk",
+    required_env: "RETRYSIM_MCP_SDK",
+};
+
+impl Installed {
+    /// Where it is, if it is anywhere.
+    fn find(&self) -> Option<PathBuf> {
+        if let Ok(named) = std::env::var(self.env) {
+            return Some(PathBuf::from(named));
+        }
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+        let path = target.join(self.in_target);
+        path.exists().then_some(path)
+    }
+
+    /// Checks the scenario `name` in `examples/mcp/` with it, and returns the exit status
+    /// and the report (stdout, then stderr); `None`, with a loud line, when it is missing
+    /// and not required.
+    pub(crate) fn check(&self, name: &str) -> Option<(i32, String)> {
+        let Some(program) = self.find() else {
+            let required = std::env::var(self.required_env).as_deref() == Ok("required");
+            assert!(
+                !required,
+                "{} is missing: run `bash {}`, or name it in {}",
+                self.what, self.script, self.env
+            );
+            eprintln!(
+                "LEFT OUT: the check of {name}: {} is missing; run `bash {}`",
+                self.what, self.script
+            );
+            return None;
+        };
+        let scenario = format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"));
+        let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .args(["mcp", &scenario])
+            .env(self.env, program)
+            .output()
+            .expect("the binary runs");
+        let report = String::from_utf8(output.stdout).unwrap();
+        let errors = String::from_utf8(output.stderr).unwrap();
+        Some((
+            output.status.code().unwrap_or(-1),
+            format!("{report}{errors}"),
+        ))
+    }
+}
+
+/// Checks the SDK scenario `name`.
 fn check(name: &str) -> Option<(i32, String)> {
-    let Some(python) = sdk_python() else {
-        let required = std::env::var("RETRYSIM_MCP_SDK").as_deref() == Ok("required");
-        assert!(
-            !required,
-            "the MCP Python SDK is missing: run `bash .ci/mcp-sdk`, or name a Python that has \
-             it in RETRYSIM_MCP_PYTHON"
-        );
-        eprintln!(
-            "LEFT OUT: the check of the MCP SDK server ({name}): no SDK; run `bash .ci/mcp-sdk`"
-        );
-        return None;
-    };
-    let scenario = format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-        .args(["mcp", &scenario])
-        .env("RETRYSIM_MCP_PYTHON", python)
-        .output()
-        .expect("the binary runs");
-    let report = String::from_utf8(output.stdout).unwrap();
-    let errors = String::from_utf8(output.stderr).unwrap();
-    Some((
-        output.status.code().unwrap_or(-1),
-        format!("{report}{errors}"),
-    ))
+    SDK.check(name)
 }
 
 #[test]
