@@ -298,6 +298,12 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
     let reused_path = scenario("memory-reused", &memory);
     let reused = expect(&["mcp", &reused_path], 3);
     assert!(reused.contains("NONDETERMINISTIC"), "{reused}");
+    // What the search found is no verdict: its rows say so.
+    assert!(!reused.contains("VIOLATED"), "{reused}");
+    assert!(
+        reused.contains("NOT CONFIRMED (found, 0 fault(s))"),
+        "{reused}"
+    );
     let checked = expect(
         &[
             "explore",
