@@ -23,7 +23,7 @@ fn counter(keyed: bool) -> McpTarget {
             working_dir: None,
             answer_wait_ms: 10_000,
         },
-        database_env: "RETRYSIM_DB".into(),
+        database_env: Some("RETRYSIM_DB".into()),
         effect_tables: vec!["counter".into()],
         provider_env: None,
         key: KeyPlacement::Argument("request_id".into()),

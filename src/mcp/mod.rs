@@ -111,7 +111,7 @@ pub struct Offer {
 /// What a server asks the harness in the middle of a call, over the side channel that the
 /// helpers (`helpers/retrysim_points.py`) open: whether to go on past a crash point, or the
 /// simulated time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Ask {
     /// `point("after-commit")`: go on, or be killed here.
     Point(String),

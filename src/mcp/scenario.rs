@@ -12,7 +12,8 @@
 //!                                              # or none; "own" (the default): its own
 //!
 //! [database]                                   # the ground truth (and with a
-//!                                              # [provider], its charges' records)
+//!                                              # [provider], its charges' records;
+//!                                              # a [provider] alone will do)
 //! env = "RETRYSIM_DB"                          # the variable that names the file
 //! effect_tables = ["counter"]                  # changes to these are the effects
 //!
@@ -237,19 +238,31 @@ impl Scenario {
 }
 
 impl ScenarioFile {
+    /// The database the invariants are judged from, `None` when the provider's record is
+    /// the only ground truth; an error when there is neither, or when a process is to be
+    /// reused without a database to put back between runs.
+    fn ground_truth(&self) -> Result<Option<&DatabaseSection>, String> {
+        match (&self.database, &self.provider) {
+            (Some(database), _) => Ok(Some(database)),
+            (None, None) => Err("no [database] and no [provider]: name the server's SQLite \
+                 file's variable (env) and its effect_tables, or a [provider], the ground truth \
+                 the invariants are judged from (what a server answers is never the judge)"
+                .into()),
+            (None, Some(_)) if self.server.reuse == Some(true) => Err("server.reuse = true \
+                 needs a [database]: without one the harness cannot put the server's state \
+                 back between runs, so each run starts a fresh process"
+                .into()),
+            (None, Some(_)) => Ok(None),
+        }
+    }
+
     /// The target, its server run in `directory`.
     fn target(&self, directory: &Path) -> Result<McpTarget, String> {
         let Some((program, args)) = self.server.command.split_first() else {
             return Err("server.command is empty: name the program and its arguments".into());
         };
-        let Some(database) = &self.database else {
-            return Err(
-                "no [database]: name the server's SQLite file's variable (env) and \
-                        its effect_tables, the ground truth the invariants are judged from"
-                    .into(),
-            );
-        };
-        if database.effect_tables.is_empty() {
+        let database = self.ground_truth()?;
+        if database.is_some_and(|database| database.effect_tables.is_empty()) {
             return Err(
                 "database.effect_tables is empty: name the tables whose changes are \
                         the effects"
@@ -267,8 +280,9 @@ impl ScenarioFile {
                 working_dir: Some(directory.to_path_buf()),
                 answer_wait_ms: self.server.answer_wait_ms.unwrap_or(ANSWER_WAIT_MS_DEFAULT),
             },
-            database_env: database.env.clone(),
-            effect_tables: database.effect_tables.clone(),
+            database_env: database.map(|database| database.env.clone()),
+            effect_tables: database
+                .map_or_else(Vec::new, |database| database.effect_tables.clone()),
             provider_env: self.provider.as_ref().map(|provider| provider.env.clone()),
             key: match &self.key {
                 KeyPlacementFile::None => KeyPlacement::None,
@@ -298,7 +312,7 @@ impl ScenarioFile {
                 tool: status.tool.clone(),
                 key_argument: status.key_argument.clone(),
             }),
-            reuse: self.server.reuse.unwrap_or(true),
+            reuse: self.server.reuse.unwrap_or(database.is_some()),
             concurrent: self.server.concurrent.unwrap_or(false),
             clock: match self.server.clock {
                 Some(ClockFile::Harness) => ServerClock::Harness,
@@ -383,10 +397,12 @@ impl Scenario {
         std::fs::create_dir_all(&directory)
             .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
         let mut command = self.target.server.clone();
-        command.env.push((
-            self.target.database_env.clone(),
-            directory.join("verify.db").display().to_string(),
-        ));
+        if let Some(name) = &self.target.database_env {
+            command.env.push((
+                name.clone(),
+                directory.join("verify.db").display().to_string(),
+            ));
+        }
         let mut server = StdioServer::new(command);
         let offered = server.start();
         server.kill();

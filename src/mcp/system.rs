@@ -1,15 +1,17 @@
 //! A real MCP server as a system under test ([`OnMcp`]): the engine's clients call its
 //! tools through a [`Transport`], and the harness's ground truth is the server's own SQLite
-//! file, on whose effect tables it installs triggers of its own.
+//! file, on whose effect tables it installs triggers of its own, and the charges of a
+//! provider it runs on loopback, when the server calls one.
 //!
 //! The triggers are plain SQL (the server's connection has none of the harness's functions):
 //! each change to an effect table writes a row to `retrysim_effects` in the server's own
-//! transaction. After each call the harness gives the new rows to the intent it was serving;
-//! one call is in flight at a time, so that is exact. Each run starts from the file as the
-//! template left it: put back through SQLite's backup API under the running server when the
-//! target reuses its process, or copied before a fresh process starts. A crash kills the
-//! process, and the restarted one opens the file as the crash left it (SQLite's own recovery
-//! runs on it).
+//! transaction. The harness gives the new rows to the intent being served whenever the
+//! server stops (its answer, or a question at a crash point): one call runs at a time, even
+//! when calls overlap, and rows show only once committed, so that is exact. Each run starts
+//! from the file as the template left it: put back through SQLite's backup API under the
+//! running server when the target reuses its process, or copied before a fresh process
+//! starts. A crash kills the process, and the restarted one opens the file as the crash left
+//! it (SQLite's own recovery runs on it).
 
 use super::{
     Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand, StdioServer, Transport,
@@ -22,7 +24,7 @@ use crate::{
 };
 use serde_json::{json, Value};
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -45,8 +47,10 @@ pub const AFTER_ANSWER: &str = "after-answer";
 pub struct McpTarget {
     /// How to run the server (the harness adds the database's path to its environment).
     pub server: ServerCommand,
-    /// The environment variable that names the server's database file.
-    pub database_env: String,
+    /// The environment variable that names the server's database file; `None` for a server
+    /// whose only ground truth is the provider's record (`provider_env`), which then runs
+    /// in a fresh process for every run, as its state cannot be put back.
+    pub database_env: Option<String>,
     /// The tables whose changes are the effects the invariants count; with a provider,
     /// the tables whose inserted rows are the local records of its charges.
     pub effect_tables: Vec<String>,
@@ -171,6 +175,9 @@ pub struct McpStore {
     provider: Option<LoopbackProvider>,
     /// The effects given to intents so far.
     seen: RefCell<Seen>,
+    /// Without a database: a hash of everything the server was told in the run (calls,
+    /// answers to its questions, crashes), which its state is a function of.
+    history: Cell<u64>,
 }
 
 /// The harness's record of a run's effects, each under its intent.
@@ -260,6 +267,7 @@ impl McpStore {
     /// when it is reused, else before a fresh process starts.
     fn start_from_template(&mut self) -> Result<(), McpError> {
         self.seen.get_mut().clear();
+        self.history.set(0);
         if let Some(provider) = &self.provider {
             provider.clear();
         }
@@ -311,9 +319,9 @@ impl OnMcp {
     /// environment.
     fn command(&self, file: &Path, provider: Option<&LoopbackProvider>) -> ServerCommand {
         let mut command = self.0.server.clone();
-        command
-            .env
-            .push((self.0.database_env.clone(), file.display().to_string()));
+        if let Some(name) = &self.0.database_env {
+            command.env.push((name.clone(), file.display().to_string()));
+        }
         if let (Some(name), Some(provider)) = (&self.0.provider_env, provider) {
             command
                 .env
@@ -451,12 +459,24 @@ fn drawn(template: &Value, decider: &mut Decider<'_>) -> Value {
 }
 
 /// Answers a server's questions from the run: its crash points through `ctx.point`, its
-/// clock from the simulated one.
-fn asker<'c, 'r>(ctx: &'c mut Ctx<'r>) -> impl FnMut(&Ask) -> Result<u64, Crash> + use<'c, 'r> {
-    move |ask| match ask {
-        Ask::Point(name) => ctx.point(point_name(name)).map(|()| 0),
-        Ask::NowMs => Ok(ctx.now_ms()),
+/// clock from the simulated one. Each question and its answer go into `history`.
+fn asker<'c, 'r>(
+    ctx: &'c mut Ctx<'r>,
+    history: &'c Cell<u64>,
+) -> impl FnMut(&Ask) -> Result<u64, Crash> + use<'c, 'r> {
+    move |ask| {
+        let answer = match ask {
+            Ask::Point(name) => ctx.point(point_name(name)).map(|()| 0),
+            Ask::NowMs => Ok(ctx.now_ms()),
+        };
+        tell(history, &(ask, answer.as_ref().ok()));
+        answer
     }
+}
+
+/// Adds `told` to a run's history of what its server was told.
+fn tell(history: &Cell<u64>, told: &impl std::hash::Hash) {
+    history.set(crate::fingerprint_of(&(history.get(), told)));
 }
 
 /// The `&'static` name of a crash point a server names over the side channel: each distinct
@@ -521,7 +541,8 @@ impl StoreKind for OnMcp {
             keeper: open_keeper(&file),
             file,
             template,
-            reuse: self.0.reuse,
+            reuse: self.0.reuse && self.0.database_env.is_some(),
+            history: Cell::new(0),
             provider,
             seen: RefCell::new(Seen {
                 rows: 0,
@@ -540,6 +561,7 @@ impl StoreKind for OnMcp {
 
     fn restart(&self, store: &mut McpStore) {
         store.take_effects();
+        tell(&store.history, &"restart");
         store
             .server
             .get_mut()
@@ -557,12 +579,11 @@ impl StoreKind for OnMcp {
         store.seen.borrow().ledger.effects().to_vec()
     }
 
-    /// With a provider, the effect tables' inserted rows, each under its intent.
+    /// With a provider and a database, the effect tables' inserted rows, each under its
+    /// intent.
     fn effect_records(&self, store: &McpStore) -> Option<Vec<crate::IntentId>> {
-        store
-            .provider
-            .as_ref()
-            .map(|_| store.seen.borrow().records.effects().to_vec())
+        (store.provider.is_some() && self.0.database_env.is_some())
+            .then(|| store.seen.borrow().records.effects().to_vec())
     }
 
     /// For a server that serves calls concurrently: a connection for each invocation, which
@@ -577,6 +598,16 @@ impl StoreKind for OnMcp {
     /// Whether the server's connection holds its file locked, paused in a transaction.
     fn locked_outside(&self, store: &McpStore) -> bool {
         store.locked()
+    }
+
+    /// The committed store; without a database, what the server was told in the run too:
+    /// its state is hidden from the harness, and is a function of that.
+    fn fingerprint(&self, store: &McpStore) -> u64 {
+        let described = self.describe_store(store);
+        if self.0.database_env.is_some() {
+            return crate::fingerprint_of(&described);
+        }
+        crate::fingerprint_of(&(described, store.history.get()))
     }
 
     /// Every table of the server's file, row by row, and the provider's charges.
@@ -635,7 +666,11 @@ impl System for OnMcp {
     ) -> Result<Reply<String>, Crash> {
         ctx.point(BEFORE_CALL)?;
         let params = self.call_params(request);
-        let answer = store.server.get_mut().call(&params, &mut asker(ctx));
+        tell(&store.history, &params.to_string());
+        let answer = store
+            .server
+            .get_mut()
+            .call(&params, &mut asker(ctx, &store.history));
         let committed = store.take_effects() > 0;
         let reply = self.answered(answer, committed)?;
         ctx.point(AFTER_ANSWER)?;
@@ -654,6 +689,7 @@ impl System for OnMcp {
     ) -> Result<Reply<String>, Crash> {
         ctx.point(BEFORE_CALL)?;
         let params = self.call_params(request);
+        tell(&store.history, &params.to_string());
         let mut effects = 0;
         let sent = store.server.borrow_mut().send_call(&params);
         let id = sent.unwrap_or_else(|error| failed(&error));
@@ -664,7 +700,7 @@ impl System for OnMcp {
                 Err(error) => break Err(Interrupted::Failed(error)),
                 Ok(Said::Asked(question)) => {
                     effects += store.take_effects();
-                    let answer = asker(ctx)(&question.ask);
+                    let answer = asker(ctx, &store.history)(&question.ask);
                     let replied = store.server.borrow_mut().reply(&question, answer);
                     if let Err(interrupted) = replied {
                         break Err(interrupted);
@@ -678,10 +714,11 @@ impl System for OnMcp {
         Ok(reply)
     }
 
-    /// With a provider, `no-orphan-effect` too: a charge without its local record. A
-    /// server on its own clock is not held to `eventual-verdict`.
+    /// With a provider and a database, `no-orphan-effect` too: a charge without its local
+    /// record. A server on its own clock is not held to `eventual-verdict`.
     fn invariants(&self) -> &'static [Invariant] {
-        match (self.0.provider_env.is_some(), self.0.clock) {
+        let records = self.0.provider_env.is_some() && self.0.database_env.is_some();
+        match (records, self.0.clock) {
             (true, ServerClock::Harness) => Invariant::CORE_AND_ORPHANS,
             (false, ServerClock::Harness) => Invariant::CORE,
             (true, ServerClock::Own) => CORE_AND_ORPHANS_ON_OWN_CLOCK,
@@ -710,7 +747,11 @@ impl System for OnMcp {
             "name": status.tool,
             "arguments": { status.key_argument.as_str(): request.id },
         });
-        let answer = store.server.get_mut().call(&params, &mut asker(ctx));
+        tell(&store.history, &params.to_string());
+        let answer = store
+            .server
+            .get_mut()
+            .call(&params, &mut asker(ctx, &store.history));
         store.take_effects();
         match answer {
             Ok(result) => Ok(self.status(&result)),

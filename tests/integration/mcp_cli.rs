@@ -244,7 +244,7 @@ fn a_wrong_scenario_is_bad_input_of_one_line() {
             "",
         ),
     );
-    assert_bad_input(&["mcp", &no_database], "no [database]");
+    assert_bad_input(&["mcp", &no_database], "no [database] and no [provider]");
     let no_capability = scenario(
         "no-capability",
         &counter(r#""idempotencyKey""#, r#"KEYED = "1""#),
@@ -414,6 +414,45 @@ fn overlapping_calls_need_a_concurrent_server() {
     assert_bad_input(
         &["mcp", &shipped("counter.toml"), "--invocations-max", "2"],
         "--invocations-max 2: the scenario",
+    );
+}
+
+/// A provider's record is ground truth enough: a server with no database of the harness's
+/// (its records in its memory) runs in a fresh process every run, and is judged from the
+/// provider's charges. Without an idempotency key a crash after the charge makes the retry
+/// charge again; with the request id as the key it is clean. With neither a database nor a
+/// provider, or with process reuse and nothing to put back, the scenario is refused.
+#[test]
+fn a_provider_alone_is_the_ground_truth_of_a_server_without_a_database() {
+    let crashes_only = [
+        "--drops-max",
+        "0",
+        "--duplicates-max",
+        "0",
+        "--reconnects-max",
+        "0",
+    ];
+    let keyless = shipped("pay_memory_keyless.toml");
+    let caught = expect(&[&["mcp", &keyless][..], &crashes_only].concat(), 1);
+    assert!(caught.contains("CRASH at after-charge"), "{caught}");
+    assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
+    // Without local records the harness sees, no-orphan-effect is not judged.
+    assert!(!caught.contains("no-orphan-effect"), "{caught}");
+    let keyed = shipped("pay_memory.toml");
+    let clean = expect(&[&["mcp", &keyed][..], &crashes_only].concat(), 0);
+    assert!(clean.contains("bound: exhausted"), "{clean}");
+    assert!(clean.contains("after-charge"), "{clean}");
+
+    let text = std::fs::read_to_string(&keyed).unwrap();
+    let reused = text.replace("[server]", "[server]\nreuse = true");
+    assert_bad_input(
+        &["mcp", &scenario("provider-reused", &reused)],
+        "server.reuse = true needs a [database]",
+    );
+    let neither = text.replace("[provider]\nenv = \"PROVIDER_URL\"", "");
+    assert_bad_input(
+        &["mcp", &scenario("no-ground-truth", &neither)],
+        "no [database] and no [provider]",
     );
 }
 
