@@ -520,8 +520,10 @@ fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckRepor
     );
 }
 
-/// Runs per second on real MCP servers in Python: the standard library's counter and the
-/// SDK's interval tool (when `.ci/mcp-sdk` has installed the SDK), with the server process
+/// Runs per second on real MCP servers: the standard library's counter in Python, one by one
+/// and served on threads with two calls in flight at once, the SDK's interval tool (when
+/// `.ci/mcp-sdk` has installed the SDK) and the counter in TypeScript (when `.ci/node` has
+/// installed Node), with the server process
 /// reused from run to run and restarted for each run, without crashes and with them (each
 /// crash restarts the process: a Python start and the SDK's imports); then the exhaustive
 /// check of the seed's receipt server at (1 client, 1 intent, attempts 2, faults 1) on one
@@ -529,17 +531,27 @@ fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckRepor
 fn mcp_servers() {
     use retrysim::mcp::{OnMcp, Scenario};
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mcp");
-    let venv = std::env::var("CARGO_TARGET_DIR")
+    let target = std::env::var("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
-        .join("mcp-sdk-venv/bin/python");
+        .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let venv = target.join("mcp-sdk-venv/bin/python");
+    let node = target.join("node-venv/bin/node");
     println!("\nreal MCP servers over stdio (one thread; the first start not counted):");
-    let mut servers = vec![("stdlib counter", "counter.toml")];
+    let mut servers = vec![
+        ("stdlib counter", "counter.toml"),
+        ("threads, 2 calls", "counter_concurrent.toml"),
+    ];
     if venv.exists() {
         std::env::set_var("RETRYSIM_MCP_PYTHON", &venv);
         servers.push(("SDK interval", "interval_sdk_receipt.toml"));
     } else {
         println!("  (the SDK server left out: run `bash .ci/mcp-sdk` to install the SDK)");
+    }
+    if node.exists() {
+        std::env::set_var("RETRYSIM_NODE", &node);
+        servers.push(("TS counter", "counter_ts.toml"));
+    } else {
+        println!("  (the TypeScript server left out: run `bash .ci/node` to install Node)");
     }
     for (name, file) in servers {
         let scenario = Scenario::load(&std::path::Path::new(examples).join(file)).unwrap();
@@ -562,7 +574,7 @@ fn mcp_servers() {
             }
             let seconds = started.elapsed().as_secs_f64();
             println!(
-                "  {name:<15} {how:<22} {runs:>4} runs  {:>7.1} runs/s",
+                "  {name:<17} {how:<22} {runs:>4} runs  {:>7.1} runs/s",
                 runs as f64 / seconds
             );
         }
