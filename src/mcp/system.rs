@@ -178,6 +178,8 @@ pub struct McpStore {
     /// Without a database: a hash of everything the server was told in the run (calls,
     /// answers to its questions, crashes), which its state is a function of.
     history: Cell<u64>,
+    /// Calls sent and not yet answered (more than one only while calls overlap).
+    calls_in_flight: Cell<u32>,
 }
 
 /// The harness's record of a run's effects, each under its intent.
@@ -268,6 +270,7 @@ impl McpStore {
     fn start_from_template(&mut self) -> Result<(), McpError> {
         self.seen.get_mut().clear();
         self.history.set(0);
+        self.calls_in_flight.set(0);
         if let Some(provider) = &self.provider {
             provider.clear();
         }
@@ -543,6 +546,7 @@ impl StoreKind for OnMcp {
             template,
             reuse: self.0.reuse && self.0.database_env.is_some(),
             history: Cell::new(0),
+            calls_in_flight: Cell::new(0),
             provider,
             seen: RefCell::new(Seen {
                 rows: 0,
@@ -562,6 +566,7 @@ impl StoreKind for OnMcp {
     fn restart(&self, store: &mut McpStore) {
         store.take_effects();
         tell(&store.history, &"restart");
+        store.calls_in_flight.set(0);
         store
             .server
             .get_mut()
@@ -693,10 +698,18 @@ impl System for OnMcp {
         let mut effects = 0;
         let sent = store.server.borrow_mut().send_call(&params);
         let id = sent.unwrap_or_else(|error| failed(&error));
+        let in_flight = &store.calls_in_flight;
+        in_flight.set(in_flight.get() + 1);
         let answer = loop {
             let said = store.server.borrow_mut().next(id);
             match said {
                 Ok(Said::Result(result)) => break Ok(result),
+                Err(error @ McpError::Silent { .. }) if in_flight.get() > 1 => {
+                    panic!(
+                        "{error}, while another call waited at a crash point: a server that \
+                         serves one call at a time must not say concurrent = true"
+                    )
+                }
                 Err(error) => break Err(Interrupted::Failed(error)),
                 Ok(Said::Asked(question)) => {
                     effects += store.take_effects();
@@ -708,6 +721,7 @@ impl System for OnMcp {
                 }
             }
         };
+        in_flight.set(in_flight.get().saturating_sub(1));
         effects += store.take_effects();
         let reply = self.answered(answer, effects > 0)?;
         ctx.point(AFTER_ANSWER)?;

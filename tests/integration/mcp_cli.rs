@@ -408,12 +408,29 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
     assert!(!keyed.contains("after-lookup 0,"), "{keyed}");
 }
 
-/// A scenario whose server serves one call at a time refuses overlapping calls, in one line.
+/// A scenario whose server serves one call at a time refuses overlapping calls, in one line;
+/// one that says `concurrent = true` of a server that is not falls silent at the second call,
+/// and the line says why.
 #[test]
 fn overlapping_calls_need_a_concurrent_server() {
     assert_bad_input(
         &["mcp", &shipped("counter.toml"), "--invocations-max", "2"],
         "--invocations-max 2: the scenario",
+    );
+    let racy = std::fs::read_to_string(shipped("counter_racy.toml")).unwrap();
+    let one_at_a_time = racy
+        .replace(
+            r#"["python3", "counter_server.py"]"#,
+            r#"["python3", "COUNTER"]"#,
+        )
+        .replace(r#", CONCURRENT = "1""#, "")
+        .replace(
+            "concurrent = true",
+            "concurrent = true\nanswer_wait_ms = 300",
+        );
+    assert_bad_input(
+        &["mcp", &scenario("not-concurrent", &one_at_a_time)],
+        "must not say concurrent = true",
     );
 }
 
