@@ -380,6 +380,18 @@ fn matrix(rows: &[MatrixRow<'_>]) -> String {
     out
 }
 
+/// What a check's first violation came to, for its report.
+#[derive(Clone, Copy)]
+pub enum Counterexample<'a> {
+    /// None to show: the check found no violation.
+    None,
+    /// Shrunk, and replayed alike: shown with its reproduction.
+    Minimal(&'a Shrunk),
+    /// It did not replay alike (a real server answered identical schedules differently): what
+    /// the search found is no verdict, and its rows say `NOT CONFIRMED`.
+    Unconfirmed,
+}
+
 /// Summary of an exhaustive check: levels, states, whether the bound was exhausted, coverage,
 /// each invariant's verdict, and the minimal counterexample with its reproduction.
 pub fn check_report(
@@ -387,7 +399,7 @@ pub fn check_report(
     options: &CheckOptions,
     report: &CheckReport,
     elapsed_seconds: f64,
-    minimal: Option<&Shrunk>,
+    counterexample: Counterexample<'_>,
     applicable: &[Invariant],
     width_chars: usize,
 ) -> String {
@@ -521,6 +533,9 @@ pub fn check_report(
     for invariant in applicable {
         let untested = coverage.untested().find(|s| s.tests == *invariant);
         let verdict = match (report.violation(*invariant), untested) {
+            (Some(found), _) if matches!(counterexample, Counterexample::Unconfirmed) => {
+                format!("NOT CONFIRMED (found, {} fault(s))", found.faults)
+            }
             (Some(found), _) => format!("VIOLATED ({} fault(s))", found.faults),
             (None, Some(situation)) => format!("untested: no run had {}", situation.name),
             (None, None) if report.stopped == Stopped::Exhausted => "clean".to_string(),
@@ -528,7 +543,7 @@ pub fn check_report(
         };
         let _ = writeln!(out, "  {:<24} {verdict}", invariant.name());
     }
-    if let Some(minimal) = minimal {
+    if let Counterexample::Minimal(minimal) = counterexample {
         let _ = writeln!(out, "\nminimal counterexample:\n");
         out.push_str(&run_report_within(
             entry,

@@ -284,12 +284,15 @@ fn check_on(
             &options,
             &report,
             elapsed_seconds,
-            minimal.as_ref(),
+            match (&minimal, &nondeterminism) {
+                (Some(minimal), _) => report::Counterexample::Minimal(minimal),
+                (None, Some(_)) => report::Counterexample::Unconfirmed,
+                (None, None) => report::Counterexample::None,
+            },
             subject.invariants(),
             width_chars,
         );
         if let Some(divergence) = &nondeterminism {
-            out.text = unconfirmed(&out.text);
             out.text.push_str(&nondeterministic_note(divergence));
         }
         if let Some(clock) = resolved.clock_note() {
@@ -308,27 +311,6 @@ fn check_on(
     } else {
         ExitCode::from(3)
     }))
-}
-
-/// A report's invariant rows with `VIOLATED` said as `NOT CONFIRMED`: the search found the
-/// violation, but it did not replay alike, so it is no verdict.
-fn unconfirmed(text: &str) -> String {
-    text.lines()
-        .map(|line| {
-            let row = line.strip_prefix("  ").is_some_and(|rest| {
-                rest.split_once(' ').is_some_and(|(name, verdict)| {
-                    Invariant::from_name(name).is_some()
-                        && verdict.trim_start().starts_with("VIOLATED (")
-                })
-            });
-            if row {
-                line.replacen("VIOLATED (", "NOT CONFIRMED (found, ", 1)
-            } else {
-                line.to_string()
-            }
-        })
-        .map(|line| line + "\n")
-        .collect()
 }
 
 /// What a report says of a failure that did not replay alike on a fresh server process.
@@ -483,7 +465,6 @@ fn explore_on(
             width_chars,
         );
         if let Some(divergence) = &nondeterminism {
-            out.text = unconfirmed(&out.text);
             out.text.push_str(&nondeterministic_note(divergence));
         }
         if let Some(clock) = resolved.clock_note() {

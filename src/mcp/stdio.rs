@@ -227,46 +227,6 @@ impl StdioServer {
         written.map_err(|_| self.exited())
     }
 
-    /// Waits for what the server says next about request `id`: its result, or a question on
-    /// the side channel. Each wait for the next thing the server says is bounded by
-    /// `answer_wait_ms`.
-    fn follow(&mut self, id: u64) -> Result<Said, McpError> {
-        if let Some(answer) = self.kept_results.remove(&id) {
-            return answer.map(Said::Result);
-        }
-        let wait = Duration::from_millis(self.command.answer_wait_ms);
-        let generation = self.running.as_ref().expect("a started server").generation;
-        loop {
-            let line = match self.heard.recv_timeout(wait) {
-                Ok(Heard::Line(from, line)) if from == generation => line,
-                Ok(Heard::Closed(from)) if from == generation => return Err(self.exited()),
-                Ok(Heard::Line(..) | Heard::Closed(_)) => continue,
-                Ok(Heard::Ask(ask, connection)) => {
-                    return Ok(Said::Asked(Question { ask, connection }))
-                }
-                Ok(Heard::Unknown(line)) => {
-                    self.stop();
-                    return Err(McpError::Protocol(format!(
-                        "its side channel said {line:?}, not `point NAME` or `now`"
-                    )));
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(McpError::Silent {
-                        waited_ms: self.command.answer_wait_ms,
-                        stderr: self.stop().1,
-                    })
-                }
-                Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
-            };
-            if let Some((answered, answer)) = self.response(&line)? {
-                if answered == id {
-                    return answer.map(Said::Result);
-                }
-                self.kept_results.insert(answered, answer);
-            }
-        }
-    }
-
     /// The id and answer (a result, or a JSON-RPC error) of the response `line` is; `None`
     /// for a message that is no response (a notification, a request of the server's).
     fn response(&mut self, line: &str) -> Result<Option<(u64, Answer)>, McpError> {
@@ -373,7 +333,41 @@ impl Transport for StdioServer {
     }
 
     fn next(&mut self, id: u64) -> Result<Said, McpError> {
-        self.follow(id)
+        // Each wait for the next thing the server says is bounded by `answer_wait_ms`.
+        if let Some(answer) = self.kept_results.remove(&id) {
+            return answer.map(Said::Result);
+        }
+        let wait = Duration::from_millis(self.command.answer_wait_ms);
+        let generation = self.running.as_ref().expect("a started server").generation;
+        loop {
+            let line = match self.heard.recv_timeout(wait) {
+                Ok(Heard::Line(from, line)) if from == generation => line,
+                Ok(Heard::Closed(from)) if from == generation => return Err(self.exited()),
+                Ok(Heard::Line(..) | Heard::Closed(_)) => continue,
+                Ok(Heard::Ask(ask, connection)) => {
+                    return Ok(Said::Asked(Question { ask, connection }))
+                }
+                Ok(Heard::Unknown(line)) => {
+                    self.stop();
+                    return Err(McpError::Protocol(format!(
+                        "its side channel said {line:?}, not `point NAME` or `now`"
+                    )));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(McpError::Silent {
+                        waited_ms: self.command.answer_wait_ms,
+                        stderr: self.stop().1,
+                    })
+                }
+                Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
+            };
+            if let Some((answered, answer)) = self.response(&line)? {
+                if answered == id {
+                    return answer.map(Said::Result);
+                }
+                self.kept_results.insert(answered, answer);
+            }
+        }
     }
 
     fn reply(
