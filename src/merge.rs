@@ -84,6 +84,51 @@ struct CheckJson {
     /// The same as `report.violations`.
     violations: Vec<CounterexampleJson>,
     minimal: Option<Value>,
+    /// A real server's: where a failure did not replay alike.
+    #[serde(default)]
+    nondeterministic: Option<String>,
+    /// A real server's: whose clock it read.
+    #[serde(default)]
+    clock: Option<String>,
+}
+
+/// What the report of a real server adds: whether its failure replayed alike, and whose
+/// clock it read.
+struct ServerJson {
+    /// Where a failure found did not replay alike (`None` when it did, or none was found).
+    nondeterministic: Option<String>,
+    /// `harness` or `own`; `None` for a built-in handler.
+    clock: Option<String>,
+}
+
+impl ServerJson {
+    /// The first shard's note that a failure did not replay alike, and the shards' clock,
+    /// from each shard's (`nondeterministic`, `clock`).
+    fn merged<'s>(
+        servers: impl IntoIterator<Item = (&'s Option<String>, &'s Option<String>)>,
+    ) -> ServerJson {
+        let servers: Vec<_> = servers.into_iter().collect();
+        ServerJson {
+            nondeterministic: servers.iter().find_map(|(note, _)| (*note).clone()),
+            clock: servers.first().and_then(|(_, clock)| (*clock).clone()),
+        }
+    }
+
+    /// Adds these fields to a merged `report` (a real server's only), the line that says a
+    /// failure did not replay alike to `summary`, and gives the status: 3 when one did not.
+    fn add_to(&self, report: &mut Value, summary: &mut String, status: u8) -> u8 {
+        if let Some(clock) = &self.clock {
+            report["clock"] = json!(clock);
+            report["nondeterministic"] = json!(self.nondeterministic);
+        }
+        match &self.nondeterministic {
+            Some(divergence) => {
+                summary.push_str(&format!("NONDETERMINISTIC: {divergence}\n"));
+                3
+            }
+            None => status,
+        }
+    }
 }
 
 /// A check's options: the fields merge reads are typed, the rest must only agree.
@@ -234,6 +279,12 @@ struct ExploreJson {
     runs_step_limited: u64,
     violations: Vec<FailureJson>,
     first: Option<Value>,
+    /// A real server's: where a failure did not replay alike.
+    #[serde(default)]
+    nondeterministic: Option<String>,
+    /// A real server's: whose clock it read.
+    #[serde(default)]
+    clock: Option<String>,
 }
 
 /// A seed range.
@@ -425,7 +476,14 @@ fn merge_checks(reports: &[(&str, CheckJson)]) -> Result<Merged, MergeError> {
     } else {
         3
     };
-    let summary = check_summary(&report, stopped, &gaps);
+    let mut report = report;
+    let mut summary = check_summary(&report, stopped, &gaps);
+    let server = ServerJson::merged(
+        checks
+            .iter()
+            .map(|check| (&check.nondeterministic, &check.clock)),
+    );
+    let status = server.add_to(&mut report, &mut summary, status);
     Ok(Merged {
         report,
         summary,
@@ -696,6 +754,13 @@ fn merge_explorations(reports: &[(&str, ExploreJson)]) -> Result<Merged, MergeEr
         );
     }
     summary += &reproduction(&report, "first");
+    let mut report = report;
+    let server = ServerJson::merged(
+        explorations
+            .iter()
+            .map(|explore| (&explore.nondeterministic, &explore.clock)),
+    );
+    let status = server.add_to(&mut report, &mut summary, status);
     Ok(Merged {
         report,
         summary,

@@ -42,6 +42,8 @@ pub struct Check {
     regressions: Option<PathBuf>,
     /// Set by [`Check::check_determinism`]; unset, `RETRYSIM_CHECK_DETERMINISM` decides.
     determinism: Option<bool>,
+    /// Set by [`Check::one_at_a_time`]: the system's server serves one request at a time.
+    one_at_a_time: bool,
 }
 
 /// A check of the built-in handler `handler` of `domain`, over seeds `0..1000` by default.
@@ -71,20 +73,35 @@ impl Check {
             bounds: Bounds::default(),
             regressions: None,
             determinism: None,
+            one_at_a_time: false,
         }
     }
 
     /// A check of your own system under test (a store and a handler of yours), named `name`:
     /// reproductions and regressions files name the check they belong to with it, so give
     /// each check in a test binary a name of its own.
+    ///
+    /// Its bounds are [`Bounds::default`], but for a system whose invocations can overlap
+    /// (a [`crate::SqlHandler`] through [`crate::OnSql`], whose every invocation has a
+    /// connection of its own): two invocations in flight at once
+    /// ([`Bounds::invocations_max`] 2), so that two requests racing (a retry beside its
+    /// original still in progress) are explored without a bound set by hand.
     pub fn system<S>(name: &str, system: S) -> Check
     where
         S: System + Clone + Sync + 'static,
     {
-        Check::new(
+        let check = Check::new(
             name.to_string(),
             Box::new(move || Box::new(Simulator::new(system.clone()))),
-        )
+        );
+        let invocations_max = if (check.factory)().overlaps() { 2 } else { 1 };
+        Check {
+            bounds: Bounds {
+                invocations_max,
+                ..check.bounds
+            },
+            ..check
+        }
     }
 
     /// Explores these seeds (random exploration). An empty range is an error when the check
@@ -112,6 +129,15 @@ impl Check {
     /// file; each replays only its own lines.
     pub fn regressions(mut self, path: impl Into<PathBuf>) -> Self {
         self.regressions = Some(path.into());
+        self
+    }
+
+    /// Says that the system's server serves one request at a time (a single-threaded process
+    /// with one connection), so that two invocations in flight at once are no schedule it can
+    /// meet. Without it, a check of a system whose invocations can overlap with
+    /// [`Bounds::invocations_max`] 1 fails: races would go untested in silence.
+    pub fn one_at_a_time(mut self) -> Self {
+        self.one_at_a_time = true;
         self
     }
 
@@ -171,8 +197,9 @@ impl Check {
         }
     }
 
-    /// Bad settings: a name that is not one word, bounds no run can reach, or no seeds to
-    /// explore.
+    /// Bad settings: a name that is not one word, bounds no run can reach, no seeds to
+    /// explore, or one invocation at a time for a system whose invocations can overlap (unless
+    /// [`Check::one_at_a_time`] says its server serves one at a time).
     fn validate(&self) -> Result<(), String> {
         self.determinism()?;
         if self.name.is_empty() || self.name.contains(char::is_whitespace) {
@@ -181,9 +208,21 @@ impl Check {
                 self.name
             ));
         }
-        (self.factory)()
+        let subject = (self.factory)();
+        subject
             .check_bounds(&self.bounds)
             .map_err(|error| format!("{}: bounds: {error}", self.name))?;
+        let built_in = self.entry.is_some();
+        if subject.overlaps() && self.bounds.invocations_max < 2 && !built_in && !self.one_at_a_time
+        {
+            return Err(format!(
+                "{}: untested: overlapping invocations: the system's invocations can overlap \
+                 (each has a connection of its own), but invocations_max is 1, so no race \
+                 between two requests in flight would be found; set invocations_max to 2, or \
+                 call .one_at_a_time() if its server serves one request at a time",
+                self.name
+            ));
+        }
         if !self.exhaustive && self.seeds.is_empty() {
             return Err(format!(
                 "{}: seed range {}..{} is empty; the end is exclusive",

@@ -1,7 +1,7 @@
 //! Checking a finished run against the invariants, using the harness's ground truth.
 
 use crate::bounds::Bounds;
-use crate::intent::{IntentState, Verdict};
+use crate::intent::{Deferral, IntentState, Verdict};
 use crate::vocabulary::{IntentId, Reply, Request};
 use crate::{Invariant, Violation};
 use std::collections::BTreeMap;
@@ -161,14 +161,37 @@ fn truthful_reply<R: Request, V: fmt::Display>(
 /// `eventual-verdict`, on the client's side: an intent owed a verdict
 /// (`IntentState::owed_verdict`: its client's policy let it send again after the run's last
 /// fault, or it did) ends with a definite verdict, unless the server put it off past the
-/// client's horizon (`IntentState::deferred`).
+/// client's horizon (`IntentState::deferred`) and is not to blame for that
+/// ([`Deferral::judged`]).
 fn eventual_verdict<R: Request, V: fmt::Display>(
     id: IntentId,
     intent: &IntentState<R, V>,
     bounds: &Bounds,
 ) -> Option<String> {
-    if !intent.owed_verdict || intent.deferred.is_some() {
+    if !intent.owed_verdict || intent.deferred.is_some_and(Deferral::excuses_server) {
         return None;
+    }
+    let horizon_ms = bounds.retry_horizon_ms;
+    match intent.deferred {
+        Some(Deferral::PastWholeHorizon { wait_ms }) => {
+            return Some(format!(
+                "{} gave up: outcome unknown, told to retry after {wait_ms} ms, longer than its \
+                 client's whole {horizon_ms} ms retry horizon: after a fault this server can \
+                 never answer this client; {}",
+                label(id, intent),
+                answers_after(id, intent, sends_before_last_fault(intent)),
+            ))
+        }
+        Some(Deferral::NamedAgain { wait_ms }) => {
+            return Some(format!(
+                "{} gave up: outcome unknown, told to retry after {wait_ms} ms again when it came \
+                 back at the time the server had named, until its {horizon_ms} ms retry horizon \
+                 ended: the server, not the client, left it without a verdict; {}",
+                label(id, intent),
+                answers_after(id, intent, sends_before_last_fault(intent)),
+            ))
+        }
+        _ => {}
     }
     let ended = match intent.verdict.as_ref()? {
         Verdict::GaveUp => "gave up: outcome unknown",
@@ -196,6 +219,11 @@ fn eventual_verdict<R: Request, V: fmt::Display>(
         bounds.retry_horizon_ms,
         answers_after(id, intent, sends_before),
     ))
+}
+
+/// The sends of `intent` before the run's last fault (all of them counted from there).
+fn sends_before_last_fault<R, V>(intent: &IntentState<R, V>) -> u32 {
+    intent.last_fault.map_or(0, |fault| fault.sends)
 }
 
 /// The server's answers to the sends of `intent` after its first `sends_before`: `A#3

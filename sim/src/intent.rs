@@ -113,7 +113,8 @@ pub(crate) fn shares_request_id<R: Request>(requests: &[&R], index: usize) -> bo
 }
 
 /// How the server put an intent off: the answers after which its client polls instead of
-/// spending an attempt.
+/// spending an attempt. Once its client gave up because of one, [`Deferral::judged`] says
+/// whether the server or the client's horizon is to blame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Deferral {
     /// *Pending* (or a lookup's *pending*): in progress, no time named. The client is owed no
@@ -121,9 +122,59 @@ pub(crate) enum Deferral {
     /// faults stop (its relay, sweeper or lease): `eventual-verdict`'s record half judges
     /// that.
     Pending,
-    /// *Retry after*: the server named when it will be ready. A client whose horizon ends
-    /// first is owed nothing, by the server or its store.
-    RetryAfter,
+    /// *Retry after*: the server named when it will be ready, `wait_ms` from its answer.
+    RetryAfter {
+        /// The wait it named, in simulated milliseconds.
+        wait_ms: u64,
+    },
+    /// *Retry after* a time past what was left of the client's horizon, the first the
+    /// server named since the run's last fault, with a wait that fits the whole horizon: the
+    /// fault came too late for the client to learn the outcome. It is owed nothing, by the
+    /// server or its store.
+    Excused,
+    /// *Retry after* a wait longer than the client's whole retry horizon: after a fault this
+    /// server can never answer this client (`eventual-verdict` is broken).
+    PastWholeHorizon {
+        /// The wait it named, in simulated milliseconds.
+        wait_ms: u64,
+    },
+    /// *Retry after* once more, when the client came back at the time the server had named
+    /// since the last fault, until its horizon ended: the server, not the client, left it
+    /// without a verdict (`eventual-verdict` is broken).
+    NamedAgain {
+        /// The last wait it named, in simulated milliseconds.
+        wait_ms: u64,
+    },
+}
+
+impl Deferral {
+    /// What the deferral that made a client give up says of the server, for a client whose
+    /// retry horizon is `horizon_ms` and that `told_to_wait_before` (was answered *retry
+    /// after* since the run's last fault, and came back when told).
+    pub(crate) fn judged(self, horizon_ms: u64, told_to_wait_before: bool) -> Deferral {
+        match self {
+            Deferral::RetryAfter { wait_ms } if wait_ms > horizon_ms => {
+                Deferral::PastWholeHorizon { wait_ms }
+            }
+            Deferral::RetryAfter { wait_ms } if told_to_wait_before => {
+                Deferral::NamedAgain { wait_ms }
+            }
+            Deferral::RetryAfter { .. } => Deferral::Excused,
+            judged => judged,
+        }
+    }
+
+    /// Whether the server named a time (*retry after*): its store owes nothing past it, and
+    /// whether the server is to blame for the client's wait is judged on the client's side.
+    pub(crate) fn named_a_time(self) -> bool {
+        !matches!(self, Deferral::Pending)
+    }
+
+    /// Whether the client it made give up is owed nothing more by the server: its own
+    /// policy, not the server, ended its wait.
+    pub(crate) fn excuses_server(self) -> bool {
+        matches!(self, Deferral::Pending | Deferral::Excused)
+    }
 }
 
 /// The run's last fault, as an intent stood then: what `eventual-verdict` tells of what came
@@ -168,9 +219,13 @@ pub(crate) struct IntentState<R, V> {
     /// account; not part of the state).
     pub(crate) last_fault: Option<LastFault>,
     /// How the server deferred it, when its client gave up because of that: the next poll
-    /// the answer called for came past the client's retry horizon, so its own policy did
-    /// not wait that long (`eventual-verdict` owes it nothing; see [`Deferral`]).
+    /// the answer called for came past the client's retry horizon ([`Deferral::judged`]
+    /// says whether `eventual-verdict` still owes it a verdict).
     pub(crate) deferred: Option<Deferral>,
+    /// Whether the server answered *retry after* since the run's last fault (its client
+    /// comes back at the time named): a second such answer that puts the client past its
+    /// horizon is the server's doing ([`Deferral::NamedAgain`]).
+    pub(crate) told_to_wait: bool,
     /// When the client first sent it: its retry horizon runs from here.
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
@@ -205,6 +260,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             owed_verdict: self.owed_verdict,
             last_fault: self.last_fault,
             deferred: self.deferred,
+            told_to_wait: self.told_to_wait,
             first_send_ms: self.first_send_ms,
             verdict: self.verdict.clone(),
             replies: self.replies.clone(),
@@ -232,6 +288,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             owed_verdict,
             last_fault,
             deferred,
+            told_to_wait,
             first_send_ms,
             verdict,
             replies,
@@ -252,6 +309,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         self.owed_verdict = *owed_verdict;
         self.last_fault = *last_fault;
         self.deferred = *deferred;
+        self.told_to_wait = *told_to_wait;
         self.first_send_ms = *first_send_ms;
         self.verdict.clone_from(verdict);
         self.replies.clone_from(replies);
@@ -290,6 +348,7 @@ impl<R, V: Hash> IntentState<R, V> {
         if self.verdict.is_none() {
             self.attempts.hash(&mut hasher);
             self.polls.hash(&mut hasher);
+            self.told_to_wait.hash(&mut hasher);
             self.first_send_ms.is_some().hash(&mut hasher);
         }
         hasher.finish()
@@ -313,9 +372,9 @@ impl<R, V> IntentState<R, V> {
     /// Whether the store owes the intent a resolved record (`eventual-verdict`'s record half,
     /// and `no-orphan-effect` once faults stop): it is owed a verdict
     /// ([`IntentState::owed_verdict`]), and the server did not name a time past the client's
-    /// horizon (see [`Deferral`]).
+    /// horizon (see [`Deferral::named_a_time`]).
     pub(crate) fn owed_by_store(&self) -> bool {
-        self.owed_verdict && self.deferred != Some(Deferral::RetryAfter)
+        self.owed_verdict && !self.deferred.is_some_and(Deferral::named_a_time)
     }
 
     /// Whether the intent is owed a definite verdict and has none yet (once it has one, its

@@ -41,6 +41,13 @@ pub trait Subject {
     /// Whether the system's store can fail a COMMIT ([`crate::StoreKind::storage_faults_possible`]).
     fn storage_faults_possible(&self) -> bool;
 
+    /// Whether the system's invocations can overlap ([`crate::StoreKind::connect`] gives each
+    /// a connection of its own): then races between them are explored only with
+    /// [`Bounds::invocations_max`] above 1. The default is `false`.
+    fn overlaps(&self) -> bool {
+        false
+    }
+
     /// Refuses bounds no run of this system can reach: those [`Bounds::validate_for`]
     /// refuses, and storage faults where the store has none.
     fn check_bounds(&self, bounds: &Bounds) -> Result<(), BoundsError> {
@@ -100,6 +107,10 @@ impl<S: System> Subject for Simulator<S> {
 
     fn storage_faults_possible(&self) -> bool {
         self.system().storage_faults_possible()
+    }
+
+    fn overlaps(&self) -> bool {
+        Simulator::overlaps(self)
     }
 
     fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {

@@ -146,6 +146,8 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
         });
     }
     let scenario = Scenario::load(std::path::Path::new(&target.handler))?;
+    // From here servers may run: SIGINT and SIGTERM end them and their files first.
+    crate::process::end_on_signal();
     if start {
         scenario.verify()?;
     }

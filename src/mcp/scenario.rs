@@ -7,7 +7,8 @@
 //! answer_wait_ms = 10000                       # the bound on every wait for the server
 //! reuse = true                                 # one process for run after run
 //! concurrent = false                           # true: it serves calls at once, so
-//!                                              # calls may overlap (--invocations-max)
+//!                                              # two calls are in flight at once
+//!                                              # (invocations_max 2 unless set)
 //! clock = "harness"                            # it reads time only through now_ms(),
 //!                                              # or none; "own" (the default): its own
 //!
@@ -34,16 +35,21 @@
 
 use super::{
     Call, KeyPlacement, McpTarget, ServerClock, ServerCommand, StatusTool, StdioServer, Transport,
+    SIDE_CHANNEL_ENV,
 };
+use crate::process::ScratchDir;
 use crate::{Bounds, ClientPolicy, Timeouts};
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The wait bound on a server when the scenario names none, in milliseconds.
 pub const ANSWER_WAIT_MS_DEFAULT: u64 = 10_000;
+
+/// The longest scenario file read, in bytes.
+pub const SCENARIO_BYTES_MAX: u64 = 1 << 20;
 
 /// The JSON pointer to an answer's value when the scenario names none: the whole structured
 /// content.
@@ -188,9 +194,26 @@ fn no_arguments() -> Value {
 impl Scenario {
     /// Reads and checks the scenario at `path`.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        use std::io::Read as _;
         let name = path.display();
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
+        let failed = |error: std::io::Error| ScenarioError(format!("scenario {name}: {error}"));
+        // Looked at before it is opened: opening a FIFO would wait for a writer for ever.
+        if !std::fs::metadata(path).map_err(failed)?.is_file() {
+            return Err(ScenarioError(format!(
+                "scenario {name}: not a regular file"
+            )));
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(SCENARIO_BYTES_MAX + 1).read_to_end(&mut bytes))
+            .map_err(failed)?;
+        if bytes.len() as u64 > SCENARIO_BYTES_MAX {
+            return Err(ScenarioError(format!(
+                "scenario {name}: longer than {SCENARIO_BYTES_MAX} bytes, the cap on a scenario file"
+            )));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|_| ScenarioError(format!("scenario {name}: not UTF-8 text")))?;
         Scenario::parse(path, &text)
     }
 
@@ -210,8 +233,24 @@ impl Scenario {
             .filter(|parent| !parent.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let invalid = |why: String| ScenarioError(format!("scenario {name}: {why}"));
+        file.validate().map_err(invalid)?;
         let target = file.target(directory).map_err(invalid)?;
         let bounds = file.bounds.over(&target).map_err(invalid)?;
+        bounds.validate().map_err(|error| {
+            let field = match error.field() {
+                "clients_max" => "clients",
+                "intents_max" => "intents",
+                field => field,
+            };
+            invalid(format!("bounds.{field} {}", error.problem()))
+        })?;
+        if bounds.invocations_max > 1 && !target.concurrent {
+            return Err(invalid(format!(
+                "bounds.invocations_max is {}, but the server is not declared to serve calls \
+                 at once: say concurrent = true under [server] if it does",
+                bounds.invocations_max
+            )));
+        }
         Ok(Scenario {
             path: path.to_path_buf(),
             target,
@@ -238,6 +277,81 @@ impl Scenario {
 }
 
 impl ScenarioFile {
+    /// The checks of fields that the file's grammar lets through: each mistake is one line
+    /// naming the field, found before any server runs.
+    fn validate(&self) -> Result<(), String> {
+        if self.server.answer_wait_ms == Some(0) {
+            return Err(
+                "server.answer_wait_ms is 0: every answer would be too late; give the \
+                 milliseconds of real time to wait for one"
+                    .into(),
+            );
+        }
+        for name in self.server.env.keys() {
+            env_name("server.env", name)?;
+        }
+        if let Some(database) = &self.database {
+            env_name("database.env", &database.env)?;
+            let mut listed = BTreeSet::new();
+            for table in &database.effect_tables {
+                if !listed.insert(table) {
+                    return Err(format!("database.effect_tables lists `{table}` twice"));
+                }
+            }
+        }
+        if let Some(provider) = &self.provider {
+            env_name("provider.env", &provider.env)?;
+        }
+        let harness_names = [
+            Some((SIDE_CHANNEL_ENV, "the side channel's")),
+            self.provider
+                .as_ref()
+                .map(|provider| (provider.env.as_str(), "provider.env's")),
+        ];
+        if let Some(database) = &self.database {
+            if let Some((_, whose)) = harness_names
+                .iter()
+                .flatten()
+                .find(|(name, _)| *name == database.env)
+            {
+                return Err(format!(
+                    "database.env is {:?}, {whose} variable too: give the database a name of its own",
+                    database.env
+                ));
+            }
+        }
+        if let Some(value) = &self.value {
+            if !value.is_empty() && !value.starts_with('/') {
+                return Err(format!(
+                    "value = {value:?} is not a JSON pointer: a pointer starts with `/` \
+                     (\"/{value}\"), or is \"\" for the whole result"
+                ));
+            }
+        }
+        for (client, section) in self.clients.iter().enumerate() {
+            for (call, section) in section.calls.iter().enumerate() {
+                let at = format!(
+                    "client {} call {} (`{}`)",
+                    client + 1,
+                    call + 1,
+                    section.tool
+                );
+                if !section.arguments.is_object() {
+                    return Err(format!(
+                        "{at}: arguments = {} is not a table of named arguments",
+                        section.arguments
+                    ));
+                }
+                empty_choice(&section.arguments).map_or(Ok(()), |path| {
+                    Err(format!(
+                        "{at}: arguments{path} is one_of = []: give it at least one value"
+                    ))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The database the invariants are judged from, `None` when the provider's record is
     /// the only ground truth; an error when there is neither, or when a process is to be
     /// reused without a database to put back between runs.
@@ -322,12 +436,45 @@ impl ScenarioFile {
     }
 }
 
-/// A program named by a path (one with a `/`) is found from the scenario's directory; a bare
-/// name is looked up on `PATH`.
+/// Checks that `name`, from `field`, can name an environment variable.
+fn env_name(field: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err(format!(
+            "{field}: {name:?} cannot name an environment variable (empty, or with `=` or NUL)"
+        ));
+    }
+    Ok(())
+}
+
+/// Where in `arguments` a `{ one_of = [] }` is (`.amount`), if anywhere: a choice with no
+/// value to draw.
+fn empty_choice(arguments: &Value) -> Option<String> {
+    match arguments {
+        Value::Object(object) => {
+            if let (1, Some(Value::Array(values))) = (object.len(), object.get("one_of")) {
+                if values.is_empty() {
+                    return Some(String::new());
+                }
+            }
+            object
+                .iter()
+                .find_map(|(name, value)| empty_choice(value).map(|path| format!(".{name}{path}")))
+        }
+        Value::Array(values) => values
+            .iter()
+            .enumerate()
+            .find_map(|(index, value)| empty_choice(value).map(|path| format!("[{index}]{path}"))),
+        _ => None,
+    }
+}
+
+/// A program named by a path (one with a `/`) is found from the scenario's directory, as
+/// written: a link in it (a virtual environment's `venv/bin/python`) is not followed, so the
+/// program runs as what it was named. A bare name is looked up on `PATH`.
 fn program_in(directory: &Path, program: &str) -> String {
     if program.contains('/') && Path::new(program).is_relative() {
         let found = directory.join(program);
-        return std::fs::canonicalize(&found)
+        return std::path::absolute(&found)
             .unwrap_or(found)
             .display()
             .to_string();
@@ -357,7 +504,11 @@ impl BoundsSection {
                 .intents
                 .unwrap_or(u32::try_from(intents).unwrap_or(u32::MAX)),
             attempts_max: self.attempts_max.unwrap_or(base.attempts_max),
-            invocations_max: self.invocations_max.unwrap_or(base.invocations_max),
+            // A server that serves calls at once meets two in flight: races are explored
+            // unless the file says otherwise.
+            invocations_max: self
+                .invocations_max
+                .unwrap_or(if target.concurrent { 2 } else { 1 }),
             faults_max: self.faults_max.unwrap_or(base.faults_max),
             drops_max: self.drops_max.unwrap_or(base.drops_max),
             duplicates_max: self.duplicates_max.unwrap_or(base.duplicates_max),
@@ -389,13 +540,13 @@ impl Scenario {
     /// `idempotencyKey` parameter. The error is one line.
     pub fn verify(&self) -> Result<(), ScenarioError> {
         let name = self.path.display();
-        let directory = super::system::scratch_root().join(format!(
+        let scratch = ScratchDir::create(super::system::scratch_root().join(format!(
             "retrysim-scenario-{}-{}",
             std::process::id(),
             super::system::unique_suffix()
-        ));
-        std::fs::create_dir_all(&directory)
-            .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
+        )))
+        .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
+        let directory = scratch.path();
         let mut command = self.target.server.clone();
         if let Some(name) = &self.target.database_env {
             command.env.push((
@@ -406,7 +557,7 @@ impl Scenario {
         let mut server = StdioServer::new(command);
         let offered = server.start();
         server.kill();
-        let _ = std::fs::remove_dir_all(&directory);
+        drop(scratch);
         let offer = offered.map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
         for tool in self.tools() {
             if !offer.tools.iter().any(|offered| offered.name == tool) {

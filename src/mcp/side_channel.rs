@@ -33,6 +33,8 @@ pub(super) enum Heard {
     Line(u64, String),
     /// The standard output of the process of this generation closed.
     Closed(u64),
+    /// The process of this generation wrote something that is no message: what is wrong.
+    Malformed(u64, String),
     /// A question on the side channel, and the connection it came on.
     Ask(Ask, u64),
     /// A line on the side channel that is no question of its protocol.

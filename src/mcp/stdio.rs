@@ -5,8 +5,9 @@ use super::side_channel::{Heard, SideChannel, SIDE_CHANNEL_ENV};
 use super::{Ask, Interrupted, McpError, Offer, Question, Said, Tool, Transport};
 use crate::Crash;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::{BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -16,6 +17,14 @@ use std::time::Duration;
 
 /// How many of the last lines of a server's standard error an error carries.
 pub const STDERR_LINES_KEPT: usize = 5;
+
+/// The most bytes of one line of a server's standard error that the harness keeps (the rest
+/// of the line is read and dropped, so the server never blocks on a full pipe).
+pub const STDERR_LINE_BYTES_MAX: usize = 1_000;
+
+/// The longest message line a server may write, in bytes: a longer one is a protocol error,
+/// and the harness never holds more than this of it.
+pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
 
 /// The protocol version the harness asks for in the handshake.
 const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -63,6 +72,8 @@ pub struct StdioServer {
     /// Answers (results or JSON-RPC errors) that came for a call other than the one
     /// followed, by id, kept for it.
     kept_results: BTreeMap<u64, Answer>,
+    /// The ids of the requests sent to the running process and not answered yet.
+    unanswered: BTreeSet<u64>,
 }
 
 /// What a server answered a request: its result, or a JSON-RPC error.
@@ -94,6 +105,7 @@ impl StdioServer {
             generation: 0,
             side_channel: None,
             kept_results: BTreeMap::new(),
+            unanswered: BTreeSet::new(),
         }
     }
 
@@ -130,6 +142,7 @@ impl StdioServer {
         // Old news of an earlier process is dropped.
         while self.heard.try_recv().is_ok() {}
         self.kept_results.clear();
+        self.unanswered.clear();
         self.generation += 1;
         let generation = self.generation;
         let mut command = Command::new(&self.command.program);
@@ -142,6 +155,8 @@ impl StdioServer {
         if let Some(directory) = &self.command.working_dir {
             command.current_dir(directory);
         }
+        // A group of its own: a crash kills the server's children with it.
+        command.process_group(0);
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -151,32 +166,18 @@ impl StdioServer {
                 command: self.command.display(),
                 error: error.to_string(),
             })?;
+        crate::process::track_group(child.id());
         let stdin = child.stdin.take().expect("a piped stdin");
         let stdout = child.stdout.take().expect("a piped stdout");
         let stderr_pipe = child.stderr.take().expect("a piped stderr");
         let hearing = self.hearing.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if hearing.send(Heard::Line(generation, line)).is_err() {
-                    return;
-                }
-            }
-            let _ = hearing.send(Heard::Closed(generation));
-        });
+        thread::spawn(move || read_messages(stdout, generation, &hearing));
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let kept = Arc::clone(&stderr);
         let (done, stderr_done) = mpsc::channel::<()>();
         thread::spawn(move || {
             let _done = done;
-            for line in BufReader::new(stderr_pipe).lines() {
-                let Ok(line) = line else { break };
-                let mut kept = kept.lock().expect("the stderr tail");
-                if kept.len() == STDERR_LINES_KEPT {
-                    kept.pop_front();
-                }
-                kept.push_back(line);
-            }
+            keep_stderr_tail(stderr_pipe, &kept);
         });
         Ok(Running {
             child,
@@ -206,6 +207,7 @@ impl StdioServer {
     fn send_request(&mut self, method: &str, params: &Value) -> Result<u64, McpError> {
         let id = self.next_id;
         self.next_id += 1;
+        self.unanswered.insert(id);
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         Ok(id)
     }
@@ -270,7 +272,7 @@ impl StdioServer {
     /// returns its exit status and the last lines of its standard error, all of them read.
     fn stop(&mut self) -> (String, Vec<String>) {
         let mut running = self.running.take().expect("a started server");
-        let _ = running.child.kill();
+        crate::process::kill_group(running.child.id());
         let status = running
             .child
             .wait()
@@ -343,7 +345,11 @@ impl Transport for StdioServer {
             let line = match self.heard.recv_timeout(wait) {
                 Ok(Heard::Line(from, line)) if from == generation => line,
                 Ok(Heard::Closed(from)) if from == generation => return Err(self.exited()),
-                Ok(Heard::Line(..) | Heard::Closed(_)) => continue,
+                Ok(Heard::Malformed(from, what)) if from == generation => {
+                    self.stop();
+                    return Err(McpError::Protocol(what));
+                }
+                Ok(Heard::Line(..) | Heard::Closed(_) | Heard::Malformed(..)) => continue,
                 Ok(Heard::Ask(ask, connection)) => {
                     return Ok(Said::Asked(Question { ask, connection }))
                 }
@@ -362,6 +368,14 @@ impl Transport for StdioServer {
                 Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
             };
             if let Some((answered, answer)) = self.response(&line)? {
+                if !self.unanswered.remove(&answered) {
+                    self.stop();
+                    return Err(McpError::Protocol(format!(
+                        "it answered id {answered}, which names no request waiting for an \
+                         answer (the harness waits on id {id}): {}",
+                        line.chars().take(200).collect::<String>()
+                    )));
+                }
                 if answered == id {
                     return answer.map(Said::Result);
                 }
@@ -393,10 +407,67 @@ impl Transport for StdioServer {
 
     fn kill(&mut self) {
         if let Some(mut running) = self.running.take() {
-            // SIGKILL on Unix: the process gets no chance to write anything more.
-            let _ = running.child.kill();
+            // SIGKILL to its whole group: neither it nor a child it started gets a chance to
+            // write anything more.
+            crate::process::kill_group(running.child.id());
             let _ = running.child.wait();
         }
+    }
+}
+
+/// Passes each message line the process of `generation` writes on `stdout` to `hearing`:
+/// blank lines are skipped, and a line that is not UTF-8 or is longer than
+/// [`MESSAGE_BYTES_MAX`] ends the reading with what is wrong with it.
+fn read_messages(stdout: impl Read, generation: u64, hearing: &Sender<Heard>) {
+    let mut reader = BufReader::new(stdout);
+    loop {
+        let heard = match crate::process::read_line_capped(&mut reader, MESSAGE_BYTES_MAX) {
+            Ok(None) | Err(_) => break,
+            Ok(Some(line)) if line.over_cap => Heard::Malformed(
+                generation,
+                format!(
+                    "it wrote a line longer than {MESSAGE_BYTES_MAX} bytes, the cap on one message"
+                ),
+            ),
+            Ok(Some(line)) => match String::from_utf8(line.bytes) {
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => Heard::Line(generation, text),
+                Err(error) => Heard::Malformed(
+                    generation,
+                    format!(
+                        "it wrote a line that is not UTF-8: {:?}",
+                        String::from_utf8_lossy(error.as_bytes())
+                            .chars()
+                            .take(200)
+                            .collect::<String>()
+                    ),
+                ),
+            },
+        };
+        let last = matches!(heard, Heard::Malformed(..));
+        if hearing.send(heard).is_err() || last {
+            return;
+        }
+    }
+    let _ = hearing.send(Heard::Closed(generation));
+}
+
+/// Keeps the last [`STDERR_LINES_KEPT`] lines of a server's standard error in `kept`, each
+/// cut at [`STDERR_LINE_BYTES_MAX`] and read as bytes (any that are not UTF-8 replaced), until
+/// it closes: the pipe is always drained, whatever the server writes.
+fn keep_stderr_tail(stderr: impl Read, kept: &Mutex<VecDeque<String>>) {
+    let mut reader = BufReader::new(stderr);
+    while let Ok(Some(line)) = crate::process::read_line_capped(&mut reader, STDERR_LINE_BYTES_MAX)
+    {
+        let mut text = line.lossy();
+        if line.over_cap {
+            text.push_str(" [cut]");
+        }
+        let mut kept = kept.lock().expect("the stderr tail");
+        if kept.len() == STDERR_LINES_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(text);
     }
 }
 

@@ -16,6 +16,7 @@
 use super::{
     Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand, StdioServer, Transport,
 };
+use crate::process::ScratchDir;
 use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::{table_rows, user_tables};
 use crate::{
@@ -171,6 +172,9 @@ pub struct McpStore {
     history: Cell<u64>,
     /// Calls sent and not yet answered (more than one only while calls overlap).
     calls_in_flight: Cell<u32>,
+    /// The directory of the file, the template and the side channel: removed when the store
+    /// is dropped, after the server is killed.
+    _scratch: ScratchDir,
 }
 
 /// The harness's record of a run's effects, each under its intent.
@@ -202,14 +206,18 @@ impl McpStore {
     /// to the intent being served; how many effects.
     fn take_effects(&self) -> usize {
         let mut seen = self.seen.borrow_mut();
+        // What the effect tables changed since the last look is one effect, whatever rows it
+        // touched: the harness looks at every crash point and answer, so each is what the
+        // call committed between two of them.
         let rows = self.rows_since(&mut seen);
         let Some(provider) = &self.provider else {
-            for _ in 0..rows.len() {
-                seen.ledger.record();
+            if rows.is_empty() {
+                return 0;
             }
-            return rows.len();
+            seen.ledger.record();
+            return 1;
         };
-        for _ in rows.iter().filter(|operation| *operation == "insert") {
+        if rows.iter().any(|operation| operation == "insert") {
             seen.records.record();
         }
         let charged = provider.charge_count();
@@ -292,10 +300,8 @@ impl McpStore {
 
 impl Drop for McpStore {
     fn drop(&mut self) {
+        // Its scratch directory goes after this, as a field.
         self.server.get_mut().kill();
-        if let Some(directory) = self.file.parent() {
-            let _ = std::fs::remove_dir_all(directory);
-        }
     }
 }
 
@@ -324,14 +330,31 @@ impl OnMcp {
         command
     }
 
-    /// The triggers that record every change to `table` in `retrysim_effects`.
-    fn triggers(table: &str) -> String {
-        [("insert", "NEW"), ("update", "NEW"), ("delete", "OLD")]
+    /// The triggers that record every change to `table` (whose columns are `columns`) in
+    /// `retrysim_effects`: an insert, a delete, and an update that changes some column (an
+    /// update that leaves its row as it was is no effect). Names are quoted, so a table named
+    /// `my-counter` or one `WITHOUT ROWID` takes them as any other.
+    fn triggers(table: &str, columns: &[String]) -> String {
+        let quoted = quoted_name(table);
+        let literal = table.replace('\'', "''");
+        let changed: Vec<String> = columns
             .iter()
-            .map(|(operation, row)| {
+            .map(|column| {
+                let column = quoted_name(column);
+                format!("OLD.{column} IS NOT NEW.{column}")
+            })
+            .collect();
+        let when_changed = match changed.is_empty() {
+            true => String::new(),
+            false => format!(" WHEN {}", changed.join(" OR ")),
+        };
+        [("insert", ""), ("update", when_changed.as_str()), ("delete", "")]
+            .iter()
+            .map(|(operation, when)| {
+                let trigger = quoted_name(&format!("retrysim_{table}_{operation}"));
                 format!(
-                    "CREATE TRIGGER retrysim_{table}_{operation} AFTER {operation} ON \"{table}\" \
-                     BEGIN INSERT INTO retrysim_effects VALUES ('{table}', '{operation}', {row}.rowid); END;"
+                    "CREATE TRIGGER {trigger} AFTER {operation} ON {quoted}{when} \
+                     BEGIN INSERT INTO retrysim_effects VALUES ('{literal}', '{operation}', NULL); END;"
                 )
             })
             .collect()
@@ -351,11 +374,21 @@ impl OnMcp {
         }
     }
 
-    /// The value a result answers, as JSON text.
+    /// The value a successful result answers, as JSON text. A pointer that matches nothing
+    /// in it ends the check: every answer would read alike, and answers that differ would
+    /// pass for the same.
     fn value(&self, result: &Value) -> String {
-        result
-            .pointer(&self.0.value_pointer)
-            .map_or_else(|| "null".to_string(), Value::to_string)
+        let pointer = &self.0.value_pointer;
+        match result.pointer(pointer) {
+            Some(value) => value.to_string(),
+            None => {
+                let answer: String = result.to_string().chars().take(200).collect();
+                panic!(
+                    "value = {pointer:?} (a JSON pointer) matches nothing in the successful \
+                     answer {answer}: point at a field every successful answer has"
+                )
+            }
+        }
     }
 
     /// The `tools/call` parameters of `request`, a call the workload drew.
@@ -502,12 +535,14 @@ impl StoreKind for OnMcp {
     /// Starts the server once on a fresh file (it makes its schema), puts the harness's
     /// triggers on the effect tables, and keeps the file as every run's template.
     fn open(&self, tag: &IntentTag) -> McpStore {
-        let directory = scratch_root().join(format!(
+        // Removed on every way out of here too: a server that fails at setup panics.
+        let scratch = ScratchDir::create(scratch_root().join(format!(
             "retrysim-mcp-{}-{}",
             std::process::id(),
             unique_suffix()
-        ));
-        std::fs::create_dir_all(&directory).expect("a scratch directory");
+        )))
+        .expect("a scratch directory");
+        let directory = scratch.path();
         let file = directory.join("server.db");
         let provider = self.0.provider_env.as_ref().map(|_| {
             LoopbackProvider::start().unwrap_or_else(|error| panic!("the provider starts: {error}"))
@@ -522,7 +557,8 @@ impl StoreKind for OnMcp {
             "CREATE TABLE retrysim_effects (table_name TEXT, operation TEXT, row_id INTEGER);"
                 .to_string();
         for table in &self.0.effect_tables {
-            setup.push_str(&Self::triggers(table));
+            let columns = table_columns(&keeper, table).unwrap_or_else(|why| panic!("{why}"));
+            setup.push_str(&Self::triggers(table, &columns));
         }
         keeper
             .execute_batch(&setup)
@@ -538,6 +574,7 @@ impl StoreKind for OnMcp {
             reuse: self.0.reuse && self.0.database_env.is_some(),
             history: Cell::new(0),
             calls_in_flight: Cell::new(0),
+            _scratch: scratch,
             provider,
             seen: RefCell::new(Seen {
                 rows: 0,
@@ -791,6 +828,32 @@ pub(super) fn scratch_root() -> PathBuf {
         return shared_memory.to_path_buf();
     }
     std::env::temp_dir()
+}
+
+/// `name` as an SQL identifier in double quotes.
+fn quoted_name(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The columns of the effect table `table` in the server's file, after the server made its
+/// schema: an error of one line when it has no such table.
+fn table_columns(keeper: &Connection, table: &str) -> Result<Vec<String>, String> {
+    let columns: Vec<String> = keeper
+        .prepare("SELECT name FROM pragma_table_info(?1)")
+        .and_then(|mut statement| {
+            statement
+                .query_map([table], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(|error| format!("the server's database cannot be read: {error}"))?;
+    if columns.is_empty() {
+        let tables = user_tables(keeper).unwrap_or_default().join(", ");
+        return Err(format!(
+            "effect table `{table}` is not in the server's database once it has started (its \
+             tables: {tables})"
+        ));
+    }
+    Ok(columns)
 }
 
 /// A name part no other store of this process has.

@@ -698,3 +698,97 @@ fn progress_counts_every_run_of_an_exploration() {
     let most = counted.violations.iter().map(|f| f.runs).max().unwrap();
     assert!(progress.violating() >= most && progress.violating() <= 300);
 }
+
+/// A user's first `SqlHandler`: it looks its key up in one transaction and applies the
+/// effect with the record in another (and its records' key is not unique), so a retry beside
+/// its original still in progress misses the record too, and both apply.
+#[derive(Clone)]
+struct LookupThenInsert;
+
+impl retrysim::SqlHandler for LookupThenInsert {
+    type Request = retrysim::Keyed<i64>;
+    type Value = i64;
+    type Memory = ();
+    const SCHEMA: &'static str =
+        "CREATE TABLE counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
+         INSERT INTO counter VALUES (1, 0);
+         CREATE TABLE records (key TEXT NOT NULL, total INTEGER NOT NULL);";
+    const EFFECT_TABLES: &'static [&'static str] = &["counter"];
+
+    fn workload(
+        &self,
+        _: &mut retrysim::Decider<'_>,
+        _: &Bounds,
+    ) -> retrysim::Workload<retrysim::Keyed<i64>, retrysim::AdminSql> {
+        outside_handlers::one_add()
+    }
+
+    fn handle(
+        &self,
+        ctx: &mut retrysim::Ctx<'_>,
+        db: &retrysim::sqlite::rusqlite::Connection,
+        _: &mut (),
+        request: &retrysim::Keyed<i64>,
+    ) -> Result<retrysim::Reply<i64>, retrysim::sqlite::Stop> {
+        ctx.point("before-lookup")?;
+        if let Some(total) = outside_handlers::saved(db, request)? {
+            return Ok(retrysim::Reply::Replayed(total));
+        }
+        ctx.point("after-lookup")?;
+        retrysim::sqlite::execute_cached(db, "BEGIN IMMEDIATE")?;
+        let total = outside_handlers::add(db, request.args)?;
+        db.execute(
+            "INSERT INTO records VALUES (?1, ?2)",
+            retrysim::sqlite::rusqlite::params![request.id, total],
+        )?;
+        retrysim::sqlite::execute_cached(db, "COMMIT")?;
+        ctx.point("after-commit")?;
+        Ok(retrysim::Reply::Applied(total))
+    }
+}
+
+use crate::outside as outside_handlers;
+
+/// Races are checked by default: a `SqlHandler`'s check explores two invocations in flight
+/// with no bound set by hand, and catches the lookup outside the write's transaction. Bounds
+/// that leave races out are a clear failure, unless the check says that its server serves
+/// one request at a time.
+#[test]
+fn a_race_in_a_first_handler_is_caught_with_no_bound_set() {
+    let system = retrysim::OnSql(LookupThenInsert);
+    let message = Check::system("lookup-then-insert", system.clone())
+        .verdict()
+        .unwrap_err();
+    assert!(
+        message.contains("lookup-then-insert: at-most-once-effect violated"),
+        "{message}"
+    );
+    let message = Check::system("lookup-then-insert", system.clone())
+        .exhaustive()
+        .bounds(Bounds {
+            invocations_max: 2,
+            ..small()
+        })
+        .verdict()
+        .unwrap_err();
+    assert!(
+        message.contains("at-most-once-effect violated"),
+        "{message}"
+    );
+    let message = Check::system("lookup-then-insert", system.clone())
+        .bounds(small())
+        .verdict()
+        .unwrap_err();
+    assert_eq!(
+        message,
+        "lookup-then-insert: untested: overlapping invocations: the system's invocations can \
+         overlap (each has a connection of its own), but invocations_max is 1, so no race \
+         between two requests in flight would be found; set invocations_max to 2, or call \
+         .one_at_a_time() if its server serves one request at a time"
+    );
+    // One at a time, as its server says it serves them, the handler is correct.
+    Check::system("lookup-then-insert", system)
+        .bounds(small())
+        .one_at_a_time()
+        .run();
+}

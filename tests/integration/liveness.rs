@@ -81,11 +81,11 @@ fn a_pending_record_whose_lease_ended_is_taken_over() {
     );
 }
 
-/// A lease that outlives the client's retry horizon leaves it without a verdict, and that
-/// is no violation: the server named when it would be ready (*retry after*), and the
-/// client's own policy did not wait that long.
+/// A lease that outlives the client's whole retry horizon leaves it without a verdict, and
+/// that is the server's doing: whenever a fault strands a claim, this server can never answer
+/// this client. `eventual-verdict` names the wait and the horizon.
 #[test]
-fn a_client_put_off_past_its_horizon_is_owed_nothing() {
+fn a_wait_longer_than_the_whole_horizon_breaks_eventual_verdict() {
     let short_horizon = Bounds {
         retry_horizon_ms: 1_000,
         ..Bounds::default()
@@ -96,7 +96,40 @@ fn a_client_put_off_past_its_horizon_is_owed_nothing() {
         outcome.timeline.as_ref().unwrap().intents[0].verdict,
         "unknown (gave up)"
     );
+    let details: Vec<(Invariant, &str)> = outcome
+        .violations
+        .iter()
+        .map(|v| (v.invariant, v.detail.as_str()))
+        .collect();
+    assert_eq!(
+        details,
+        [(
+            Invariant::EventualVerdict,
+            "A (c1 tenant-a req-247 slot-A) gave up: outcome unknown, told to retry after 1500 ms, \
+             longer than its client's whole 1000 ms retry horizon: after a fault this server \
+             can never answer this client; A#1 answered retry after 1500 ms: pending until its \
+             owner's lease ends"
+        )]
+    );
+}
+
+/// A client honours *retry after*: it comes back when the server said, however long its
+/// own backoff has grown, and the server that named the time answers then.
+#[test]
+fn a_client_comes_back_when_the_server_said() {
+    let long_backoff = Bounds {
+        backoff_ms_base: 20_000,
+        ..Bounds::default()
+    };
+    let outcome = replayed("reservation", "action-record", "0,0,1", &long_backoff);
     assert_eq!(outcome.violations, vec![]);
+    assert_eq!(
+        lane(&outcome, Lane::Server),
+        [
+            "0 ms: handle A#1 -> retry after 1500 ms: pending until its owner's lease ends",
+            "1500 ms: handle A#2 -> applied rsv-1",
+        ]
+    );
 }
 
 /// The first false alarm reported: a 30 s timeout leaves no room for a third send in the
@@ -200,12 +233,16 @@ const HORIZONS_MS: [u64; 2] = [1_000, 60_000];
 
 /// Every correct built-in handler stays clean over seeds 0..2000 at every client setting of
 /// the grid: `eventual-verdict` owes a client nothing its own policy did not let it send
-/// after the last fault, so no setting the command line accepts flags a correct handler.
+/// after the last fault, so no setting the command line accepts flags a correct handler, but
+/// one: a 1 s horizon is shorter than the lease of the handlers that answer *retry after*
+/// to the end of a lease, and such a server can never answer such a client after a crash.
+/// There, the only violation is `eventual-verdict` saying exactly that.
 #[test]
 fn correct_handlers_are_clean_at_every_client_setting() {
     let correct = retrysim::models::handlers()
         .iter()
         .filter(|entry| entry.declared == retrysim::models::Declared::Correct);
+    let mut past_whole_horizon = Vec::new();
     for entry in correct {
         for timeout_ms in TIMEOUTS_MS {
             for backoff_ms_base in BACKOFF_BASES_MS {
@@ -216,16 +253,38 @@ fn correct_handlers_are_clean_at_every_client_setting() {
                         retry_horizon_ms,
                         ..entry.bounds_from(Bounds::default())
                     };
-                    let found = retrysim::explore(&entry.build, 0..2_000, &bounds, 2);
-                    assert_eq!(
-                        found.violations,
-                        vec![],
+                    let setting = format!(
                         "{}/{} at timeout {timeout_ms} ms, backoff {backoff_ms_base} ms, horizon {retry_horizon_ms} ms",
-                        entry.domain,
-                        entry.handler
+                        entry.domain, entry.handler
                     );
+                    let found = retrysim::explore(&entry.build, 0..2_000, &bounds, 2);
+                    for failure in &found.violations {
+                        let outcome = replay(&mut *(entry.build)(), &failure.tape, &bounds)
+                            .expect("a failing tape replays");
+                        let detail = &outcome.violations[0].detail;
+                        assert!(
+                            failure.invariant == Invariant::EventualVerdict
+                                && retry_horizon_ms == 1_000
+                                && detail.contains("longer than its client's whole 1000 ms"),
+                            "{setting}: {}: {detail}",
+                            failure.invariant
+                        );
+                        let name = format!("{}/{}", entry.domain, entry.handler);
+                        if !past_whole_horizon.contains(&name) {
+                            past_whole_horizon.push(name);
+                        }
+                    }
                 }
             }
         }
     }
+    // The handlers whose lease outlives a 1 s horizon, and only those.
+    assert_eq!(
+        past_whole_horizon,
+        [
+            "reservation/action-record",
+            "payment/lease-and-provider-key"
+        ],
+        "the correct handlers that name a wait past a 1 s horizon"
+    );
 }

@@ -28,6 +28,7 @@ mod property;
 mod readme;
 mod reductions;
 mod reservation;
+mod retry_after;
 mod storage_faults;
 mod store;
 mod tape;

@@ -315,7 +315,7 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
             "0..10",
             "--check-determinism",
         ],
-        1,
+        3,
     );
     assert!(
         checked.contains("is not deterministic") && checked.contains("-> replayed 5"),

@@ -14,6 +14,15 @@ use crate::timeline::Lane;
 use crate::vocabulary::{IntentId, Reply, Request, Status};
 use std::fmt::Arguments;
 
+/// How long a client waits before it sends again.
+#[derive(Clone, Copy)]
+pub(super) enum Wait {
+    /// Its own backoff, and no less than `at_least_ms`.
+    Backoff { at_least_ms: u64 },
+    /// The time the server named (*retry after*), as it said.
+    Named { wait_ms: u64 },
+}
+
 impl<S: System> Execution<'_, '_, S> {
     pub(super) fn send(&mut self, client: usize) {
         let bounds = self.points.bounds;
@@ -74,7 +83,8 @@ impl<S: System> Execution<'_, '_, S> {
             .current()
             .expect("a waiting client has an intent");
         let attempts = self.world.intent(intent).attempts;
-        self.retry_or_give_up(client, format_args!("timeout on {intent}#{attempts}"), 0);
+        let what = format_args!("timeout on {intent}#{attempts}");
+        self.retry_or_give_up(client, what, Wait::Backoff { at_least_ms: 0 });
         if self.world.clients[client].current() == Some(intent) {
             self.maybe_reconnect(client);
         }
@@ -122,14 +132,9 @@ impl<S: System> Execution<'_, '_, S> {
         });
     }
 
-    /// An attempt ended without an answer (`what`: a timeout, a transient failure): back off
-    /// (at least `at_least_ms`, a retry-after the server asked for) and retry, or give up.
-    pub(super) fn retry_or_give_up(
-        &mut self,
-        client: usize,
-        what: Arguments<'_>,
-        at_least_ms: u64,
-    ) {
+    /// An attempt ended without an answer (`what`: a timeout, a transient failure), or the
+    /// server put it off: wait as `wait` says and send again, or give up.
+    pub(super) fn retry_or_give_up(&mut self, client: usize, what: Arguments<'_>, wait: Wait) {
         let bounds = self.points.bounds;
         let intent = self.world.clients[client]
             .current()
@@ -142,15 +147,24 @@ impl<S: System> Execution<'_, '_, S> {
         }
         // Doubled at most 20 times; a server's `retry after` is held to the longest time a
         // bound may be, so neither can carry the clock past what it holds.
-        let backoff_ms = bounds
-            .backoff_ms(attempts)
-            .max(at_least_ms.min(Bounds::TIME_MOST_MS));
+        let (backoff_ms, jittered) = match wait {
+            Wait::Backoff { at_least_ms } => (
+                bounds
+                    .backoff_ms(attempts)
+                    .max(at_least_ms.min(Bounds::TIME_MOST_MS)),
+                true,
+            ),
+            // A faithful client comes back when the server said, not later because its own
+            // backoff has grown.
+            Wait::Named { wait_ms } => (wait_ms.min(Bounds::TIME_MOST_MS), false),
+        };
         if bounds.timeouts == Timeouts::Untimed {
             self.retry_after(client, what, backoff_ms);
             return;
         }
         let jitter_ms = match bounds.backoff_jitter_ms {
             0 => 0,
+            _ if !jittered => 0,
             jitter_ms => u64::from(self.points.decider.choose(ChoiceKind::Schedule, 2)) * jitter_ms,
         };
         let world = &self.world;
@@ -168,7 +182,7 @@ impl<S: System> Execution<'_, '_, S> {
     }
 
     /// The server answered *pending* or *retry after* (timed timeouts): an answer, not a failed
-    /// attempt, so the client comes back after its backoff, and no sooner than `at_least_ms`
+    /// attempt, so the client comes back after its backoff, or when the server said
     /// (resubmitting under the same id, which is how it learns the outcome), for as long as
     /// its retry horizon allows.
     ///
@@ -179,7 +193,6 @@ impl<S: System> Execution<'_, '_, S> {
         client: usize,
         attempt: u32,
         what: Arguments<'_>,
-        at_least_ms: u64,
         deferral: Deferral,
     ) -> bool {
         if !self.answers_latest_send(client, attempt, what) {
@@ -188,15 +201,22 @@ impl<S: System> Execution<'_, '_, S> {
         let intent = self.world.clients[client]
             .current()
             .expect("an open intent");
-        self.world.intent_mut(intent).polls += 1;
-        self.retry_or_give_up(
-            client,
-            format_args!("{what}: not a failed attempt"),
-            at_least_ms,
-        );
+        let told_to_wait_before = self.world.intent(intent).told_to_wait;
+        let wait = match deferral {
+            Deferral::RetryAfter { wait_ms } if wait_ms > 0 => Wait::Named { wait_ms },
+            _ => Wait::Backoff { at_least_ms: 0 },
+        };
+        let state = self.world.intent_mut(intent);
+        state.polls += 1;
+        if let Deferral::RetryAfter { .. } = deferral {
+            state.told_to_wait = true;
+        }
+        self.retry_or_give_up(client, format_args!("{what}: not a failed attempt"), wait);
         if self.world.intent(intent).verdict.is_some() {
             // Polls spend no attempt: only the retry horizon ends them.
-            self.world.intent_mut(intent).deferred = Some(deferral);
+            let horizon_ms = self.points.bounds.retry_horizon_ms;
+            self.world.intent_mut(intent).deferred =
+                Some(deferral.judged(horizon_ms, told_to_wait_before));
         }
         true
     }
@@ -288,13 +308,8 @@ impl<S: System> Execution<'_, '_, S> {
             Reply::Refused(why) => Verdict::Failed(why.into_owned()),
             Reply::Denied(why) => Verdict::Denied(why.into_owned()),
             Reply::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
-                self.poll_later(
-                    client,
-                    attempt,
-                    format_args!("{intent}#{attempt} pending"),
-                    0,
-                    Deferral::Pending,
-                );
+                let what = format_args!("{intent}#{attempt} pending");
+                self.poll_later(client, attempt, what, Deferral::Pending);
                 return;
             }
             Reply::RetryAfter {
@@ -303,7 +318,10 @@ impl<S: System> Execution<'_, '_, S> {
             } if self.points.bounds.timeouts == Timeouts::Timed => {
                 let what =
                     format_args!("{intent}#{attempt} says retry after {retry_after_ms} ms ({why})");
-                self.poll_later(client, attempt, what, retry_after_ms, Deferral::RetryAfter);
+                let deferral = Deferral::RetryAfter {
+                    wait_ms: retry_after_ms,
+                };
+                self.poll_later(client, attempt, what, deferral);
                 return;
             }
             Reply::Pending => Verdict::Pending,
@@ -311,7 +329,7 @@ impl<S: System> Execution<'_, '_, S> {
                 let what = format_args!("{intent}#{attempt} unavailable ({why})");
                 if self.answers_latest_send(client, attempt, what) {
                     let what = format_args!("{intent}#{attempt} unavailable ({why})");
-                    self.retry_or_give_up(client, what, 0);
+                    self.retry_or_give_up(client, what, Wait::Backoff { at_least_ms: 0 });
                 }
                 return;
             }
@@ -327,7 +345,10 @@ impl<S: System> Execution<'_, '_, S> {
                     let what = format_args!(
                         "{intent}#{attempt} says retry after {retry_after_ms} ms ({why})"
                     );
-                    self.retry_or_give_up(client, what, retry_after_ms);
+                    let wait = Wait::Backoff {
+                        at_least_ms: retry_after_ms,
+                    };
+                    self.retry_or_give_up(client, what, wait);
                 }
                 return;
             }
@@ -352,7 +373,7 @@ impl<S: System> Execution<'_, '_, S> {
             Status::Completed(value) => Verdict::Succeeded(value),
             Status::Pending if self.points.bounds.timeouts == Timeouts::Timed => {
                 let what = format_args!("status {intent}#{attempt} pending");
-                if self.poll_later(client, attempt, what, 0, Deferral::Pending) {
+                if self.poll_later(client, attempt, what, Deferral::Pending) {
                     self.world.clients[client].next = NextSend::Submit;
                 }
                 return;
@@ -363,7 +384,7 @@ impl<S: System> Execution<'_, '_, S> {
                 let what = format_args!("status {intent}#{attempt} unavailable ({why})");
                 if self.answers_latest_send(client, attempt, what) {
                     let what = format_args!("status {intent}#{attempt} unavailable ({why})");
-                    self.retry_or_give_up(client, what, 0);
+                    self.retry_or_give_up(client, what, Wait::Backoff { at_least_ms: 0 });
                 }
                 return;
             }

@@ -197,6 +197,12 @@ impl<S: System> Simulator<S> {
         &self.system
     }
 
+    /// Whether the system's invocations can overlap: it gives each a connection of its own
+    /// ([`crate::StoreKind::connect`]).
+    pub fn overlaps(&self) -> bool {
+        self.overlaps
+    }
+
     /// Runs once, asking every choice of `source`. With `trace`, the outcome has a timeline.
     pub fn run(&mut self, source: &mut dyn Choices, bounds: &Bounds, trace: bool) -> RunOutcome {
         self.run_from_start(source, bounds, trace, None, None)

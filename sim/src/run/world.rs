@@ -282,6 +282,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     owed_verdict: true,
                     last_fault: None,
                     deferred: None,
+                    told_to_wait: false,
                     first_send_ms: None,
                     verdict: None,
                     replies: Replies::default(),
@@ -565,6 +566,9 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         for index in 0..self.intents.len() {
             let owed = self.sends_again(IntentId(index as u32), bounds);
             let intent = &mut self.intents[index];
+            if intent.told_to_wait {
+                intent.changed().told_to_wait = false;
+            }
             intent.owed_verdict = owed;
             intent.last_fault = Some(LastFault {
                 what,
