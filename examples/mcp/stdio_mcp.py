@@ -7,11 +7,16 @@ that returns a dict (the call's structured content) or raises ToolError (a tool 
 
 RETRYSIM_MISBEHAVE makes the server misbehave on `tools/call`, for the harness's own tests:
 `garbage` writes a line that is not JSON, `exit` exits, `hang` never answers, `error`
-answers a JSON-RPC error.
+answers a JSON-RPC error, `wrong-id` answers under another id, `not-utf8` writes a line that
+is not UTF-8, `long-line` writes 20 MiB with no newline and then hangs. These answer the call
+after misbehaving: `log-latin1` writes a log line that is not UTF-8 to stderr, `blank` writes
+a blank line first, `spawn` starts a child process (`sleep 300`) that outlives a kill of the
+server alone.
 """
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -49,6 +54,27 @@ def misbehave(request):
     elif how == "error":
         send({"jsonrpc": "2.0", "id": request["id"],
               "error": {"code": -32000, "message": "the tool failed"}})
+    elif how == "wrong-id":
+        send({"jsonrpc": "2.0", "id": request["id"] + 1000, "result": {"content": []}})
+    elif how == "not-utf8":
+        sys.stdout.buffer.write(b'{"caf\xe9": 1}\n')
+        sys.stdout.flush()
+    elif how == "long-line":
+        chunk = "x" * (1 << 20)
+        for _ in range(20):
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        time.sleep(3600)
+    else:
+        if how == "log-latin1":
+            sys.stderr.buffer.write(b"caf\xe9 served\n")
+            sys.stderr.flush()
+        elif how == "blank":
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        elif how == "spawn":
+            subprocess.Popen(["sleep", "300"])
+        return False
     return True
 
 

@@ -462,6 +462,9 @@ fn keep_stderr_tail(stderr: impl Read, kept: &Mutex<VecDeque<String>>) {
         let mut text = line.lossy();
         if line.over_cap {
             text.push_str(" [cut]");
+            if crate::process::skip_line(&mut reader).is_err() {
+                break;
+            }
         }
         let mut kept = kept.lock().expect("the stderr tail");
         if kept.len() == STDERR_LINES_KEPT {

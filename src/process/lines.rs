@@ -18,8 +18,10 @@ impl CappedLine {
     }
 }
 
-/// Reads the next line of `reader` (up to a newline or the end), keeping at most `cap_bytes`
-/// of it: a line with no newline for ever costs the cap, never more. `None` at the end.
+/// Reads the next line of `reader` (up to a newline or the end), at most `cap_bytes` of it: a
+/// longer line is returned as soon as it passes the cap, with its first `cap_bytes` bytes and
+/// the rest left unread ([`skip_line`] drops it). A line with no newline for ever costs the
+/// cap, never more. `None` at the end.
 pub fn read_line_capped<R: BufRead>(
     reader: &mut R,
     cap_bytes: usize,
@@ -38,13 +40,37 @@ pub fn read_line_capped<R: BufRead>(
         let newline = available.iter().position(|&byte| byte == b'\n');
         let chunk = &available[..newline.unwrap_or(available.len())];
         let room = cap_bytes.saturating_sub(line.bytes.len());
-        line.over_cap |= chunk.len() > room;
-        line.bytes
-            .extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if chunk.len() > room {
+            line.bytes.extend_from_slice(&chunk[..room]);
+            line.over_cap = true;
+            reader.consume(room);
+            return Ok(Some(line));
+        }
+        line.bytes.extend_from_slice(chunk);
         let used = newline.map_or(available.len(), |at| at + 1);
         reader.consume(used);
         if newline.is_some() {
             return Ok(Some(line));
+        }
+    }
+}
+
+/// Reads and drops the rest of the current line of `reader`, up to its newline or the end.
+pub fn skip_line<R: BufRead>(reader: &mut R) -> io::Result<()> {
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(());
+        }
+        match available.iter().position(|&byte| byte == b'\n') {
+            Some(at) => {
+                reader.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let all = available.len();
+                reader.consume(all);
+            }
         }
     }
 }
@@ -67,6 +93,7 @@ mod tests {
             read_line_capped(&mut reader, 4).unwrap(),
             line(b"abcd", true)
         );
+        skip_line(&mut reader).unwrap();
         assert_eq!(
             read_line_capped(&mut reader, 4).unwrap(),
             line(b"xy", false)

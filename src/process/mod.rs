@@ -10,7 +10,7 @@
 
 mod lines;
 
-pub use lines::{read_line_capped, CappedLine};
+pub use lines::{read_line_capped, skip_line, CappedLine};
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

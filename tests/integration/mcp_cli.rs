@@ -282,10 +282,10 @@ fn a_server_that_fails_the_harness_is_one_line_with_its_last_words() {
         r#"{ argument = "request_id" }"#,
         r#"RETRYSIM_MISBEHAVE = "hang""#,
     )
-    .replace("[server]", "[server]\nanswer_wait_ms = 300");
+    .replace("[server]", "[server]\nanswer_wait_ms = 5000");
     assert_bad_input(
         &["mcp", &scenario("misbehave-hang", &hang)],
-        "did not answer within 300 ms (answer_wait_ms)",
+        "did not answer within 5000 ms (answer_wait_ms)",
     );
 }
 
@@ -426,7 +426,7 @@ fn overlapping_calls_need_a_concurrent_server() {
         .replace(r#", CONCURRENT = "1""#, "")
         .replace(
             "concurrent = true",
-            "concurrent = true\nanswer_wait_ms = 300",
+            "concurrent = true\nanswer_wait_ms = 5000",
         );
     assert_bad_input(
         &["mcp", &scenario("not-concurrent", &one_at_a_time)],
@@ -496,4 +496,237 @@ fn reductions_find_what_plain_enumeration_finds_on_real_servers() {
         };
         assert_eq!(level(&reduced), level(&plain), "{name}");
     }
+}
+
+/// The audit of bad input: each way a scenario or a server used to be misjudged is now one
+/// line and exit 2, or the verdict the server earns.
+#[test]
+fn a_value_pointer_that_matches_nothing_is_an_error() {
+    let keyed = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "1""#);
+    let unrooted = keyed.replace("/structuredContent/total", "structuredContent/total");
+    assert_bad_input(
+        &["mcp", &scenario("pointer-unrooted", &unrooted)],
+        "value = \"structuredContent/total\" is not a JSON pointer",
+    );
+    let missing = keyed.replace("/structuredContent/total", "/structuredContent/nothing");
+    assert_bad_input(
+        &["mcp", &scenario("pointer-missing", &missing)],
+        "value = \"/structuredContent/nothing\" (a JSON pointer) matches nothing in the successful answer",
+    );
+}
+
+/// What a server writes is read as bytes and capped: a log line that is not UTF-8 and a
+/// blank line do not stop a correct server; a message line that is not UTF-8, one longer
+/// than the cap, and an answer under an id no request has are protocol errors.
+#[test]
+fn what_a_server_writes_is_read_as_bytes_and_capped() {
+    for tolerated in ["log-latin1", "blank"] {
+        let env = format!(r#"KEYED = "1", RETRYSIM_MISBEHAVE = "{tolerated}""#);
+        let text = counter(r#"{ argument = "request_id" }"#, &env);
+        let clean = expect(&["mcp", &scenario(tolerated, &text)], 0);
+        assert!(clean.contains("bound: exhausted"), "{tolerated}: {clean}");
+    }
+    for (misbehave, says) in [
+        ("not-utf8", "it wrote a line that is not UTF-8"),
+        ("long-line", "it wrote a line longer than 16777216 bytes"),
+        ("wrong-id", "which names no request waiting for an answer"),
+    ] {
+        let env = format!(r#"KEYED = "1", RETRYSIM_MISBEHAVE = "{misbehave}""#);
+        let text = counter(r#"{ argument = "request_id" }"#, &env);
+        assert_bad_input(&["mcp", &scenario(misbehave, &text)], says);
+    }
+}
+
+/// The processes a server starts are in its process group, which a crash and the end of a
+/// check kill whole: none is left behind, and neither is a scratch directory.
+#[test]
+fn a_servers_children_are_ended_with_it() {
+    let env = r#"KEYED = "1", RETRYSIM_MISBEHAVE = "spawn""#;
+    let text = counter(r#"{ argument = "request_id" }"#, env);
+    let clean = expect(&["mcp", &scenario("spawn", &text)], 0);
+    assert!(clean.contains("bound: exhausted"), "{clean}");
+    let left = std::process::Command::new("pgrep")
+        .args(["-x", "-f", "sleep 300"])
+        .output()
+        .expect("pgrep runs");
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout),
+        "",
+        "children of the server left running"
+    );
+}
+
+/// A scenario file that is not a regular file, or is too long, is refused before it is read.
+#[test]
+fn a_scenario_file_is_read_within_a_cap() {
+    assert_bad_input(
+        &["mcp", "/dev/zero"],
+        "scenario /dev/zero: not a regular file",
+    );
+    let fifo = std::env::temp_dir().join(format!("retrysim-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.expect("mkfifo runs").success());
+    assert_bad_input(&["mcp", &fifo.display().to_string()], "not a regular file");
+    let _ = std::fs::remove_file(&fifo);
+    let long = format!("# {}\n", "x".repeat(2 << 20));
+    assert_bad_input(
+        &["mcp", &scenario("long", &long)],
+        "longer than 1048576 bytes, the cap on a scenario file",
+    );
+}
+
+/// Fields the grammar lets through are checked at load, each one line naming the field.
+#[test]
+fn scenario_fields_are_checked_at_load() {
+    let keyed = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "1""#);
+    for (name, text, says) in [
+        (
+            "arguments-number",
+            keyed.replace("arguments = { amount = 5 }", "arguments = 5"),
+            "client 1 call 1 (`add`): arguments = 5 is not a table of named arguments",
+        ),
+        (
+            "one-of-empty",
+            keyed.replace("amount = 5", "amount = { one_of = [] }"),
+            "client 1 call 1 (`add`): arguments.amount is one_of = []",
+        ),
+        (
+            "wait-zero",
+            keyed.replace("[server]", "[server]\nanswer_wait_ms = 0"),
+            "server.answer_wait_ms is 0",
+        ),
+        (
+            "env-equals",
+            keyed.replace(r#"KEYED = "1""#, r#"KEYED = "1", "A=B" = "x""#),
+            "server.env: \"A=B\" cannot name an environment variable",
+        ),
+        (
+            "env-side-channel",
+            keyed.replace(r#"env = "RETRYSIM_DB""#, r#"env = "RETRYSIM_POINTS""#),
+            "database.env is \"RETRYSIM_POINTS\", the side channel's variable too",
+        ),
+        (
+            "tables-twice",
+            keyed.replace(r#"["counter"]"#, r#"["counter", "counter"]"#),
+            "database.effect_tables lists `counter` twice",
+        ),
+        (
+            "attempts-zero",
+            keyed.replace("attempts_max = 2", "attempts_max = 0"),
+            "bounds.attempts_max must be at least 1",
+        ),
+    ] {
+        let path = scenario(name, &text);
+        assert_bad_input(&["mcp", &path], says);
+        assert_bad_input(&["mcp", &path], &format!("scenario {path}"));
+    }
+}
+
+/// The shards of a check of a real server merge, as a built-in handler's do.
+#[test]
+fn shard_reports_of_a_server_merge() {
+    let directory =
+        std::env::temp_dir().join(format!("retrysim-mcp-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let mut reports = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        // A shard whose part of the workloads is clean exits 0; the other finds the flaw.
+        let output = retrysim(&[
+            "mcp",
+            &shipped("counter_keyless.toml"),
+            "--shard",
+            shard,
+            "--json",
+        ]);
+        assert!(
+            matches!(output.status.code(), Some(0 | 1)),
+            "{}",
+            stderr(&output)
+        );
+        let report = stdout(&output);
+        let path = directory.join(format!("shard-{}.json", &shard[..1]));
+        std::fs::write(&path, report).unwrap();
+        reports.push(path.display().to_string());
+    }
+    let merged = expect(&["merge", &reports[0], &reports[1]], 1);
+    assert!(merged.contains("at-most-once-effect"), "{merged}");
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// A server on a schema of its own: a table whose name needs quoting and that has no rowid,
+/// a transfer that changes two of its rows in one transaction, and a naturally idempotent
+/// close that rewrites a value that is already there.
+const ACCOUNTS_SERVER: &str = r#"
+import os, sqlite3, sys
+sys.path.insert(0, "EXAMPLES")
+from stdio_mcp import serve
+
+db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
+db.executescript("""
+CREATE TABLE IF NOT EXISTS "my-accounts" (name TEXT PRIMARY KEY, balance INTEGER NOT NULL,
+                                          status TEXT NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO "my-accounts" VALUES ('a', 100, 'open'), ('b', 0, 'open');
+CREATE TABLE IF NOT EXISTS records (request_id TEXT PRIMARY KEY);
+""")
+
+def transfer(arguments, params):
+    db.execute("BEGIN IMMEDIATE")
+    if db.execute("SELECT 1 FROM records WHERE request_id = ?",
+                  (arguments["request_id"],)).fetchone():
+        db.execute("COMMIT")
+        return {"done": True}
+    db.execute("UPDATE \"my-accounts\" SET balance = balance - 5 WHERE name = 'a'")
+    db.execute("UPDATE \"my-accounts\" SET balance = balance + 5 WHERE name = 'b'")
+    db.execute("INSERT INTO records VALUES (?)", (arguments["request_id"],))
+    db.execute("COMMIT")
+    return {"done": True}
+
+def close(arguments, params):
+    db.execute("UPDATE \"my-accounts\" SET status = 'closed' WHERE name = 'a'")
+    return {"done": True}
+
+schema = {"description": "", "inputSchema": {"type": "object"}}
+serve("accounts", {"transfer": (schema, transfer), "close": (schema, close)})
+"#;
+
+/// One effect is what one call committed to the effect tables, whatever rows it touched; an
+/// update that leaves its row as it was is none; and the harness's triggers take any valid
+/// table (a name to quote, no rowid).
+#[test]
+fn an_effect_is_a_calls_commit_not_a_row() {
+    let directory = std::env::temp_dir().join(format!("retrysim-accounts-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let server = directory.join("accounts_server.py");
+    let examples = format!("{}/examples/mcp", env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(&server, ACCOUNTS_SERVER.replace("EXAMPLES", &examples)).unwrap();
+    for (name, key, tool) in [
+        ("transfer", r#"{ argument = "request_id" }"#, "transfer"),
+        ("close", r#""none""#, "close"),
+    ] {
+        let text = format!(
+            r#"
+key = {key}
+value = "/structuredContent/done"
+
+[server]
+command = ["python3", "{server}"]
+
+[database]
+env = "RETRYSIM_DB"
+effect_tables = ["my-accounts"]
+
+[[client]]
+calls = [{{ tool = "{tool}" }}]
+
+[bounds]
+attempts_max = 2
+faults_max = 1
+"#,
+            server = server.display()
+        );
+        let clean = expect(&["mcp", &scenario(name, &text)], 0);
+        assert!(clean.contains("bound: exhausted"), "{name}: {clean}");
+    }
+    let _ = std::fs::remove_dir_all(&directory);
 }
