@@ -12,6 +12,7 @@ use serde_json::json;
 /// The counter server, keyed or not: one client adds 5 under a request id.
 fn counter(keyed: bool) -> McpTarget {
     McpTarget {
+        pending: None,
         server: ServerCommand {
             program: "python3".into(),
             args: vec![concat!(

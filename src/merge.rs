@@ -23,7 +23,7 @@
 //! options, parts 1 to N of N, each once.
 
 use retrysim_models as models;
-use retrysim_sim::{coverage_gaps, Bounds, Invariant};
+use retrysim_sim::{coverage_gaps, success_gap, Bounds, Invariant};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::cmp::Ordering;
@@ -232,6 +232,7 @@ struct CoverageJson {
     crashes: u64,
     reconnects: u64,
     storage: u64,
+    succeeded: u64,
     crash_points: BTreeMap<String, u64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     crashes_covered: BTreeMap<String, u64>,
@@ -578,6 +579,7 @@ fn summed_coverage(checks: &[&CheckJson]) -> Result<CoverageJson, MergeError> {
             "runs with reconnects",
         )?;
         total.storage = add(total.storage, coverage.storage, "runs with storage faults")?;
+        total.succeeded = add(total.succeeded, coverage.succeeded, "runs with a success")?;
         add_by_key(&mut total.crash_points, &coverage.crash_points)?;
         add_by_key(&mut total.crashes_covered, &coverage.crashes_covered)?;
         for counted in &coverage.situations {
@@ -639,7 +641,9 @@ fn whole_coverage_gaps(
         .map(|counted| counted.situation.name.as_str())
         .collect();
     let untested = situations.iter().filter(|s| never.contains(&s.name));
-    Ok(coverage_gaps(kind_runs, crash_points, untested, &bounds))
+    let mut gaps = coverage_gaps(kind_runs, crash_points, untested, &bounds);
+    gaps.extend(success_gap(coverage.succeeded));
+    Ok(gaps)
 }
 
 /// The per-kind fault limits of a report's bounds (what coverage gaps depend on).

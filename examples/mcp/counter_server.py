@@ -13,6 +13,11 @@ KEYED=racy looks the key up before it takes the write lock, then adds and saves 
 one call at a time it is correct, but two calls with one key in flight at once (a retry
 racing its original) can both miss the record and both add.
 
+KEYED=claim claims the key in a transaction of its own (a row in `claims`), then adds and
+saves the record in a second: a retry that finds the claim without a record answers the tool
+error "in progress, try later". A crash between the two (the crash point `after-claim`)
+leaves the claim for ever, and every retry is told to try later.
+
 CONCURRENT=1 serves each call on a thread of its own, with a connection of its own, and
 pauses at the crash point `after-lookup` after looking the key up, so that calls can
 interleave there (scenarios with `concurrent = true` and invocations_max = 2).
@@ -34,7 +39,7 @@ import threading
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
 from retrysim_points import point  # noqa: E402
-from stdio_mcp import serve  # noqa: E402
+from stdio_mcp import ToolError, serve  # noqa: E402
 
 KEYED = os.environ.get("KEYED", "0")
 KEY_FROM = os.environ.get("KEY_FROM", "argument")
@@ -47,6 +52,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
 INSERT OR IGNORE INTO counter VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS records (request_id TEXT PRIMARY KEY, total INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS claims (request_id TEXT PRIMARY KEY);
 """
 
 STATUS_DESCRIPTION = {
@@ -86,12 +92,32 @@ def lookup(db, key):
     return None if row is None else row[0]
 
 
+def claim(db, key):
+    """KEYED=claim: claims `key`; the saved answer instead, if there is one."""
+    db.execute("BEGIN IMMEDIATE")
+    saved = lookup(db, key)
+    if saved is not None:
+        db.execute("COMMIT")
+        return {"total": saved, "replayed": True}
+    if db.execute("SELECT 1 FROM claims WHERE request_id = ?", (key,)).fetchone():
+        db.execute("COMMIT")
+        raise ToolError("in progress, try later")
+    db.execute("INSERT INTO claims VALUES (?)", (key,))
+    db.execute("COMMIT")
+    point("after-claim")
+    return None
+
+
 def add(db, arguments, params):
     amount = int(arguments["amount"])
     key = key_of(arguments, params)
+    if KEYED == "claim" and key is not None:
+        saved = claim(db, key)
+        if saved is not None:
+            return saved
     if KEYED == "memory" and key in REMEMBERED:
         return {"total": REMEMBERED[key], "replayed": True}
-    keyed = KEYED in ("1", "split", "racy") and key is not None
+    keyed = KEYED in ("1", "split", "racy", "claim") and key is not None
     if keyed and KEYED == "racy":
         saved = lookup(db, key)
         if saved is not None:

@@ -182,6 +182,15 @@ fn eventual_verdict<R: Request, V: fmt::Display>(
                 answers_after(id, intent, sends_before_last_fault(intent)),
             ))
         }
+        Some(Deferral::PendingAgain) => {
+            return Some(format!(
+                "{} gave up: outcome unknown, answered pending again each time it came back \
+                 after the last fault, until its {horizon_ms} ms retry horizon ended: the server \
+                 never resolved it; {}",
+                label(id, intent),
+                answers_after(id, intent, sends_before_last_fault(intent)),
+            ))
+        }
         Some(Deferral::NamedAgain { wait_ms }) => {
             return Some(format!(
                 "{} gave up: outcome unknown, told to retry after {wait_ms} ms again when it came \

@@ -184,6 +184,9 @@ pub struct Coverage {
     pub reconnects: u64,
     /// Runs in which the schedule made a COMMIT fail (a storage fault).
     pub storage: u64,
+    /// Runs in which some client concluded *succeeded*: with none, what a success promises
+    /// (its one effect, its result) was never tested.
+    pub succeeded: u64,
     /// For each crash point the handler passed, the runs that crashed there.
     pub crash_points: BTreeMap<&'static str, u64>,
     /// For each crash point, the runs in which a crash there was not explored because a
@@ -228,6 +231,12 @@ pub fn coverage_gaps<'p, 's>(
     gaps
 }
 
+/// The gap of a check in which no run had a client conclude *succeeded* (`succeeded_runs`
+/// 0): a server that refused every call is not thereby correct.
+pub fn success_gap(succeeded_runs: u64) -> Option<String> {
+    (succeeded_runs == 0).then(|| "no call succeeded".to_string())
+}
+
 /// How many explored runs exercised a situation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SituationRuns {
@@ -245,6 +254,7 @@ impl Coverage {
         self.crashes += other.crashes;
         self.reconnects += other.reconnects;
         self.storage += other.storage;
+        self.succeeded += other.succeeded;
         for (point, runs) in &other.crash_points {
             *self.crash_points.entry(point).or_insert(0) += runs;
         }
@@ -276,7 +286,9 @@ impl Coverage {
             let covered = self.crashes_covered.get(point).copied().unwrap_or(0);
             (point, runs + covered)
         });
-        coverage_gaps(kind_runs, points, self.untested(), bounds)
+        let mut gaps = coverage_gaps(kind_runs, points, self.untested(), bounds);
+        gaps.extend(success_gap(self.succeeded));
+        gaps
     }
 
     /// The situations that no explored run exercised: their invariants went untested.

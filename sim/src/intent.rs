@@ -138,6 +138,11 @@ pub(crate) enum Deferral {
         /// The wait it named, in simulated milliseconds.
         wait_ms: u64,
     },
+    /// *Pending* once more, each time the client came back after a *pending* answer since the
+    /// run's last fault, until its horizon ended, from a system whose records the run's end
+    /// cannot judge ([`crate::StoreKind::judges_records`] `false`): nothing else would tell
+    /// that the server never resolved the request (`eventual-verdict` is broken).
+    PendingAgain,
     /// *Retry after* once more, when the client came back at the time the server had named
     /// since the last fault, until its horizon ended: the server, not the client, left it
     /// without a verdict (`eventual-verdict` is broken).
@@ -150,9 +155,17 @@ pub(crate) enum Deferral {
 impl Deferral {
     /// What the deferral that made a client give up says of the server, for a client whose
     /// retry horizon is `horizon_ms` and that `told_to_wait_before` (was answered *retry
-    /// after* since the run's last fault, and came back when told).
-    pub(crate) fn judged(self, horizon_ms: u64, told_to_wait_before: bool) -> Deferral {
+    /// after* since the run's last fault, and came back when told), or that was answered
+    /// *pending* before since then where no record of the store is judged
+    /// (`pending_again_unjudged`).
+    pub(crate) fn judged(
+        self,
+        horizon_ms: u64,
+        told_to_wait_before: bool,
+        pending_again_unjudged: bool,
+    ) -> Deferral {
         match self {
+            Deferral::Pending if pending_again_unjudged => Deferral::PendingAgain,
             Deferral::RetryAfter { wait_ms } if wait_ms > horizon_ms => {
                 Deferral::PastWholeHorizon { wait_ms }
             }
@@ -167,7 +180,7 @@ impl Deferral {
     /// Whether the server named a time (*retry after*): its store owes nothing past it, and
     /// whether the server is to blame for the client's wait is judged on the client's side.
     pub(crate) fn named_a_time(self) -> bool {
-        !matches!(self, Deferral::Pending)
+        !matches!(self, Deferral::Pending | Deferral::PendingAgain)
     }
 
     /// Whether the client it made give up is owed nothing more by the server: its own
@@ -226,6 +239,9 @@ pub(crate) struct IntentState<R, V> {
     /// comes back at the time named): a second such answer that puts the client past its
     /// horizon is the server's doing ([`Deferral::NamedAgain`]).
     pub(crate) told_to_wait: bool,
+    /// Whether the server answered *pending* since the run's last fault (see
+    /// [`Deferral::PendingAgain`]).
+    pub(crate) told_pending: bool,
     /// When the client first sent it: its retry horizon runs from here.
     pub(crate) first_send_ms: Option<u64>,
     pub(crate) verdict: Option<Verdict<V>>,
@@ -261,6 +277,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             last_fault: self.last_fault,
             deferred: self.deferred,
             told_to_wait: self.told_to_wait,
+            told_pending: self.told_pending,
             first_send_ms: self.first_send_ms,
             verdict: self.verdict.clone(),
             replies: self.replies.clone(),
@@ -289,6 +306,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             last_fault,
             deferred,
             told_to_wait,
+            told_pending,
             first_send_ms,
             verdict,
             replies,
@@ -310,6 +328,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         self.last_fault = *last_fault;
         self.deferred = *deferred;
         self.told_to_wait = *told_to_wait;
+        self.told_pending = *told_pending;
         self.first_send_ms = *first_send_ms;
         self.verdict.clone_from(verdict);
         self.replies.clone_from(replies);
@@ -349,6 +368,7 @@ impl<R, V: Hash> IntentState<R, V> {
             self.attempts.hash(&mut hasher);
             self.polls.hash(&mut hasher);
             self.told_to_wait.hash(&mut hasher);
+            self.told_pending.hash(&mut hasher);
             self.first_send_ms.is_some().hash(&mut hasher);
         }
         hasher.finish()

@@ -406,6 +406,7 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
     coverage.crashes += u64::from(faults.crashes > 0);
     coverage.reconnects += u64::from(faults.reconnects > 0);
     coverage.storage += u64::from(faults.storage > 0);
+    coverage.succeeded += u64::from(outcome.succeeded);
 }
 
 /// The crash points a chunk's runs passed, with the runs that crashed at each and those in

@@ -19,8 +19,8 @@ pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;
 pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
 pub use system::{
-    Call, KeyPlacement, McpStore, McpTarget, OnMcp, ServerClock, StatusTool, AFTER_ANSWER,
-    BEFORE_CALL,
+    Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, StatusTool,
+    AFTER_ANSWER, BEFORE_CALL,
 };
 
 use crate::Crash;

@@ -22,6 +22,11 @@
 //!                                              # "idempotencyKey", or "none"
 //! value = "/structuredContent/total"           # the answer's value, a JSON pointer
 //!
+//! [pending]                                    # how an answer says "in progress" (a
+//! pointer = "/structuredContent/status"        # result or a tool error): the value
+//! equals = "in_progress"                       # here is this; retry after the ms at
+//! retry_after_ms = "/structuredContent/wait_ms" # this pointer, when it is a number
+//!
 //! [[client]]
 //! calls = [{ tool = "add", arguments = { amount = { one_of = [5, 7] } } }]
 //!
@@ -34,8 +39,8 @@
 //! an error of one line that names it.
 
 use super::{
-    Call, KeyPlacement, McpTarget, ServerClock, ServerCommand, StatusTool, StdioServer, Transport,
-    SIDE_CHANNEL_ENV,
+    Call, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand, StatusTool,
+    StdioServer, Transport, SIDE_CHANNEL_ENV,
 };
 use crate::process::ScratchDir;
 use crate::{Bounds, ClientPolicy, Timeouts};
@@ -89,6 +94,7 @@ struct ScenarioFile {
     #[serde(default = "no_key")]
     key: KeyPlacementFile,
     value: Option<String>,
+    pending: Option<PendingSection>,
     status: Option<StatusSection>,
     #[serde(rename = "client")]
     clients: Vec<ClientSection>,
@@ -127,6 +133,15 @@ struct DatabaseSection {
 #[serde(deny_unknown_fields)]
 struct ProviderSection {
     env: String,
+}
+
+/// `[pending]`: how a tool's answer says "in progress, try later".
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PendingSection {
+    pointer: String,
+    equals: Value,
+    retry_after_ms: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -320,10 +335,19 @@ impl ScenarioFile {
                 ));
             }
         }
-        if let Some(value) = &self.value {
-            if !value.is_empty() && !value.starts_with('/') {
+        let pending = self.pending.as_ref();
+        let pointers = [
+            ("value", self.value.as_deref()),
+            ("pending.pointer", pending.map(|p| p.pointer.as_str())),
+            (
+                "pending.retry_after_ms",
+                pending.and_then(|p| p.retry_after_ms.as_deref()),
+            ),
+        ];
+        for (field, pointer) in pointers {
+            if let Some(value) = pointer.filter(|p| !p.is_empty() && !p.starts_with('/')) {
                 return Err(format!(
-                    "value = {value:?} is not a JSON pointer: a pointer starts with `/` \
+                    "{field} = {value:?} is not a JSON pointer: a pointer starts with `/` \
                      (\"/{value}\"), or is \"\" for the whole result"
                 ));
             }
@@ -404,6 +428,11 @@ impl ScenarioFile {
                 KeyPlacementFile::Meta(name) => KeyPlacement::Meta(name.clone()),
                 KeyPlacementFile::IdempotencyKey => KeyPlacement::IdempotencyKey,
             },
+            pending: self.pending.as_ref().map(|pending| PendingAnswer {
+                pointer: pending.pointer.clone(),
+                equals: pending.equals.clone(),
+                retry_after_ms: pending.retry_after_ms.clone(),
+            }),
             value_pointer: self
                 .value
                 .clone()
@@ -568,6 +597,8 @@ impl Scenario {
                 )));
             }
         }
+        self.check_arguments(&offer.tools)
+            .map_err(|why| ScenarioError(format!("scenario {name}: {why}")))?;
         let declares_idempotency = offer.capabilities.to_string().contains("\"idempotency\"");
         if self.target.key == KeyPlacement::IdempotencyKey && !declares_idempotency {
             return Err(ScenarioError(format!(
@@ -576,5 +607,102 @@ impl Scenario {
             )));
         }
         Ok(())
+    }
+}
+
+impl Scenario {
+    /// Checks every call's arguments, as the client sends them (its key in its argument when
+    /// it goes there, each `one_of` value in turn), against the tool's `inputSchema`: the
+    /// arguments it requires are there, and those it types have values of that type.
+    fn check_arguments(&self, tools: &[super::Tool]) -> Result<(), String> {
+        let key_argument = match &self.target.key {
+            KeyPlacement::Argument(name) => Some(name.as_str()),
+            _ => None,
+        };
+        for (client, calls) in self.target.clients.iter().enumerate() {
+            for (index, call) in calls.iter().enumerate() {
+                let Some(tool) = tools.iter().find(|tool| tool.name == call.tool) else {
+                    continue;
+                };
+                let at = format!("client {} call {} (`{}`)", client + 1, index + 1, call.tool);
+                schema_problem(&tool.input_schema, &call.arguments, key_argument)
+                    .map_or(Ok(()), |why| Err(format!("{at}: {why}")))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What is wrong with `arguments` (plus a string in `key_argument`) by `schema`, a tool's
+/// `inputSchema`: a required argument missing, or one whose value is not of its type.
+fn schema_problem(schema: &Value, arguments: &Value, key_argument: Option<&str>) -> Option<String> {
+    let sent = |name: &str| key_argument == Some(name) || arguments.get(name).is_some();
+    let required = schema.get("required").and_then(Value::as_array);
+    let missing = required
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|name| !sent(name));
+    if let Some(name) = missing {
+        return Some(format!(
+            "the tool's inputSchema requires the argument `{name}`, which the call does not send"
+        ));
+    }
+    let properties = schema.get("properties").and_then(Value::as_object)?;
+    for (name, property) in properties {
+        let Some(types) = property.get("type") else {
+            continue;
+        };
+        let values: Vec<&Value> = match (key_argument == Some(name.as_str()), arguments.get(name)) {
+            (true, _) => key_values(),
+            (false, Some(value)) => alternatives(value),
+            (false, None) => continue,
+        };
+        for value in values {
+            if !of_type(value, types) {
+                return Some(format!(
+                    "the tool's inputSchema types the argument `{name}` as {types}, but the call \
+                     sends {value}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The key, as the client sends it: a string.
+fn key_values() -> Vec<&'static Value> {
+    static KEY: Value = Value::String(String::new());
+    vec![&KEY]
+}
+
+/// The values an argument may take: each of a `{ one_of = [...] }`, else itself.
+fn alternatives(value: &Value) -> Vec<&Value> {
+    match value.as_object() {
+        Some(object) if object.len() == 1 => match object.get("one_of") {
+            Some(Value::Array(values)) => values.iter().collect(),
+            _ => vec![value],
+        },
+        _ => vec![value],
+    }
+}
+
+/// Whether `value` is of the JSON Schema type (or one of the types) `types` names; a type
+/// the check does not know passes.
+fn of_type(value: &Value, types: &Value) -> bool {
+    let is = |name: &str| match name {
+        "string" => value.is_string(),
+        "integer" => value.is_i64() || value.is_u64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "null" => value.is_null(),
+        _ => true,
+    };
+    match types {
+        Value::String(name) => is(name),
+        Value::Array(names) => names.iter().filter_map(Value::as_str).any(is),
+        _ => true,
     }
 }

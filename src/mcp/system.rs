@@ -65,6 +65,9 @@ pub struct McpTarget {
     /// Where the result's value is, as a JSON pointer into the tool's result (e.g.
     /// `/structuredContent/total`): two answers with the same value are the same answer.
     pub value_pointer: String,
+    /// How a tool's answer (a result or a tool error) says that the request is still in
+    /// progress; `None` when the tool never says so.
+    pub pending: Option<PendingAnswer>,
     /// Each client's calls, in order.
     pub clients: Vec<Vec<Call>>,
     /// The tool a reconnecting client asks about its request before it sends it again;
@@ -84,6 +87,38 @@ pub struct McpTarget {
     /// keeps state in its memory across runs is caught by the replay on a fresh process
     /// that every failure gets before it is reported.
     pub reuse: bool,
+}
+
+/// How a tool's answer says "in progress, try later": the value at `pointer` in the answer
+/// equals `equals`. It is then *pending*, or *retry after* the milliseconds at
+/// `retry_after_ms` when that pointer names a number in it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingAnswer {
+    /// A JSON pointer into the tool's answer, e.g. `/structuredContent/status`.
+    pub pointer: String,
+    /// The value there that means in progress, e.g. `"in_progress"`.
+    pub equals: Value,
+    /// A JSON pointer to the milliseconds to wait, e.g. `/structuredContent/retry_after_ms`.
+    pub retry_after_ms: Option<String>,
+}
+
+impl PendingAnswer {
+    /// What `result` says, if it says the request is in progress.
+    pub fn read(&self, result: &Value) -> Option<Reply<String>> {
+        if result.pointer(&self.pointer) != Some(&self.equals) {
+            return None;
+        }
+        let wait_ms = (self.retry_after_ms.as_deref())
+            .and_then(|pointer| result.pointer(pointer))
+            .and_then(Value::as_u64);
+        Some(match wait_ms {
+            Some(retry_after_ms) => Reply::RetryAfter {
+                retry_after_ms,
+                why: "the tool says in progress".into(),
+            },
+            None => Reply::Pending,
+        })
+    }
 }
 
 /// Whose clock a server reads.
@@ -363,6 +398,9 @@ impl OnMcp {
     /// What a tool's result answers: refused when it is a tool error; else its value, applied
     /// when this invocation committed an effect and replayed when it did not.
     fn reply(&self, result: &Value, committed: bool) -> Reply<String> {
+        if let Some(pending) = self.0.pending.as_ref().and_then(|p| p.read(result)) {
+            return pending;
+        }
         if result.get("isError") == Some(&Value::Bool(true)) {
             return Reply::Refused(tool_error(result).into());
         }
@@ -617,6 +655,13 @@ impl StoreKind for OnMcp {
     fn effect_records(&self, store: &McpStore) -> Option<Vec<crate::IntentId>> {
         (store.provider.is_some() && self.0.database_env.is_some())
             .then(|| store.seen.borrow().records.effects().to_vec())
+    }
+
+    /// The harness sees none of the server's own records (what is pending in them): only
+    /// with a provider and a database does a run's end judge the effect tables' rows as
+    /// the records of the provider's charges.
+    fn judges_records(&self) -> bool {
+        self.0.provider_env.is_some() && self.0.database_env.is_some()
     }
 
     /// For a server that serves calls concurrently: a connection for each invocation, which

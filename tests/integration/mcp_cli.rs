@@ -612,6 +612,18 @@ fn scenario_fields_are_checked_at_load() {
             "database.effect_tables lists `counter` twice",
         ),
         (
+            "argument-missing",
+            keyed.replace("arguments = { amount = 5 }", "arguments = { sum = 5 }"),
+            "client 1 call 1 (`add`): the tool's inputSchema requires the argument `amount`, \
+             which the call does not send",
+        ),
+        (
+            "argument-mistyped",
+            keyed.replace("amount = 5", r#"amount = { one_of = [5, "seven"] }"#),
+            "client 1 call 1 (`add`): the tool's inputSchema types the argument `amount` as \
+             \"integer\", but the call sends \"seven\"",
+        ),
+        (
             "attempts-zero",
             keyed.replace("attempts_max = 2", "attempts_max = 0"),
             "bounds.attempts_max must be at least 1",
@@ -729,4 +741,45 @@ faults_max = 1
         assert!(clean.contains("bound: exhausted"), "{name}: {clean}");
     }
     let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// A tool that says "in progress" as a tool error: read as *pending* where the scenario says
+/// so, a claim a crash left for ever is caught by `eventual-verdict`; read as a refusal (no
+/// `[pending]`), it is a verdict and nothing is caught.
+#[test]
+fn a_tool_that_answers_in_progress_is_held_to_a_verdict() {
+    let caught = expect(&["mcp", &shipped("counter_claim.toml")], 1);
+    assert!(caught.contains("VIOLATED eventual-verdict"), "{caught}");
+    assert!(
+        caught.contains("outcome unknown, answered pending"),
+        "{caught}"
+    );
+    assert!(caught.contains("CRASH at after-claim"), "{caught}");
+    let text = std::fs::read_to_string(shipped("counter_claim.toml"))
+        .unwrap()
+        .replace(r#""counter_server.py""#, r#""COUNTER""#);
+    let unread_lines: Vec<&str> = text
+        .lines()
+        .filter(|line| {
+            !["[pending]", "pointer =", "equals ="]
+                .iter()
+                .any(|s| line.starts_with(s))
+        })
+        .collect();
+    let text = unread_lines.join("\n");
+    let unread = expect(&["mcp", &scenario("claim-unread", &text)], 0);
+    assert!(unread.contains("bound: exhausted"), "{unread}");
+}
+
+/// A check in which no call ever succeeded tested nothing of what a success promises: a
+/// scenario whose every call the tool refuses says so, and is not clean (exit 3).
+#[test]
+fn a_check_in_which_no_call_succeeded_says_so() {
+    // Every call is answered with a JSON-RPC error.
+    let refused = counter(
+        r#"{ argument = "request_id" }"#,
+        r#"KEYED = "1", RETRYSIM_MISBEHAVE = "error""#,
+    );
+    let report = expect(&["mcp", &scenario("all-refused", &refused)], 3);
+    assert!(report.contains("no call succeeded"), "{report}");
 }

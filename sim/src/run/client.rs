@@ -202,21 +202,24 @@ impl<S: System> Execution<'_, '_, S> {
             .current()
             .expect("an open intent");
         let told_to_wait_before = self.world.intent(intent).told_to_wait;
+        let pending_again_unjudged =
+            self.world.intent(intent).told_pending && !self.system.judges_records();
         let wait = match deferral {
             Deferral::RetryAfter { wait_ms } if wait_ms > 0 => Wait::Named { wait_ms },
             _ => Wait::Backoff { at_least_ms: 0 },
         };
         let state = self.world.intent_mut(intent);
         state.polls += 1;
-        if let Deferral::RetryAfter { .. } = deferral {
-            state.told_to_wait = true;
+        match deferral {
+            Deferral::RetryAfter { .. } => state.told_to_wait = true,
+            _ => state.told_pending = true,
         }
         self.retry_or_give_up(client, format_args!("{what}: not a failed attempt"), wait);
         if self.world.intent(intent).verdict.is_some() {
             // Polls spend no attempt: only the retry horizon ends them.
             let horizon_ms = self.points.bounds.retry_horizon_ms;
-            self.world.intent_mut(intent).deferred =
-                Some(deferral.judged(horizon_ms, told_to_wait_before));
+            let judged = deferral.judged(horizon_ms, told_to_wait_before, pending_again_unjudged);
+            self.world.intent_mut(intent).deferred = Some(judged);
         }
         true
     }

@@ -13,6 +13,7 @@ use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
 use crate::ctx::Crash;
+use crate::intent::Verdict;
 use crate::system::System;
 use crate::timeline::Lane;
 use crate::vocabulary::{IntentId, IntentTag, Reply, Request, Status};
@@ -492,6 +493,8 @@ impl<S: System> Execution<'_, '_, S> {
         } else {
             String::new()
         };
+        let succeeded = (self.world.intents.iter())
+            .any(|intent| matches!(intent.verdict, Some(Verdict::Succeeded(_))));
         let mut timeline = self.world.take_timeline(store);
         if let Some(timeline) = timeline.as_mut() {
             timeline.violations = violations.clone();
@@ -506,6 +509,7 @@ impl<S: System> Execution<'_, '_, S> {
             crashed_at: std::mem::take(&mut self.points.crashed_at),
             crashes_covered: std::mem::take(&mut self.points.crashes_covered),
             final_state,
+            succeeded,
             timeline,
         }
     }

@@ -115,6 +115,10 @@ pub struct RunOutcome {
     /// A fingerprint of the final state, when the run hashed states and was not pruned.
     #[serde(skip)]
     pub final_state: Option<u64>,
+    /// Whether some client concluded *succeeded* (a check in which none ever did tested
+    /// nothing of what a success promises).
+    #[serde(skip)]
+    pub succeeded: bool,
     /// The timeline, when the run was traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,

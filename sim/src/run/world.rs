@@ -283,6 +283,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     last_fault: None,
                     deferred: None,
                     told_to_wait: false,
+                    told_pending: false,
                     first_send_ms: None,
                     verdict: None,
                     replies: Replies::default(),
@@ -566,8 +567,10 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         for index in 0..self.intents.len() {
             let owed = self.sends_again(IntentId(index as u32), bounds);
             let intent = &mut self.intents[index];
-            if intent.told_to_wait {
-                intent.changed().told_to_wait = false;
+            if intent.told_to_wait || intent.told_pending {
+                let intent = intent.changed();
+                intent.told_to_wait = false;
+                intent.told_pending = false;
             }
             intent.owed_verdict = owed;
             intent.last_fault = Some(LastFault {
