@@ -8,7 +8,8 @@ recorded payment answers the record. Between the charge and its record is the cr
 
 PROVIDER_KEY=1 sends the request_id as the provider's Idempotency-Key, so a retry after a
 crash between the charge and its record gets the same charge back. PROVIDER_KEY=0 sends no
-key: that retry charges the customer again.
+key: that retry charges the customer again. PROVIDER_KEY=random sends a fresh uuid4 as the key
+of every attempt, the classic mistake: a key no retry repeats, so the retry charges again.
 """
 
 import json
@@ -16,13 +17,14 @@ import os
 import sqlite3
 import sys
 import urllib.request
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
 from retrysim_points import point  # noqa: E402
 from stdio_mcp import serve  # noqa: E402
 
-PROVIDER_KEY = os.environ.get("PROVIDER_KEY") == "1"
+PROVIDER_KEY = os.environ.get("PROVIDER_KEY", "0")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
@@ -47,8 +49,10 @@ DESCRIPTION = {
 def charge(amount, key):
     """Charges through the provider; its answer."""
     headers = {"Content-Type": "application/json"}
-    if PROVIDER_KEY:
+    if PROVIDER_KEY == "1":
         headers["Idempotency-Key"] = key
+    elif PROVIDER_KEY == "random":
+        headers["Idempotency-Key"] = str(uuid.uuid4())
     request = urllib.request.Request(os.environ["PROVIDER_URL"] + "/charges",
                                      data=json.dumps({"amount": amount}).encode(),
                                      headers=headers, method="POST")

@@ -7,7 +7,8 @@ that returns a dict (the call's structured content) or raises ToolError (a tool 
 
 RETRYSIM_MISBEHAVE makes the server misbehave on `tools/call`, for the harness's own tests:
 `garbage` writes a line that is not JSON, `exit` exits, `hang` never answers, `error`
-answers a JSON-RPC error, `wrong-id` answers under another id, `not-utf8` writes a line that
+answers a JSON-RPC error, `corrupt` overwrites the start of its database file (RETRYSIM_DB)
+and answers a JSON-RPC error, `wrong-id` answers under another id, `not-utf8` writes a line that
 is not UTF-8, `long-line` writes 20 MiB with no newline and then hangs. These answer the call
 after misbehaving: `log-latin1` writes a log line that is not UTF-8 to stderr, `blank` writes
 a blank line first, `spawn` starts a child process (`sleep 300`) that outlives a kill of the
@@ -52,6 +53,11 @@ def misbehave(request):
     elif how == "hang":
         time.sleep(3600)
     elif how == "error":
+        send({"jsonrpc": "2.0", "id": request["id"],
+              "error": {"code": -32000, "message": "the tool failed"}})
+    elif how == "corrupt":
+        with open(os.environ["RETRYSIM_DB"], "r+b") as database:
+            database.write(b"this is no database" * 10)
         send({"jsonrpc": "2.0", "id": request["id"],
               "error": {"code": -32000, "message": "the tool failed"}})
     elif how == "wrong-id":

@@ -248,9 +248,7 @@ fn check_on(
         let found_bounds = found.bounds(&options.bounds);
         let shrunk =
             resolved.shrink_confirmed(&mut *subject, (&found.tape, &found_bounds), found.invariant);
-        shrunk
-            .map_err(|divergence| nondeterminism = Some(divergence))
-            .ok()
+        confirmed_or_in_ground_truth(shrunk, &mut nondeterminism)
     });
     let gaps = report.coverage.gaps(&options.bounds);
     let mut out = Printed::new();
@@ -293,7 +291,8 @@ fn check_on(
             width_chars,
         );
         if let Some(divergence) = &nondeterminism {
-            out.text.push_str(&nondeterministic_note(divergence));
+            out.text
+                .push_str(&nondeterministic_note(divergence, minimal.is_some()));
         }
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
@@ -302,24 +301,50 @@ fn check_on(
     }
     // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
     let gaps_judged = options.shard.is_whole() && !gaps.is_empty();
-    Ok(out.ending(if nondeterminism.is_some() {
-        ExitCode::from(3)
-    } else if !report.violations.is_empty() {
-        ExitCode::from(1)
-    } else if report.clean() && !gaps_judged {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(3)
-    }))
+    Ok(
+        out.ending(if nondeterminism.is_some() && minimal.is_none() {
+            ExitCode::from(3)
+        } else if !report.violations.is_empty() {
+            ExitCode::from(1)
+        } else if report.clean() && !gaps_judged {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(3)
+        }),
+    )
 }
 
-/// What a report says of a failure that did not replay alike on a fresh server process.
-pub(super) fn nondeterministic_note(divergence: &str) -> String {
+/// The shrunk failure of a check or exploration, when it replayed alike or when it broke an
+/// invariant of the ground truth; where it did not replay alike, `nondeterminism` says how.
+fn confirmed_or_in_ground_truth(
+    shrunk: Result<Shrunk, Unconfirmed>,
+    nondeterminism: &mut Option<String>,
+) -> Option<Shrunk> {
+    match shrunk {
+        Ok(shrunk) => Some(shrunk),
+        Err(unconfirmed) => {
+            *nondeterminism = Some(unconfirmed.divergence);
+            unconfirmed.in_ground_truth
+        }
+    }
+}
+
+/// What a report says of a failure that did not replay alike on a fresh server process:
+/// whether it is reported all the same (`in_ground_truth`: the harness's own record of what
+/// committed shows the violation), or not reported.
+pub(super) fn nondeterministic_note(divergence: &str, in_ground_truth: bool) -> String {
+    let verdict = if in_ground_truth {
+        "It is reported all the same (exit 1): the harness's own record of what committed \
+         (the effects in the server's file, the provider's charges) shows the violation, \
+         whatever the server answered."
+    } else {
+        "It is not reported as a violation (exit 3)."
+    };
     format!(
         "\nNONDETERMINISTIC: the violation found did not replay alike (on the process it was \
-         found with, then on fresh server processes), so it is not reported as one (exit 3). \
-         The server answers identical schedules differently: it reads the wall clock, draws \
-         at random, runs threads, or keeps state in its memory from one run to the next (try \
+         found with, then on fresh server processes). {verdict} The server answers identical \
+         schedules differently: it reads the wall clock, draws at random (a fresh key per \
+         attempt), runs threads, or keeps state in its memory from one run to the next (try \
          reuse = false in [server]).\n{divergence}\n"
     )
 }
@@ -421,9 +446,7 @@ fn explore_on(
     let shrunk = exploration.first().and_then(|found| {
         let shrunk =
             resolved.shrink_confirmed(&mut *subject, (&found.tape, &bounds), found.invariant);
-        shrunk
-            .map_err(|divergence| nondeterminism = Some(divergence))
-            .ok()
+        confirmed_or_in_ground_truth(shrunk, &mut nondeterminism)
     });
     if json {
         let first = shrunk.as_ref().map(|shrunk| {
@@ -467,14 +490,15 @@ fn explore_on(
             width_chars,
         );
         if let Some(divergence) = &nondeterminism {
-            out.text.push_str(&nondeterministic_note(divergence));
+            out.text
+                .push_str(&nondeterministic_note(divergence, shrunk.is_some()));
         }
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
         }
         out = out.fitted(width_chars);
     }
-    if nondeterminism.is_some() {
+    if nondeterminism.is_some() && shrunk.is_none() {
         return Ok(out.ending(ExitCode::from(3)));
     }
     Ok(out.ending(exit_for(exploration.violations.is_empty())))

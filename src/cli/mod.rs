@@ -12,15 +12,15 @@ use crate::mcp::MCP_MODEL;
 use commands::{list, run_check, run_explore, run_merge, run_replay};
 use output::{note, one_line, standard_output_closed, write_out, Printed};
 use report_dir::{run_matrix, run_report_dir};
-use target::{resolve, Resolved};
+use target::{resolve, Resolved, Unconfirmed};
 
 use crate::merge::{merge, ShardReport, REPORT_BYTES_MAX};
 use crate::report::{self, MatrixRow, Schedule};
 use crate::{
     check_determinism, exhaust_on_reporting, explore_with_progress, replay, run_seed, shrink,
     workload_answers, Bounds, BoundsError, CheckOptions, ClientPolicy, Exploration, Invariant,
-    Level, Progress, Reduction, Rounds, Shard, StopAt, Subject, Tape, Timeouts, CHECK_RUNS_MAX,
-    THREADS_MAX,
+    Level, Progress, Reduction, Rounds, Shard, Shrunk, StopAt, Subject, Tape, Timeouts,
+    CHECK_RUNS_MAX, THREADS_MAX,
 };
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};

@@ -16,6 +16,24 @@ use std::sync::Mutex;
 /// time, before it is reported.
 pub const REPLAYS_BEFORE_REPORT: u32 = 2;
 
+/// A failure of a real server that did not replay alike.
+pub(super) struct Unconfirmed {
+    /// Where the replays differed.
+    pub divergence: String,
+    /// The shrunk run, when it still broke an invariant that the ground truth alone judges
+    /// (two effects recorded for one intent, an outside effect without its record): a
+    /// violation even though the server's answers differ from run to run.
+    pub in_ground_truth: Option<Shrunk>,
+}
+
+/// The invariants judged from the harness's record of what committed alone, never from a
+/// server's answers: a run that breaks one shows the flaw whatever the server answered.
+const GROUND_TRUTH_INVARIANTS: [Invariant; 3] = [
+    Invariant::AtMostOnceEffect,
+    Invariant::NoOrphanEffect,
+    Invariant::EffectRecordAtomicity,
+];
+
 /// A target the command line resolved: its entry (names and defaults), how to build it, and
 /// the bounds its flags default to.
 pub(super) struct Resolved {
@@ -47,33 +65,76 @@ impl Resolved {
     /// `bounds`) on `subject`. For a real server, the failure must first replay on `subject`,
     /// and its shrunk run then replays alike [`REPLAYS_BEFORE_REPORT`] times on a fresh
     /// server process each time; `Err` says where it did not: the server answers identical
-    /// schedules differently.
+    /// schedules differently (and, when the shrunk run broke an invariant of the ground
+    /// truth, holds that run).
     pub fn shrink_confirmed(
         &self,
         subject: &mut dyn Subject,
         (tape, bounds): (&Tape, &Bounds),
         invariant: Invariant,
-    ) -> Result<Shrunk, String> {
+    ) -> Result<Shrunk, Unconfirmed> {
+        let unconfirmed = |divergence: String| Unconfirmed {
+            divergence,
+            in_ground_truth: None,
+        };
         if self.scenario.is_some() {
-            let again = replay(subject, tape, bounds).map_err(|error| error.to_string())?;
+            let again =
+                replay(subject, tape, bounds).map_err(|error| unconfirmed(error.to_string()))?;
             if !again.violations.iter().any(|v| v.invariant == invariant) {
-                return Err(format!(
+                return Err(unconfirmed(format!(
                     "tape {tape} broke {invariant} in the search, but not when replayed"
-                ));
+                )));
             }
         }
-        let shrunk = shrink(subject, bounds, tape, invariant);
+        let shrunk = self
+            .shrink_on(subject, (tape, bounds), invariant)
+            .map_err(unconfirmed)?;
         if let Some(fresh_build) = &self.fresh_build {
             let mut fresh = fresh_build();
-            check_replays(
+            let replayed = check_replays(
                 &mut *fresh,
                 &shrunk.tape,
                 &shrunk.bounds,
                 &shrunk.outcome,
                 REPLAYS_BEFORE_REPORT,
-            )?;
+            );
+            if let Err(divergence) = replayed {
+                let in_ground_truth = GROUND_TRUTH_INVARIANTS
+                    .iter()
+                    .any(|&judged| shrunk.outcome.violates(judged))
+                    .then_some(shrunk);
+                return Err(Unconfirmed {
+                    divergence,
+                    in_ground_truth,
+                });
+            }
         }
         Ok(shrunk)
+    }
+
+    /// Shrinks `tape`. A real server that answers its replays differently can make the
+    /// shrink find that a run no longer breaks what it broke: that is its nondeterminism,
+    /// said as such, not a failure of the harness.
+    fn shrink_on(
+        &self,
+        subject: &mut dyn Subject,
+        (tape, bounds): (&Tape, &Bounds),
+        invariant: Invariant,
+    ) -> Result<Shrunk, String> {
+        if self.scenario.is_none() {
+            return Ok(shrink(subject, bounds, tape, invariant));
+        }
+        panic::catch_unwind(AssertUnwindSafe(|| {
+            shrink(subject, bounds, tape, invariant)
+        }))
+        .map_err(|panicked| {
+            let why = panicked
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panicked.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            format!("shrinking tape {tape}, a replay no longer broke {invariant}: {why}")
+        })
     }
 
     /// Runs `work` on this target. For a real server a panic in it (the server failed the

@@ -271,11 +271,11 @@ impl McpStore {
             .prepare_cached(
                 "SELECT operation FROM retrysim_effects WHERE rowid > ?1 ORDER BY rowid",
             )
-            .expect("the harness's effect record reads");
+            .or_fail("the harness's record of effects in the server's database cannot be read");
         let rows: Vec<String> = query
             .query_map([seen.rows], |row| row.get(0))
             .and_then(Iterator::collect)
-            .expect("the harness's effect record reads");
+            .or_fail("the harness's record of effects in the server's database cannot be read");
         seen.rows += i64::try_from(rows.len()).unwrap_or(0);
         rows
     }
@@ -286,16 +286,16 @@ impl McpStore {
     fn locked(&self) -> bool {
         self.keeper
             .busy_timeout(Duration::ZERO)
-            .expect("the harness's connection takes a busy timeout");
+            .or_fail("the server's database cannot be opened by the harness");
         let locked = self.keeper.execute_batch("BEGIN EXCLUSIVE").is_err();
         if !self.keeper.is_autocommit() {
             self.keeper
                 .execute_batch("ROLLBACK")
-                .expect("the harness's own transaction rolls back");
+                .or_fail("the harness's probe of the server's database cannot roll back");
         }
         self.keeper
             .busy_timeout(KEEPER_BUSY_WAIT)
-            .expect("the harness's connection takes a busy timeout");
+            .or_fail("the server's database cannot be opened by the harness");
         locked
     }
 
@@ -318,13 +318,14 @@ impl McpStore {
                     &self.template,
                     None::<fn(rusqlite::backup::Progress)>,
                 )
-                .expect("the template restores");
+                .or_fail("the server's database cannot be put back as every run starts");
             return Ok(());
         }
         server.kill();
         // The harness lets go of the file while it is put back.
         self.keeper = Connection::open_in_memory().expect("an in-memory connection opens");
-        std::fs::copy(&self.template, &self.file).expect("the database file writes");
+        std::fs::copy(&self.template, &self.file)
+            .or_fail("the server's database file cannot be written");
         for leftover in ["db-journal", "db-wal", "db-shm"] {
             let _ = std::fs::remove_file(self.file.with_extension(leftover));
         }
@@ -557,6 +558,19 @@ fn point_name(name: &str) -> &'static str {
     kept
 }
 
+/// `expect` with the error's one line instead of its debug form: a server's database that is
+/// locked or corrupt ends the check with a line a person reads.
+trait OrFail<T> {
+    /// The value, or a panic with `what` and the error's text.
+    fn or_fail(self, what: &str) -> T;
+}
+
+impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
+    fn or_fail(self, what: &str) -> T {
+        self.unwrap_or_else(|error| panic!("{what}: {error}"))
+    }
+}
+
 /// Panics with `error`'s line: a server that fails the harness ends the check.
 fn failed(error: &McpError) -> ! {
     panic!("{error}")
@@ -579,7 +593,7 @@ impl StoreKind for OnMcp {
             std::process::id(),
             unique_suffix()
         )))
-        .expect("a scratch directory");
+        .or_fail("a scratch directory cannot be made");
         let directory = scratch.path();
         let file = directory.join("server.db");
         let provider = self.0.provider_env.as_ref().map(|_| {
@@ -590,7 +604,7 @@ impl StoreKind for OnMcp {
             .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();
-        let keeper = Connection::open(&file).expect("the server's database opens");
+        let keeper = Connection::open(&file).or_fail("the server's database cannot be opened");
         let mut setup =
             "CREATE TABLE retrysim_effects (table_name TEXT, operation TEXT, row_id INTEGER);"
                 .to_string();
@@ -603,7 +617,8 @@ impl StoreKind for OnMcp {
             .unwrap_or_else(|error| panic!("the harness's triggers install: {error}"));
         drop(keeper);
         let template = directory.join("template.db");
-        std::fs::copy(&file, &template).expect("the template writes");
+        std::fs::copy(&file, &template)
+            .or_fail("the template of the server's database cannot be written");
         McpStore {
             server: RefCell::new(server),
             keeper: open_keeper(&file),
@@ -924,9 +939,9 @@ fn describe(keeper: &Connection) -> rusqlite::Result<String> {
 
 /// The harness's own connection to the server's file.
 fn open_keeper(file: &Path) -> Connection {
-    let keeper = Connection::open(file).expect("the server's database opens");
+    let keeper = Connection::open(file).or_fail("the server's database cannot be opened");
     keeper
         .busy_timeout(KEEPER_BUSY_WAIT)
-        .expect("the harness's connection takes a busy timeout");
+        .or_fail("the server's database cannot be opened by the harness");
     keeper
 }

@@ -527,6 +527,11 @@ fn what_a_server_writes_is_read_as_bytes_and_capped() {
         assert!(clean.contains("bound: exhausted"), "{tolerated}: {clean}");
     }
     for (misbehave, says) in [
+        (
+            "corrupt",
+            "the harness's record of effects in the server's database cannot be read: file is \
+             not a database",
+        ),
         ("not-utf8", "it wrote a line that is not UTF-8"),
         ("long-line", "it wrote a line longer than 16777216 bytes"),
         ("wrong-id", "which names no request waiting for an answer"),
@@ -782,4 +787,22 @@ fn a_check_in_which_no_call_succeeded_says_so() {
     );
     let report = expect(&["mcp", &scenario("all-refused", &refused)], 3);
     assert!(report.contains("no call succeeded"), "{report}");
+}
+
+/// A fresh random provider key on every attempt: the key differs from run to run, so the
+/// failure does not replay alike, but the provider's record shows two charges for one
+/// intent. That is a violation all the same (exit 1), with the nondeterminism said beside it.
+#[test]
+fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
+    let text = std::fs::read_to_string(shipped("pay.toml"))
+        .unwrap()
+        .replace(
+            r#""pay_server.py""#,
+            &format!("{:?}", shipped("pay_server.py")),
+        )
+        .replace(r#"PROVIDER_KEY = "1""#, r#"PROVIDER_KEY = "random""#);
+    let caught = expect(&["mcp", &scenario("pay-random-key", &text)], 1);
+    assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
+    assert!(caught.contains("NONDETERMINISTIC"), "{caught}");
+    assert!(caught.contains("It is reported all the same (exit 1)"), "{caught}");
 }
