@@ -324,7 +324,7 @@ fn confirmed_or_in_ground_truth(
         Ok(shrunk) => Some(shrunk),
         Err(unconfirmed) => {
             *nondeterminism = Some(unconfirmed.divergence);
-            unconfirmed.in_ground_truth
+            unconfirmed.in_ground_truth.map(|shrunk| *shrunk)
         }
     }
 }

@@ -23,7 +23,7 @@ pub(super) struct Unconfirmed {
     /// The shrunk run, when it still broke an invariant that the ground truth alone judges
     /// (two effects recorded for one intent, an outside effect without its record): a
     /// violation even though the server's answers differ from run to run.
-    pub in_ground_truth: Option<Shrunk>,
+    pub in_ground_truth: Option<Box<Shrunk>>,
 }
 
 /// The invariants judged from the harness's record of what committed alone, never from a
@@ -102,7 +102,7 @@ impl Resolved {
                 let in_ground_truth = GROUND_TRUTH_INVARIANTS
                     .iter()
                     .any(|&judged| shrunk.outcome.violates(judged))
-                    .then_some(shrunk);
+                    .then(|| Box::new(shrunk));
                 return Err(Unconfirmed {
                     divergence,
                     in_ground_truth,
