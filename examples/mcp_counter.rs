@@ -30,6 +30,7 @@ fn counter(keyed: bool) -> McpTarget {
         key: KeyPlacement::Argument("request_id".into()),
         value_pointer: "/structuredContent/total".into(),
         clients: vec![vec![Call {
+            key_of: None,
             tool: "add".into(),
             arguments: json!({"amount": 5}),
         }]],

@@ -26,6 +26,10 @@ KEY_FROM says where the key is read: `argument` (request_id, the default), `meta
 request's _meta.requestId) or `parameter` (tools/call's idempotencyKey, with the
 `idempotency` capability declared).
 
+A request_id is saved with its amount: a call that reuses it with another amount is refused
+(a tool error), never answered with the other call's total. REUSE=ignore answers it with the
+saved total all the same, as a server that looks up the key alone does.
+
 The tool `status` answers what became of a request_id: {"status": "completed", "total": ...}
 from its record, or {"status": "not-found"}. STATUS=optimistic makes it answer a request it
 has no record of as completed (total 0), as a status endpoint that assumes success would.
@@ -44,6 +48,7 @@ from stdio_mcp import ToolError, serve  # noqa: E402
 KEYED = os.environ.get("KEYED", "0")
 KEY_FROM = os.environ.get("KEY_FROM", "argument")
 STATUS = os.environ.get("STATUS", "")
+REUSE = os.environ.get("REUSE", "")
 CONCURRENT = os.environ.get("CONCURRENT") == "1"
 REMEMBERED = {}
 _LOCAL = threading.local()
@@ -51,7 +56,8 @@ _LOCAL = threading.local()
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
 INSERT OR IGNORE INTO counter VALUES (1, 0);
-CREATE TABLE IF NOT EXISTS records (request_id TEXT PRIMARY KEY, total INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (request_id TEXT PRIMARY KEY, total INTEGER NOT NULL,
+                                    amount INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (request_id TEXT PRIMARY KEY);
 """
 
@@ -86,16 +92,24 @@ def key_of(arguments, params):
     return arguments.get("request_id")
 
 
-def lookup(db, key):
-    """The saved total of request `key`, or None."""
-    row = db.execute("SELECT total FROM records WHERE request_id = ?", (key,)).fetchone()
-    return None if row is None else row[0]
+def lookup(db, key, amount=None):
+    """The saved total of request `key`, or None; a tool error when `key` was used for
+    another amount (a key reused with other arguments is refused, never replayed)."""
+    row = db.execute("SELECT total, amount FROM records WHERE request_id = ?",
+                     (key,)).fetchone()
+    if row is None:
+        return None
+    if amount is not None and row[1] != amount and REUSE != "ignore":
+        if db.in_transaction:
+            db.execute("COMMIT")
+        raise ToolError("request_id already used with another amount")
+    return row[0]
 
 
-def claim(db, key):
+def claim(db, key, amount):
     """KEYED=claim: claims `key`; the saved answer instead, if there is one."""
     db.execute("BEGIN IMMEDIATE")
-    saved = lookup(db, key)
+    saved = lookup(db, key, amount)
     if saved is not None:
         db.execute("COMMIT")
         return {"total": saved, "replayed": True}
@@ -112,14 +126,14 @@ def add(db, arguments, params):
     amount = int(arguments["amount"])
     key = key_of(arguments, params)
     if KEYED == "claim" and key is not None:
-        saved = claim(db, key)
+        saved = claim(db, key, amount)
         if saved is not None:
             return saved
     if KEYED == "memory" and key in REMEMBERED:
         return {"total": REMEMBERED[key], "replayed": True}
     keyed = KEYED in ("1", "split", "racy", "claim") and key is not None
     if keyed and KEYED == "racy":
-        saved = lookup(db, key)
+        saved = lookup(db, key, amount)
         if saved is not None:
             return {"total": saved, "replayed": True}
         point("after-lookup")
@@ -127,7 +141,7 @@ def add(db, arguments, params):
     else:
         db.execute("BEGIN IMMEDIATE")
         if keyed:
-            saved = lookup(db, key)
+            saved = lookup(db, key, amount)
             if saved is not None:
                 db.execute("COMMIT")
                 return {"total": saved, "replayed": True}
@@ -140,7 +154,7 @@ def add(db, arguments, params):
         point("between-commits")
         db.execute("BEGIN IMMEDIATE")
     if keyed:
-        db.execute("INSERT OR REPLACE INTO records VALUES (?, ?)", (key, total))
+        db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?)", (key, total, amount))
     db.execute("COMMIT")
     if KEYED == "memory" and key is not None:
         REMEMBERED[key] = total

@@ -28,7 +28,9 @@
 //! retry_after_ms = "/structuredContent/wait_ms" # this pointer, when it is a number
 //!
 //! [[client]]
-//! calls = [{ tool = "add", arguments = { amount = { one_of = [5, 7] } } }]
+//! calls = [{ tool = "add", arguments = { amount = { one_of = [5, 7] } } },
+//!          { tool = "add", arguments = { amount = 9 }, key_of = 1 }]  # call 1's key
+//!                                              # reused with other arguments
 //!
 //! [bounds]                                     # defaults for the command line's flags
 //! attempts_max = 2
@@ -163,6 +165,9 @@ struct CallSection {
     tool: String,
     #[serde(default = "no_arguments")]
     arguments: Value,
+    /// The 1-based number of an earlier call of the same client whose request id this one
+    /// is sent under.
+    key_of: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -366,6 +371,16 @@ impl ScenarioFile {
                         section.arguments
                     ));
                 }
+                if section
+                    .key_of
+                    .is_some_and(|number| number == 0 || number > call)
+                {
+                    return Err(format!(
+                        "{at}: key_of = {} names no earlier call of its client (calls count \
+                         from 1)",
+                        section.key_of.unwrap_or(0)
+                    ));
+                }
                 empty_choice(&section.arguments).map_or(Ok(()), |path| {
                     Err(format!(
                         "{at}: arguments{path} is one_of = []: give it at least one value"
@@ -447,6 +462,7 @@ impl ScenarioFile {
                         .map(|call| Call {
                             tool: call.tool.clone(),
                             arguments: call.arguments.clone(),
+                            key_of: call.key_of.map(|number| number - 1),
                         })
                         .collect()
                 })

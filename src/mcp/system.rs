@@ -121,6 +121,20 @@ impl PendingAnswer {
     }
 }
 
+impl McpTarget {
+    /// Whether `no-silent-key-reuse` can be judged: a client sends its key, and some call
+    /// is sent under an earlier call's ([`Call::key_of`]). Without one, no run reuses a key
+    /// with other arguments, and the invariant could not fail.
+    pub fn judges_key_reuse(&self) -> bool {
+        self.key != KeyPlacement::None
+            && self
+                .clients
+                .iter()
+                .flatten()
+                .any(|call| call.key_of.is_some())
+    }
+}
+
 /// Whose clock a server reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServerClock {
@@ -135,15 +149,27 @@ pub enum ServerClock {
 /// The invariants of a server on its own clock that calls a provider, with a database of its
 /// records: the core ones but `eventual-verdict`, then `no-orphan-effect`. Without the
 /// records, the first six.
-const ON_OWN_CLOCK: &[Invariant] = &[
-    Invariant::AtMostOnceEffect,
-    Invariant::OutcomeAgreement,
-    Invariant::NoSilentKeyReuse,
-    Invariant::ReplayFidelity,
-    Invariant::TruthfulReply,
-    Invariant::NoDeadlock,
-    Invariant::NoOrphanEffect,
-];
+/// The invariants judged of a server: the core ones and `no-orphan-effect`, less those its
+/// scenario cannot test (see [`OnMcp`]'s `invariants`), in [`Invariant::ALL`]'s order.
+fn invariants_judged(records: bool, own_clock: bool, key_reuse: bool) -> &'static [Invariant] {
+    static LISTS: std::sync::OnceLock<Vec<Vec<Invariant>>> = std::sync::OnceLock::new();
+    let lists = LISTS.get_or_init(|| {
+        (0..8)
+            .map(|bits: usize| {
+                let (records, own_clock, key_reuse) = (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+                (Invariant::CORE_AND_ORPHANS.iter().copied())
+                    .filter(|invariant| match invariant {
+                        Invariant::NoOrphanEffect => records,
+                        Invariant::EventualVerdict => !own_clock,
+                        Invariant::NoSilentKeyReuse => key_reuse,
+                        _ => true,
+                    })
+                    .collect()
+            })
+            .collect()
+    });
+    &lists[usize::from(records) | usize::from(own_clock) << 1 | usize::from(key_reuse) << 2]
+}
 
 /// One call a client makes.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,6 +179,10 @@ pub struct Call {
     /// Its arguments. An object `{"one_of": [a, b, ...]}` anywhere in them is a choice the
     /// workload draws: each run calls with one of the values.
     pub arguments: Value,
+    /// With `Some(i)`, the call is sent under the request id of its client's call `i`
+    /// (counted from 0, an earlier one): with other arguments, a key reused, which
+    /// `no-silent-key-reuse` judges; `None` for a request id of its own.
+    pub key_of: Option<usize>,
 }
 
 /// Where a client puts its request id (its idempotency key) in a `tools/call`.
@@ -721,7 +751,8 @@ impl StoreKind for OnMcp {
 
 impl System for OnMcp {
     /// The target's clients and calls, as many as the bounds allow, each call under a
-    /// request id of its own (`r1`, `r2`, ...).
+    /// request id of its own (`r1`, `r2`, ...), or under an earlier call's where it says so
+    /// ([`Call::key_of`]).
     fn workload(
         &self,
         decider: &mut Decider<'_>,
@@ -734,13 +765,19 @@ impl System for OnMcp {
             .iter()
             .take(bounds.clients_max as usize)
             .map(|calls| {
+                let mut ids: Vec<String> = Vec::new();
                 calls
                     .iter()
                     .take(bounds.intents_max as usize)
                     .map(|call| {
                         number += 1;
+                        let id = match call.key_of {
+                            Some(earlier) => ids[earlier].clone(),
+                            None => format!("r{number}"),
+                        };
+                        ids.push(id.clone());
                         Intent::new(Keyed {
-                            id: Cow::Owned(format!("r{number}")),
+                            id: Cow::Owned(id),
                             args: format!("{} {}", call.tool, drawn(&call.arguments, decider)),
                         })
                     })
@@ -818,14 +855,14 @@ impl System for OnMcp {
 
     /// With a provider and a database, `no-orphan-effect` too: a charge without its local
     /// record. A server on its own clock is not held to `eventual-verdict`.
+    /// The core invariants, with `no-orphan-effect` where the provider's charges have
+    /// records in the database; without `eventual-verdict` on the server's own clock; and
+    /// without `no-silent-key-reuse` unless some call reuses an earlier call's key
+    /// ([`McpTarget::judges_key_reuse`]).
     fn invariants(&self) -> &'static [Invariant] {
         let records = self.0.provider_env.is_some() && self.0.database_env.is_some();
-        match (records, self.0.clock) {
-            (true, ServerClock::Harness) => Invariant::CORE_AND_ORPHANS,
-            (false, ServerClock::Harness) => Invariant::CORE,
-            (true, ServerClock::Own) => ON_OWN_CLOCK,
-            (false, ServerClock::Own) => &ON_OWN_CLOCK[..6],
-        }
+        let own_clock = self.0.clock == ServerClock::Own;
+        invariants_judged(records, own_clock, self.0.judges_key_reuse())
     }
 
     fn supports_lookup(&self) -> bool {

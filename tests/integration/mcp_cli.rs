@@ -804,5 +804,35 @@ fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
     let caught = expect(&["mcp", &scenario("pay-random-key", &text)], 1);
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     assert!(caught.contains("NONDETERMINISTIC"), "{caught}");
-    assert!(caught.contains("It is reported all the same (exit 1)"), "{caught}");
+    assert!(
+        caught.contains("It is reported all the same (exit 1)"),
+        "{caught}"
+    );
+}
+
+/// A call sent under an earlier call's request id with other arguments (`key_of`) lets
+/// `no-silent-key-reuse` be judged: a server that refuses it is clean, one that answers it
+/// with the other call's result is caught. Where no call does, the report says the invariant
+/// was not judged.
+#[test]
+fn a_key_reused_with_other_arguments_is_judged() {
+    let quick = ["--faults-max", "0"];
+    let clean = expect(&[&["mcp", &shipped("counter_reuse.toml")][..], &quick].concat(), 0);
+    assert!(clean.contains("no-silent-key-reuse      clean"), "{clean}");
+    assert!(!clean.contains("not judged"), "{clean}");
+    let text = std::fs::read_to_string(shipped("counter_reuse.toml"))
+        .unwrap()
+        .replace(r#""counter_server.py""#, r#""COUNTER""#)
+        .replace(r#"KEYED = "1""#, r#"KEYED = "1", REUSE = "ignore""#);
+    let ignoring = scenario("reuse-ignored", &text);
+    let caught = expect(&[&["mcp", &ignoring][..], &quick].concat(), 1);
+    assert!(caught.contains("VIOLATED no-silent-key-reuse"), "{caught}");
+    let single = expect(&[&["mcp", &shipped("counter.toml")][..], &quick].concat(), 0);
+    assert!(single.contains("no-silent-key-reuse: not judged"), "{single}");
+    assert!(!single.contains("no-silent-key-reuse      clean"), "{single}");
+    let later = text.replace("key_of = 1", "key_of = 2");
+    assert_bad_input(
+        &["mcp", &scenario("reuse-later", &later)],
+        "client 1 call 2 (`add`): key_of = 2 names no earlier call of its client",
+    );
 }
