@@ -817,7 +817,10 @@ fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
 #[test]
 fn a_key_reused_with_other_arguments_is_judged() {
     let quick = ["--faults-max", "0"];
-    let clean = expect(&[&["mcp", &shipped("counter_reuse.toml")][..], &quick].concat(), 0);
+    let clean = expect(
+        &[&["mcp", &shipped("counter_reuse.toml")][..], &quick].concat(),
+        0,
+    );
     assert!(clean.contains("no-silent-key-reuse      clean"), "{clean}");
     assert!(!clean.contains("not judged"), "{clean}");
     let text = std::fs::read_to_string(shipped("counter_reuse.toml"))
@@ -827,12 +830,105 @@ fn a_key_reused_with_other_arguments_is_judged() {
     let ignoring = scenario("reuse-ignored", &text);
     let caught = expect(&[&["mcp", &ignoring][..], &quick].concat(), 1);
     assert!(caught.contains("VIOLATED no-silent-key-reuse"), "{caught}");
-    let single = expect(&[&["mcp", &shipped("counter.toml")][..], &quick].concat(), 0);
-    assert!(single.contains("no-silent-key-reuse: not judged"), "{single}");
-    assert!(!single.contains("no-silent-key-reuse      clean"), "{single}");
+    let single = expect(
+        &[&["mcp", &shipped("counter.toml")][..], &quick].concat(),
+        0,
+    );
+    assert!(
+        single.contains("no-silent-key-reuse: not judged"),
+        "{single}"
+    );
+    assert!(
+        !single.contains("no-silent-key-reuse      clean"),
+        "{single}"
+    );
     let later = text.replace("key_of = 1", "key_of = 2");
     assert_bad_input(
         &["mcp", &scenario("reuse-later", &later)],
         "client 1 call 2 (`add`): key_of = 2 names no earlier call of its client",
     );
+}
+
+/// SIGINT or SIGTERM in the middle of a check ends the server (its whole process group) and
+/// removes the scratch directory before the command exits (130 or 143).
+#[test]
+fn a_signal_ends_the_server_and_its_files() {
+    let hang = counter(
+        r#"{ argument = "request_id" }"#,
+        r#"KEYED = "1", RETRYSIM_MISBEHAVE = "hang""#,
+    )
+    .replace("[server]", "[server]\nanswer_wait_ms = 600000");
+    for (signal, status) in [("INT", 130), ("TERM", 143)] {
+        let path = scenario(&format!("signal-{signal}"), &hang);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .args(["mcp", &path])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the binary runs");
+        let pid = child.id();
+        let scratch_prefix = format!("retrysim-mcp-{pid}-");
+        let scratch = || {
+            let root = ["/dev/shm", "/tmp"];
+            root.iter()
+                .filter_map(|root| std::fs::read_dir(root).ok())
+                .flatten()
+                .flatten()
+                .filter(|entry| {
+                    entry
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with(&scratch_prefix)
+                })
+                .count()
+        };
+        // Waits (bounded, never raced: a slow machine only waits longer) until the check
+        // runs, its server started under it.
+        let servers = || {
+            let output = std::process::Command::new("pgrep")
+                .args(["-P", &pid.to_string()])
+                .output()
+                .expect("pgrep runs");
+            String::from_utf8_lossy(&output.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<String>>()
+        };
+        let mut running = Vec::new();
+        for _ in 0..1200 {
+            running = servers();
+            if scratch() > 0 && !running.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(!running.is_empty(), "the server never started");
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let ended = child.wait().expect("the command ends");
+        assert_eq!(ended.code(), Some(status), "SIG{signal}");
+        assert_eq!(scratch(), 0, "SIG{signal}: scratch directories left");
+        // SIGKILL ends a process soon after it is sent, not as it is sent: waits for that,
+        // bounded. A zombie (state Z) has ended.
+        let alive = |server: &String| {
+            std::fs::read_to_string(format!("/proc/{server}/stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+            })
+        };
+        for _ in 0..100 {
+            if !running.iter().any(alive) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(
+            !running.iter().any(alive),
+            "SIG{signal}: servers {running:?} left running"
+        );
+    }
 }

@@ -7,6 +7,7 @@
 //! Without it these checks are left out with a loud line; `RETRYSIM_MCP_SDK=required`
 //! (which `.ci/run` sets) makes a missing SDK a failure.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -58,9 +59,14 @@ impl Installed {
                 "{} is missing: run `bash {}`, or name it in {}",
                 self.what, self.script, self.env
             );
-            eprintln!(
-                "LEFT OUT: the check of {name}: {} is missing; run `bash {}`",
-                self.what, self.script
+            // Straight to stderr, past the test harness's capture: loud even when it passes.
+            let _ = writeln!(
+                std::io::stderr(),
+                "LEFT OUT: the check of {name}: {} is missing; run `bash {}` ({}=required \
+                 makes this a failure)",
+                self.what,
+                self.script,
+                self.required_env
             );
             return None;
         };

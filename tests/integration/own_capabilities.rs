@@ -79,8 +79,9 @@ impl SqlHandler for PendingClaim {
 }
 
 /// A claim left pending by a crash and never resolved breaks `eventual-verdict` by its record
-/// half (the client, answered *pending*, is put off past its horizon and owed nothing); one
-/// that a retry resolves is clean over the same bound.
+/// half (the client, answered *pending*, is put off past its horizon and owed nothing), or,
+/// where the records are not declared, by its client's half; one that a retry resolves is
+/// clean over the same bound.
 #[test]
 fn a_pending_record_never_resolved_is_caught_by_the_record_half() {
     let bounds = Bounds {
@@ -108,12 +109,24 @@ fn a_pending_record_never_resolved_is_caught_by_the_record_half() {
     .unwrap();
     let detail = &replayed.violations[0].detail;
     assert!(detail.contains("pending"), "{detail}");
-    // Undeclared, the same stuck claim goes unseen: the record half is what catches it.
+    // Undeclared, the records cannot be judged, and the client's half catches the same stuck
+    // claim: it was answered pending each time it came back after the crash, until its
+    // horizon ended.
     let undeclared = exhaust(
         &mut Simulator::new(OnSql(Undeclared(PendingClaim { resolves: false }))),
         &CheckOptions::new(bounds),
     );
-    assert!(undeclared.violation(Invariant::EventualVerdict).is_none());
+    let found = undeclared
+        .violation(Invariant::EventualVerdict)
+        .expect("the client's half catches it");
+    let replayed = retrysim::replay(
+        &mut Simulator::new(OnSql(Undeclared(PendingClaim { resolves: false }))),
+        &found.tape,
+        &found.bounds(&bounds),
+    )
+    .unwrap();
+    let detail = &replayed.violations[0].detail;
+    assert!(detail.contains("answered pending again"), "{detail}");
     let resolved = check(true);
     assert!(resolved.violations.is_empty(), "{:?}", resolved.violations);
     assert!(resolved.clean(), "{resolved:?}");
