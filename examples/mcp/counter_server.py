@@ -18,6 +18,12 @@ saves the record in a second: a retry that finds the claim without a record answ
 error "in progress, try later". A crash between the two (the crash point `after-claim`)
 leaves the claim for ever, and every retry is told to try later.
 
+KEYED=deferred reads the key in a deferred transaction (a read lock only), pauses at
+`after-lookup`, then adds and saves the record: on SQLite's rollback journal a call that must
+write while another call holds a read lock waits (0.2 s here), then fails with "database is
+locked", answered as a tool error although the other call may still commit. A retry racing
+its original can so be told *failed* while the original adds.
+
 CONCURRENT=1 serves each call on a thread of its own, with a connection of its own, and
 pauses at the crash point `after-lookup` after looking the key up, so that calls can
 interleave there (scenarios with `concurrent = true` and invocations_max = 2).
@@ -122,9 +128,31 @@ def claim(db, key, amount):
     return None
 
 
+def add_deferred(db, key, amount):
+    """KEYED=deferred: reads the key in a deferred transaction, then writes."""
+    try:
+        db.execute("BEGIN")
+        saved = lookup(db, key, amount)
+        if saved is not None:
+            db.execute("COMMIT")
+            return {"total": saved, "replayed": True}
+        point("after-lookup")
+        db.execute("UPDATE counter SET total = total + ? WHERE id = 1", (amount,))
+        total = db.execute("SELECT total FROM counter WHERE id = 1").fetchone()[0]
+        db.execute("INSERT INTO records VALUES (?, ?, ?)", (key, total, amount))
+        db.execute("COMMIT")
+        return {"total": total, "replayed": False}
+    except sqlite3.OperationalError as error:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise ToolError(str(error))
+
+
 def add(db, arguments, params):
     amount = int(arguments["amount"])
     key = key_of(arguments, params)
+    if KEYED == "deferred" and key is not None:
+        return add_deferred(db, key, amount)
     if KEYED == "claim" and key is not None:
         saved = claim(db, key, amount)
         if saved is not None:
@@ -175,7 +203,10 @@ def database():
     """This thread's connection to the database (each thread has its own)."""
     db = getattr(_LOCAL, "db", None)
     if db is None:
-        db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None)
+        # KEYED=deferred waits 0.2 s for a lock before "database is locked" (the default
+        # is 5 s): the harness holds the other call where it paused, so the wait always ends so.
+        wait_s = 0.2 if KEYED == "deferred" else 5.0
+        db = sqlite3.connect(os.environ["RETRYSIM_DB"], isolation_level=None, timeout=wait_s)
         _LOCAL.db = db
     return db
 

@@ -310,14 +310,17 @@ impl McpStore {
         rows
     }
 
-    /// Whether a connection of the server's holds a lock on the file that keeps another
-    /// from writing: the harness's own connection tries to take the whole file, without
-    /// waiting, and lets it go at once.
+    /// Whether a connection of the server's holds the file's write lock (it is inside a
+    /// write transaction), which keeps any other from writing: the harness's own connection
+    /// tries to take the write lock itself (`BEGIN IMMEDIATE`), without waiting, and lets it
+    /// go at once. A call that holds only a read lock (a deferred transaction that has read)
+    /// does not count: others may go on beside it, and meet `SQLITE_BUSY` where a real server
+    /// would.
     fn locked(&self) -> bool {
         self.keeper
             .busy_timeout(Duration::ZERO)
             .or_fail("the server's database cannot be opened by the harness");
-        let locked = self.keeper.execute_batch("BEGIN EXCLUSIVE").is_err();
+        let locked = self.keeper.execute_batch("BEGIN IMMEDIATE").is_err();
         if !self.keeper.is_autocommit() {
             self.keeper
                 .execute_batch("ROLLBACK")
@@ -718,7 +721,8 @@ impl StoreKind for OnMcp {
             .then(|| Connection::open_in_memory().expect("an in-memory connection opens"))
     }
 
-    /// Whether the server's connection holds its file locked, paused in a transaction.
+    /// Whether a connection of the server's holds its file's write lock, paused in a write
+    /// transaction.
     fn locked_outside(&self, store: &McpStore) -> bool {
         store.locked()
     }

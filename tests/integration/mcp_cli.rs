@@ -932,3 +932,13 @@ fn a_signal_ends_the_server_and_its_files() {
         );
     }
 }
+
+/// A call paused holding only a read lock (a deferred transaction that has read) does not
+/// stop the others: the retry beside its original goes on, meets "database is locked" as a
+/// real server would, its client concludes failed, and the original adds all the same.
+#[test]
+fn a_read_lock_does_not_hide_a_race() {
+    let caught = expect(&["mcp", &shipped("counter_deferred.toml")], 1);
+    assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
+    assert!(caught.contains("database is locked"), "{caught}");
+}
