@@ -942,3 +942,42 @@ fn a_read_lock_does_not_hide_a_race() {
     assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
     assert!(caught.contains("database is locked"), "{caught}");
 }
+
+/// A relative command runs as written, from the scenario's directory: a virtual
+/// environment's `venv/bin/python`, a link to the interpreter, stays the venv's (the
+/// interpreter finds its packages by the path it was started as).
+#[test]
+fn a_relative_command_runs_as_written() {
+    let directory = std::env::temp_dir().join(format!("retrysim-venv-{}", std::process::id()));
+    let bin = directory.join("venv/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let python = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .expect("python3 runs");
+    let real = String::from_utf8(python.stdout).unwrap();
+    let _ = std::fs::remove_file(bin.join("python"));
+    std::os::unix::fs::symlink(real.trim(), bin.join("python")).unwrap();
+    let server = format!(
+        "import runpy, sys\n\
+         if not sys.executable.endswith('/venv/bin/python'):\n    \
+             sys.exit('started as ' + sys.executable)\n\
+         sys.path.insert(0, {:?})\n\
+         runpy.run_path({:?}, run_name='__main__')\n",
+        shipped(""),
+        shipped("counter_server.py")
+    );
+    std::fs::write(directory.join("server.py"), server).unwrap();
+    let text = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "1""#).replace(
+        r#"command = ["python3", "COUNTER"]"#,
+        r#"command = ["venv/bin/python", "server.py"]"#,
+    );
+    let path = directory.join("venv.toml");
+    std::fs::write(&path, text).unwrap();
+    let clean = expect(&["mcp", &path.display().to_string()], 0);
+    assert!(clean.contains("bound: exhausted"), "{clean}");
+    let _ = std::fs::remove_dir_all(&directory);
+}
