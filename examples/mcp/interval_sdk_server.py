@@ -1,4 +1,4 @@
-"""The seed's interval tool served with the official MCP Python SDK (`pip install "mcp>=2,<3"`).
+"""An automation editor's set_interval tool served with the official MCP Python SDK (`pip install "mcp>=2,<3"`).
 
 The tool is the one of interval_server.py (the same VARIANT, the same SQLite file named by
 RETRYSIM_DB); only the server around it differs: MCPServer (FastMCP before mcp 2) over stdio instead of the standard

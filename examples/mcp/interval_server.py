@@ -1,15 +1,15 @@
-"""The seed's interval tool as an MCP server over stdio, with the standard library only.
+"""An automation editor's set_interval tool as an MCP server over stdio, with the standard library only.
 
 `set_interval` changes an automation's interval under an expected version, as the seed
 document's handler does. The caller is trusted context, not an argument: the principal
 (alice of team-a, with automation:write) comes from the server's configuration.
 
-VARIANT=receipt (the seed's handler): in one BEGIN IMMEDIATE transaction it checks current
+VARIANT=receipt (the correct handler): in one BEGIN IMMEDIATE transaction it checks current
 access first, then the receipt saved under (workspace, principal, tool, request_id), then
 the version condition; the row change and the receipt commit together. A retry whose answer
 was lost recovers the saved result.
 
-VARIANT=version-only (the seed's control): the version condition alone. A retry after a lost
+VARIANT=version-only (the control): the version condition alone. A retry after a lost
 answer is refused as a stale version although its first attempt committed: the client is
 told "conflict" for an operation that succeeded.
 """

@@ -91,7 +91,7 @@ fn subject<S: retrysim_sim::System + Default + 'static>() -> Box<dyn Subject> {
 const DOMAINS: &[DomainEntry] = &[
     DomainEntry {
         name: "counter",
-        summary: "the retry lesson's event counter: a lost reply, a retry, a reused key",
+        summary: "an event counter: a lost reply, a retry, a reused key",
     },
     DomainEntry {
         name: "interval",

@@ -195,7 +195,37 @@ pub(super) fn run_matrix(width_chars: usize) -> Printed {
         out.text
             .push_str(&shortest_failure(row, &bounds_of(row.entry), width_chars));
     }
+    out.text.push_str(&matrix_verdict(&rows));
     out.ending(exit_for(rows.iter().all(MatrixRow::as_declared)))
+}
+
+/// The matrix's closing line: every handler behaved as it declares (the correct ones clean,
+/// the faulty ones caught, their VIOLATED rows above expected), or which did not.
+fn matrix_verdict(rows: &[MatrixRow<'_>]) -> String {
+    let (correct, faulty) =
+        rows.iter()
+            .fold((0, 0), |(correct, faulty), row| match row.entry.declared {
+                models::Declared::Correct => (correct + 1, faulty),
+                models::Declared::Faulty { .. } => (correct, faulty + 1),
+            });
+    let astray: Vec<String> = rows
+        .iter()
+        .filter(|row| !row.as_declared())
+        .map(|row| format!("{}/{}", row.entry.domain, row.entry.handler))
+        .collect();
+    if astray.is_empty() {
+        return format!(
+            "\nas declared: all {} handlers ({correct} correct ones clean, {faulty} faulty ones \
+             caught)\n",
+            rows.len()
+        );
+    }
+    format!(
+        "\nNOT as declared: {} of {} handlers: {}\n",
+        astray.len(),
+        rows.len(),
+        astray.join(", ")
+    )
 }
 
 /// A faulty handler's shortest failing run for the invariant it declares, with the commands

@@ -365,6 +365,18 @@ fn the_no_argument_run_matches_every_declaration() {
         text.contains("original:  retrysim replay --model counter --handler naive --seed "),
         "{text}"
     );
+    // It ends saying that every handler behaved as declared, its VIOLATED rows expected.
+    let handlers = retrysim::models::handlers();
+    let correct = handlers
+        .iter()
+        .filter(|entry| entry.declared == retrysim::models::Declared::Correct)
+        .count();
+    let closing = format!(
+        "\nas declared: all {} handlers ({correct} correct ones clean, {} faulty ones caught)\n",
+        handlers.len(),
+        handlers.len() - correct
+    );
+    assert!(text.ends_with(&closing), "{text}");
 }
 
 #[test]

@@ -81,7 +81,7 @@ fn the_readme_is_a_front_door() {
     for needed in [
         "cargo run --release ",
         "cargo test --workspace",
-        "cargo install --path .",
+        "cargo install --locked --path .",
         "docs/README.md",
         "docs/images/failure-page.png",
     ] {

@@ -20,3 +20,39 @@ fn every_rust_block_in_the_readme_is_a_test_that_runs() {
         );
     }
 }
+
+/// The README's tour step 3 quotes what `check` prints: the same counts, from the same
+/// command.
+#[test]
+fn the_readme_quotes_what_check_prints() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args([
+            "check",
+            "--model",
+            "counter",
+            "--handler",
+            "keyed-sqlite",
+            "--clients",
+            "2",
+            "--intents",
+            "1",
+            "--faults-max",
+            "2",
+        ])
+        .output()
+        .expect("the binary runs");
+    assert_eq!(output.status.code(), Some(0));
+    let printed = String::from_utf8(output.stdout).unwrap();
+    for line in [
+        "runs explored: 224606; unique states: 36243; runs stopped by steps_max: 0",
+        "bound: exhausted",
+    ] {
+        assert!(
+            printed.contains(line),
+            "check no longer prints {line:?}:\n{printed}"
+        );
+        assert!(readme.contains(line), "the README does not quote {line:?}");
+    }
+}
