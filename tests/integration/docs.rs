@@ -272,3 +272,18 @@ fn the_readme_picture_is_committed() {
     let bytes = std::fs::read(picture).expect("the picture exists");
     assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
 }
+
+/// The guide's "new crate in five minutes" is `tests/new_crate.rs`, which the suite compiles
+/// and runs: its Rust block is that file, word for word.
+#[test]
+fn the_new_crate_section_is_the_tested_file() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let guide = std::fs::read_to_string(format!("{root}/docs/cargo-test.md")).unwrap();
+    let file = std::fs::read_to_string(format!("{root}/tests/new_crate.rs")).unwrap();
+    let section = guide
+        .split("## A new crate in five minutes")
+        .nth(1)
+        .expect("the section");
+    let rust = blocks(section, "rust");
+    assert_eq!(rust.first().copied(), Some(file.as_str()));
+}
