@@ -136,7 +136,9 @@ impl<S: System> Execution<'_, '_, S> {
         });
         if over_work_in_flight {
             // A slow network or server: as much a fault, for liveness, as a lost message.
-            self.disturbed("time passing over work in flight");
+            self.disturbed(
+                "time passing over work in flight (a slow network or server: it spends no fault budget)",
+            );
         }
         if !store_due.is_empty() {
             self.lose_messages_in_flight();
