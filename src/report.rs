@@ -392,6 +392,12 @@ pub enum Counterexample<'a> {
     Unconfirmed,
 }
 
+/// What the columns of a check's table of levels count, printed under it.
+const LEVELS_LEGEND: &str = "(runs: runs explored at that fault budget; pruned: of them, those \
+     stopped where they met a state explored before, whose futures were explored from there; \
+     unique states: states first met at that level; final states: distinct ends of runs, each \
+     judged)\n";
+
 /// Summary of an exhaustive check: levels, states, whether the bound was exhausted, coverage,
 /// each invariant's verdict, and the minimal counterexample with its reproduction.
 pub fn check_report(
@@ -440,6 +446,7 @@ pub fn check_report(
             level.faults_max, level.runs, level.pruned, level.unique_states, level.final_states
         );
     }
+    out.push_str(LEVELS_LEGEND);
     let runs = report.runs();
     let _ = writeln!(
         out,
@@ -500,7 +507,12 @@ pub fn check_report(
         .iter()
         .map(|(point, runs)| format!("{point} {runs}"))
         .collect();
-    let _ = writeln!(out, "crashes by point (runs): {}", points.join(", "));
+    let _ = writeln!(
+        out,
+        "crashes by point (runs that crashed there; 0 where each crash there was covered, \
+         below): {}",
+        points.join(", ")
+    );
     let covered: Vec<String> = coverage
         .crashes_covered
         .iter()
@@ -509,7 +521,8 @@ pub fn check_report(
     if !covered.is_empty() {
         let _ = writeln!(
             out,
-            "crashes covered by an earlier point with nothing changed (runs): {}",
+            "crashes covered by an earlier point with nothing changed (times a run passed the \
+             point, several per run, so more than the runs): {}",
             covered.join(", ")
         );
     }

@@ -416,7 +416,15 @@ fn check_exits_0_clean_1_caught_3_inconclusive() {
         .find_map(|line| line.trim().strip_prefix("at-most-once-effect"))
         .map(str::trim);
     assert_eq!(verdict, Some("clean"), "{text}");
-    assert!(text.contains("crashes by point (runs): "), "{text}");
+    assert!(
+        text.contains("crashes by point (runs that crashed there; "),
+        "{text}"
+    );
+    // The table's columns are explained under it.
+    assert!(
+        text.contains("(runs: runs explored at that fault budget; pruned: "),
+        "{text}"
+    );
 
     let caught = retrysim(
         &[

@@ -94,10 +94,8 @@ fn a_keyless_counter_is_caught_and_its_replay_reproduces() {
 fn a_keyed_counter_is_clean_over_its_bound() {
     let report = expect(&["mcp", &shipped("counter.toml")], 0);
     assert!(report.contains("bound: exhausted"), "{report}");
-    assert!(
-        report.contains("crashes by point (runs): after-answer"),
-        "{report}"
-    );
+    let points = report.split("crashes by point (runs").nth(1).unwrap_or("");
+    assert!(points.contains("after-answer"), "{report}");
     let runs: u64 = report
         .lines()
         .find_map(|line| line.strip_prefix("runs explored: "))
@@ -401,10 +399,8 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
 
     let keyed = expect(&["mcp", &shipped("counter_concurrent.toml")], 0);
     assert!(keyed.contains("bound: exhausted"), "{keyed}");
-    assert!(
-        keyed.contains("crashes by point (runs): after-answer"),
-        "{keyed}"
-    );
+    let points = keyed.split("crashes by point (runs").nth(1).unwrap_or("");
+    assert!(points.contains("after-answer"), "{keyed}");
     assert!(!keyed.contains("after-lookup 0,"), "{keyed}");
 }
 
