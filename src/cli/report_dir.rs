@@ -31,11 +31,21 @@ pub(super) fn matrix_rows() -> Vec<MatrixRow<'static>> {
 pub(super) fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageError> {
     let staging = Staging::beside(dir)?;
     let rows = matrix_rows();
-    let mut pages = 0;
+    let failures: usize = rows.iter().map(|row| row.exploration.violations.len()).sum();
+    // Shrinking every failure takes most of the command's time: a line for each, as it goes.
+    note(&format!(
+        "retrysim report: shrinking {failures} failures into pages and diagrams"
+    ));
+    let (mut pages, mut shrinking) = (0, 0);
     for row in &rows {
         let bounds = row.entry.bounds_from(Bounds::default());
         for failure in &row.exploration.violations {
             let invariant = failure.invariant;
+            shrinking += 1;
+            note(&format!(
+                "failure {shrinking} of {failures}: {}/{} {invariant}",
+                row.entry.domain, row.entry.handler
+            ));
             let Some(shrunk) =
                 shrink_first(&row.entry.build, &bounds, &row.exploration, Some(invariant))
             else {
