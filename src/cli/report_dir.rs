@@ -31,7 +31,10 @@ pub(super) fn matrix_rows() -> Vec<MatrixRow<'static>> {
 pub(super) fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageError> {
     let staging = Staging::beside(dir)?;
     let rows = matrix_rows();
-    let failures: usize = rows.iter().map(|row| row.exploration.violations.len()).sum();
+    let failures: usize = rows
+        .iter()
+        .map(|row| row.exploration.violations.len())
+        .sum();
     // Shrinking every failure takes most of the command's time: a line for each, as it goes.
     note(&format!(
         "retrysim report: shrinking {failures} failures into pages and diagrams"

@@ -156,26 +156,67 @@ impl PaymentHandler for LongLeasePayment {
         provider: &Provider,
         request: &PaymentRequest,
     ) -> Result<Reply<Receipt>, Stop> {
-        let claimed = match claim(db, request, 120_000)? {
-            Claimed::Answer(reply) => return Ok(reply),
-            Claimed::Held(claimed) => claimed,
-        };
-        ctx.point("after-claim")?;
-        let (order, amount) = (request.args.order, request.args.amount);
-        let answer = provider.charge(ctx, Some(&*request.id), order, amount)?;
-        ctx.point("after-provider")?;
-        match answer {
-            Ok(Charged::Charge { id, replayed }) => {
-                if complete(db, request, Some(claimed), id)? {
-                    Ok(charged(request, id, replayed))
-                } else {
-                    Ok(Reply::Pending)
-                }
+        match claim(db, request, 120_000)? {
+            Claimed::Answer(reply) => Ok(reply),
+            Claimed::Held(claimed) => settle(ctx, db, provider, request, claimed),
+        }
+    }
+}
+
+/// A payment handler whose live claim, found by a retry, is answered *retry after 5 s* and
+/// saved again with a fresh 10 s lease (an ORM save that bumps the claim's time): after a
+/// crash the claim never goes stale. Otherwise the correct flow.
+pub struct RefreshingPayment;
+
+impl PaymentHandler for RefreshingPayment {
+    fn pay(
+        &self,
+        ctx: &mut Ctx<'_>,
+        db: &Connection,
+        provider: &Provider,
+        request: &PaymentRequest,
+    ) -> Result<Reply<Receipt>, Stop> {
+        match claim(db, request, 10_000)? {
+            Claimed::Answer(Reply::RetryAfter { .. }) => {
+                db.execute(
+                    "UPDATE idempotency_records SET lease_expires_ms = retrysim_now() + 10000 \
+                     WHERE request_id = ?1",
+                    [&*request.id],
+                )?;
+                Ok(Reply::RetryAfter {
+                    retry_after_ms: REFRESHED_WAIT_MS as u64,
+                    why: "in progress".into(),
+                })
             }
-            Ok(Charged::KeyConflict) | Err(_) => {
-                release(db, request, claimed)?;
+            Claimed::Answer(reply) => Ok(reply),
+            Claimed::Held(claimed) => settle(ctx, db, provider, request, claimed),
+        }
+    }
+}
+
+/// The correct flow after a claim: call the provider under the request's id, then complete.
+fn settle(
+    ctx: &mut Ctx<'_>,
+    db: &Connection,
+    provider: &Provider,
+    request: &PaymentRequest,
+    claimed: i64,
+) -> Result<Reply<Receipt>, Stop> {
+    ctx.point("after-claim")?;
+    let (order, amount) = (request.args.order, request.args.amount);
+    let answer = provider.charge(ctx, Some(&*request.id), order, amount)?;
+    ctx.point("after-provider")?;
+    match answer {
+        Ok(Charged::Charge { id, replayed }) => {
+            if complete(db, request, Some(claimed), id)? {
+                Ok(charged(request, id, replayed))
+            } else {
                 Ok(Reply::Pending)
             }
+        }
+        Ok(Charged::KeyConflict) | Err(_) => {
+            release(db, request, claimed)?;
+            Ok(Reply::Pending)
         }
     }
 }
@@ -186,6 +227,7 @@ fn subject(name: &str) -> Box<dyn Subject> {
         "long-lease" => Box::new(Simulator::new(OnSql(LongLease {}))),
         "short-lease" => Box::new(Simulator::new(OnSql(ShortLease {}))),
         "long-lease-payment" => Box::new(Simulator::new(OnPayment(LongLeasePayment))),
+        "refreshing-payment" => Box::new(Simulator::new(OnPayment(RefreshingPayment))),
         _ => panic!("no handler {name}"),
     }
 }
@@ -221,12 +263,14 @@ fn caught(name: &str, bounds: &Bounds) -> (String, String) {
 
 #[test]
 fn a_claim_refreshed_by_every_retry_is_caught() {
-    let (seeded, exhaustive) = caught("refreshing", &one_fault());
-    for detail in [seeded, exhaustive] {
-        assert!(
-            detail.contains("told to retry after 5000 ms again when it came back at the time the server had named"),
-            "{detail}"
-        );
+    for name in ["refreshing", "refreshing-payment"] {
+        let (seeded, exhaustive) = caught(name, &one_fault());
+        for detail in [seeded, exhaustive] {
+            assert!(
+                detail.contains("told to retry after 5000 ms again when it came back at the time the server had named"),
+                "{name}: {detail}"
+            );
+        }
     }
 }
 
