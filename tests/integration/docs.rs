@@ -287,3 +287,25 @@ fn the_new_crate_section_is_the_tested_file() {
     let rust = blocks(section, "rust");
     assert_eq!(rust.first().copied(), Some(file.as_str()));
 }
+
+/// The bounds table of the model chapter names every built-in handler whose own
+/// `invocations_max` is 2, and no other.
+#[test]
+fn the_model_chapter_names_every_overlapping_handler() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let model = std::fs::read_to_string(format!("{root}/docs/model.md")).unwrap();
+    let row = model
+        .lines()
+        .find(|line| line.starts_with("| `--invocations-max`"))
+        .expect("the row of --invocations-max");
+    for entry in retrysim::models::handlers() {
+        let named = row.contains(&format!("`{}/{}`", entry.domain, entry.handler));
+        assert_eq!(
+            named,
+            entry.invocations_max == 2,
+            "{}/{} in {row}",
+            entry.domain,
+            entry.handler
+        );
+    }
+}
