@@ -393,7 +393,7 @@ pub enum Counterexample<'a> {
 }
 
 /// What the columns of a check's table of levels count, printed under it.
-const LEVELS_LEGEND: &str = "(runs: runs explored at that fault budget; pruned: of them, those \
+const LEVELS_LEGEND: &str = "\n(runs: runs explored at that fault budget; pruned: of them, those \
      stopped where they met a state explored before, whose futures were explored from there; \
      unique states: states first met at that level; final states: distinct ends of runs, each \
      judged)\n";
