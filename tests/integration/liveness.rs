@@ -9,6 +9,15 @@ use retrysim::{
     SeededChoices, Tape,
 };
 
+/// Each violation of `outcome` with its detail.
+fn details(outcome: &RunOutcome) -> Vec<(Invariant, &str)> {
+    outcome
+        .violations
+        .iter()
+        .map(|v| (v.invariant, v.detail.as_str()))
+        .collect()
+}
+
 fn replayed(domain: &str, handler: &str, tape: &str, bounds: &Bounds) -> RunOutcome {
     let tape: Tape = tape.parse().unwrap();
     replay(&mut *(entry(domain, handler).build)(), &tape, bounds).unwrap()
@@ -31,11 +40,7 @@ fn a_claim_left_pending_by_a_crash_is_caught_by_eventual_verdict() {
     assert_eq!(outcome.faults.crashes, 1);
     assert_eq!(outcome.faults.total(), 1);
     // Both sides of it: the client ends without a verdict, and the record stays pending.
-    let details: Vec<(Invariant, &str)> = outcome
-        .violations
-        .iter()
-        .map(|v| (v.invariant, v.detail.as_str()))
-        .collect();
+    let details = details(&outcome);
     assert_eq!(
         details,
         [(
@@ -96,11 +101,7 @@ fn a_wait_longer_than_the_whole_horizon_breaks_eventual_verdict() {
         outcome.timeline.as_ref().unwrap().intents[0].verdict,
         "unknown (gave up)"
     );
-    let details: Vec<(Invariant, &str)> = outcome
-        .violations
-        .iter()
-        .map(|v| (v.invariant, v.detail.as_str()))
-        .collect();
+    let details = details(&outcome);
     assert_eq!(
         details,
         [(

@@ -105,6 +105,22 @@ fn every_reduction_gives_plain_enumerations_verdicts_on_outside_handlers() {
     }
 }
 
+/// The same for the handlers that answer *retry after* (`retry_after.rs`), whose liveness
+/// verdicts hang on what the server named since the last fault.
+#[test]
+fn every_reduction_gives_plain_enumerations_verdicts_on_retry_after_handlers() {
+    let timed = [
+        ("timed", one_intent(2, 1)),
+        ("timed, three attempts", one_intent(3, 0)),
+    ];
+    for name in crate::retry_after::NAMES {
+        for (setting, bounds) in timed {
+            let make = || crate::retry_after::subject(name);
+            assert_reductions_agree(name, setting, &make, bounds, 2_000_000);
+        }
+    }
+}
+
 /// The handlers the cross-check draws from: the outside ones, and built-in ones of every
 /// store kind, correct and faulty.
 const CROSS_CHECKED: [(&str, &str); 9] = [

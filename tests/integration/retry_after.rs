@@ -221,7 +221,9 @@ fn settle(
     }
 }
 
-fn subject(name: &str) -> Box<dyn Subject> {
+/// A handler of this file by name, as a subject: `refreshing`, `long-lease`, `short-lease`,
+/// `long-lease-payment` or `refreshing-payment`.
+pub fn subject(name: &str) -> Box<dyn Subject> {
     match name {
         "refreshing" => Box::new(Simulator::new(OnSql(Refreshing {}))),
         "long-lease" => Box::new(Simulator::new(OnSql(LongLease {}))),
@@ -231,6 +233,15 @@ fn subject(name: &str) -> Box<dyn Subject> {
         _ => panic!("no handler {name}"),
     }
 }
+
+/// The handlers of this file.
+pub const NAMES: [&str; 5] = [
+    "refreshing",
+    "long-lease",
+    "short-lease",
+    "long-lease-payment",
+    "refreshing-payment",
+];
 
 /// One client, one intent, three attempts, one fault: enough for a crash after the claim.
 fn one_fault() -> Bounds {
@@ -261,30 +272,30 @@ fn caught(name: &str, bounds: &Bounds) -> (String, String) {
     (seeded_detail, outcome.violations[0].detail.clone())
 }
 
-#[test]
-fn a_claim_refreshed_by_every_retry_is_caught() {
-    for name in ["refreshing", "refreshing-payment"] {
+/// Each of `names` breaks `eventual-verdict`, seeded and exhaustively, saying `says`.
+fn assert_caught_saying(names: [&str; 2], says: &str) {
+    for name in names {
         let (seeded, exhaustive) = caught(name, &one_fault());
         for detail in [seeded, exhaustive] {
-            assert!(
-                detail.contains("told to retry after 5000 ms again when it came back at the time the server had named"),
-                "{name}: {detail}"
-            );
+            assert!(detail.contains(says), "{name}: {detail}");
         }
     }
 }
 
 #[test]
+fn a_claim_refreshed_by_every_retry_is_caught() {
+    assert_caught_saying(
+        ["refreshing", "refreshing-payment"],
+        "told to retry after 5000 ms again when it came back at the time the server had named",
+    );
+}
+
+#[test]
 fn a_lease_longer_than_the_whole_horizon_is_caught() {
-    for name in ["long-lease", "long-lease-payment"] {
-        let (seeded, exhaustive) = caught(name, &one_fault());
-        for detail in [seeded, exhaustive] {
-            assert!(
-                detail.contains("longer than its client's whole 60000 ms retry horizon"),
-                "{name}: {detail}"
-            );
-        }
-    }
+    assert_caught_saying(
+        ["long-lease", "long-lease-payment"],
+        "longer than its client's whole 60000 ms retry horizon",
+    );
 }
 
 #[test]
