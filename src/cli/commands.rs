@@ -297,9 +297,6 @@ fn check_on(
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
         }
-        if let Some(key_reuse) = resolved.key_reuse_note() {
-            out.text.push_str(key_reuse);
-        }
         out = out.fitted(width_chars);
     }
     // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
@@ -498,9 +495,6 @@ fn explore_on(
         }
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
-        }
-        if let Some(key_reuse) = resolved.key_reuse_note() {
-            out.text.push_str(key_reuse);
         }
         out = out.fitted(width_chars);
     }

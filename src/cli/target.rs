@@ -163,17 +163,6 @@ impl Resolved {
         })
     }
 
-    /// What a report says of a scenario in which no call reuses a key: `no-silent-key-reuse`
-    /// was not judged. `None` otherwise.
-    pub fn key_reuse_note(&self) -> Option<&'static str> {
-        let scenario = self.scenario.as_ref()?;
-        (!scenario.target.judges_key_reuse()).then_some(
-            "\nno-silent-key-reuse: not judged: no call is sent under an earlier call's request \
-             id with other arguments, so no run could break it. A call with key_of = N (the \
-             number of an earlier call of its client) and other arguments draws one.\n",
-        )
-    }
-
     /// Whose clock a scenario's server reads, for JSON reports: `harness` or `own`.
     pub fn clock_name(&self) -> Option<&'static str> {
         let scenario = self.scenario.as_ref()?;

@@ -21,7 +21,7 @@ use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::{table_rows, user_tables};
 use crate::{
     ChoiceKind, Crash, Ctx, Decider, Intent, IntentTag, Invariant, Keyed, Ledger, NoEvent, Reply,
-    Status, StoreKind, System, Workload, WorkloadLimits,
+    Situation, Status, StoreKind, System, Workload, WorkloadLimits,
 };
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -122,16 +122,11 @@ impl PendingAnswer {
 }
 
 impl McpTarget {
-    /// Whether `no-silent-key-reuse` can be judged: a client sends its key, and some call
-    /// is sent under an earlier call's ([`Call::key_of`]). Without one, no run reuses a key
-    /// with other arguments, and the invariant could not fail.
+    /// Whether `no-silent-key-reuse` applies: clients send a key. A run breaks it only when
+    /// some call is sent under an earlier call's key with other arguments
+    /// ([`Call::key_of`]); a check in which none is says the invariant went untested.
     pub fn judges_key_reuse(&self) -> bool {
         self.key != KeyPlacement::None
-            && self
-                .clients
-                .iter()
-                .flatten()
-                .any(|call| call.key_of.is_some())
     }
 }
 
@@ -857,16 +852,24 @@ impl System for OnMcp {
         Ok(reply)
     }
 
-    /// With a provider and a database, `no-orphan-effect` too: a charge without its local
-    /// record. A server on its own clock is not held to `eventual-verdict`.
     /// The core invariants, with `no-orphan-effect` where the provider's charges have
     /// records in the database; without `eventual-verdict` on the server's own clock; and
-    /// without `no-silent-key-reuse` unless some call reuses an earlier call's key
+    /// without `no-silent-key-reuse` when clients send no key
     /// ([`McpTarget::judges_key_reuse`]).
     fn invariants(&self) -> &'static [Invariant] {
         let records = self.0.provider_env.is_some() && self.0.database_env.is_some();
         let own_clock = self.0.clock == ServerClock::Own;
         invariants_judged(records, own_clock, self.0.judges_key_reuse())
+    }
+
+    /// A key reused with other arguments, where clients send keys: a check whose calls never
+    /// reuse one (no [`Call::key_of`]) leaves `no-silent-key-reuse` untested, and says so.
+    fn situations(&self) -> &'static [Situation] {
+        if self.0.judges_key_reuse() {
+            &[Situation::KEY_REUSED]
+        } else {
+            &[]
+        }
     }
 
     fn supports_lookup(&self) -> bool {

@@ -63,6 +63,30 @@ fn expect(args: &[&str], status: i32) -> String {
     stdout(&output)
 }
 
+/// Runs `args` (a check of a scenario whose calls never reuse a key) and returns its
+/// report, which must be clean over an exhausted bound but for `no-silent-key-reuse`, which no
+/// run could break and so went untested: exit 3, and that the only gap.
+fn clean_but_key_reuse(args: &[&str]) -> String {
+    let report = expect(args, 3);
+    assert!(report.contains("bound: exhausted"), "{args:?}: {report}");
+    assert!(!report.contains("VIOLATED"), "{args:?}: {report}");
+    let gaps = report
+        .split("coverage gaps (a clean verdict here is not clean): ")
+        .nth(1)
+        .and_then(|rest| rest.split("\ninvariants:").next())
+        .unwrap_or_else(|| panic!("{args:?}: no coverage gaps in:\n{report}"));
+    assert_eq!(
+        gaps.split_whitespace().collect::<Vec<_>>().join(" "),
+        "a request id reused with other arguments (for no-silent-key-reuse)",
+        "{args:?}: {report}"
+    );
+    assert!(
+        report.contains("no-silent-key-reuse      untested"),
+        "{args:?}: {report}"
+    );
+    report
+}
+
 /// The reproduction command's arguments, from a report's `reproduce:` line.
 fn reproduction(report: &str) -> Vec<String> {
     let line = report
@@ -92,7 +116,7 @@ fn a_keyless_counter_is_caught_and_its_replay_reproduces() {
 
 #[test]
 fn a_keyed_counter_is_clean_over_its_bound() {
-    let report = expect(&["mcp", &shipped("counter.toml")], 0);
+    let report = clean_but_key_reuse(&["mcp", &shipped("counter.toml")]);
     assert!(report.contains("bound: exhausted"), "{report}");
     let points = report.split("crashes by point (runs").nth(1).unwrap_or("");
     assert!(points.contains("after-answer"), "{report}");
@@ -110,30 +134,31 @@ fn a_keyed_counter_is_clean_over_its_bound() {
 /// One that says `clock = "harness"` is held to it.
 #[test]
 fn time_is_the_harness_clock_only_when_the_scenario_says_so() {
-    let own = expect(
-        &[
-            "mcp",
-            &scenario(
-                "own-clock",
-                &counter("{ argument = \"request_id\" }", "KEYED = \"1\""),
-            ),
-        ],
-        0,
-    );
+    let own = clean_but_key_reuse(&[
+        "mcp",
+        &scenario(
+            "own-clock",
+            &counter("{ argument = \"request_id\" }", "KEYED = \"1\""),
+        ),
+    ]);
     assert!(own.contains("time: the server's own"), "{own}");
     assert!(
         !own.contains("\n  eventual-verdict "),
         "not in the table:\n{own}"
     );
     assert!(own.contains("at-most-once-effect      clean"), "{own}");
-    let harness = expect(&["mcp", &shipped("counter.toml")], 0);
+    let harness = clean_but_key_reuse(&["mcp", &shipped("counter.toml")]);
     assert!(
         harness.contains("eventual-verdict         clean"),
         "{harness}"
     );
     assert!(!harness.contains("time: the server's own"), "{harness}");
-    let json = expect(&["mcp", &shipped("counter.toml"), "--json"], 0);
+    let json = expect(&["mcp", &shipped("counter.toml"), "--json"], 3);
     assert!(json.contains(r#""clock":"harness""#), "{json}");
+    assert!(
+        json.contains(r#""coverage_gaps":["a request id reused with other arguments (for no-silent-key-reuse)"]"#),
+        "{json}"
+    );
 }
 
 #[test]
@@ -153,7 +178,7 @@ fn the_seeds_interval_tool_version_only_is_caught_and_receipt_is_clean() {
         version_only.contains("outcome-agreement        VIOLATED"),
         "{version_only}"
     );
-    let receipt = expect(&["mcp", &shipped("interval_receipt.toml")], 0);
+    let receipt = clean_but_key_reuse(&["mcp", &shipped("interval_receipt.toml")]);
     assert!(receipt.contains("bound: exhausted"), "{receipt}");
 }
 
@@ -166,7 +191,7 @@ fn the_key_reaches_the_server_where_the_scenario_puts_it() {
     ] {
         let env = format!(r#"KEYED = "1", KEY_FROM = "{key_from}""#);
         let clean = scenario(&format!("key-{key_from}"), &counter(key, &env));
-        expect(&["mcp", &clean], 0);
+        clean_but_key_reuse(&["mcp", &clean]);
     }
     // Sent in the arguments to a server that reads it from _meta: no key reaches it.
     let missed = scenario(
@@ -329,7 +354,7 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
 /// clean; one that answers a request it has no record of as completed is caught.
 #[test]
 fn a_status_tool_is_asked_on_reconnect_and_held_to_the_truth() {
-    let truthful = expect(&["mcp", &shipped("counter_status.toml")], 0);
+    let truthful = clean_but_key_reuse(&["mcp", &shipped("counter_status.toml")]);
     assert!(truthful.contains("bound: exhausted"), "{truthful}");
     let text = std::fs::read_to_string(shipped("counter_status.toml"))
         .unwrap()
@@ -353,7 +378,7 @@ fn a_provider_call_without_a_key_is_caught_and_with_one_is_clean() {
     );
     assert!(keyless.contains("VIOLATED no-orphan-effect"), "{keyless}");
     assert!(keyless.contains("charges [-:40; -:40]"), "{keyless}");
-    let keyed = expect(&["mcp", &shipped("pay.toml")], 0);
+    let keyed = clean_but_key_reuse(&["mcp", &shipped("pay.toml")]);
     assert!(keyed.contains("no-orphan-effect         clean"), "{keyed}");
     assert!(keyed.contains("bound: exhausted"), "{keyed}");
 }
@@ -391,13 +416,13 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
     let replay = reproduction(&report);
     let args: Vec<&str> = replay.iter().map(String::as_str).collect();
     assert_eq!(expect(&args, 1), expect(&args, 1));
-    let one_at_a_time = expect(&["mcp", &racy, "--invocations-max", "1"], 0);
+    let one_at_a_time = clean_but_key_reuse(&["mcp", &racy, "--invocations-max", "1"]);
     assert!(
         one_at_a_time.contains("bound: exhausted"),
         "{one_at_a_time}"
     );
 
-    let keyed = expect(&["mcp", &shipped("counter_concurrent.toml")], 0);
+    let keyed = clean_but_key_reuse(&["mcp", &shipped("counter_concurrent.toml")]);
     assert!(keyed.contains("bound: exhausted"), "{keyed}");
     let points = keyed.split("crashes by point (runs").nth(1).unwrap_or("");
     assert!(points.contains("after-answer"), "{keyed}");
@@ -452,7 +477,7 @@ fn a_provider_alone_is_the_ground_truth_of_a_server_without_a_database() {
     // Without local records the harness sees, no-orphan-effect is not judged.
     assert!(!caught.contains("no-orphan-effect"), "{caught}");
     let keyed = shipped("pay_memory.toml");
-    let clean = expect(&[&["mcp", &keyed][..], &crashes_only].concat(), 0);
+    let clean = clean_but_key_reuse(&[&["mcp", &keyed][..], &crashes_only].concat());
     assert!(clean.contains("bound: exhausted"), "{clean}");
     assert!(clean.contains("after-charge"), "{clean}");
 
@@ -519,7 +544,7 @@ fn what_a_server_writes_is_read_as_bytes_and_capped() {
     for tolerated in ["log-latin1", "blank"] {
         let env = format!(r#"KEYED = "1", RETRYSIM_MISBEHAVE = "{tolerated}""#);
         let text = counter(r#"{ argument = "request_id" }"#, &env);
-        let clean = expect(&["mcp", &scenario(tolerated, &text)], 0);
+        let clean = clean_but_key_reuse(&["mcp", &scenario(tolerated, &text)]);
         assert!(clean.contains("bound: exhausted"), "{tolerated}: {clean}");
     }
     for (misbehave, says) in [
@@ -544,7 +569,7 @@ fn what_a_server_writes_is_read_as_bytes_and_capped() {
 fn a_servers_children_are_ended_with_it() {
     let env = r#"KEYED = "1", RETRYSIM_MISBEHAVE = "spawn""#;
     let text = counter(r#"{ argument = "request_id" }"#, env);
-    let clean = expect(&["mcp", &scenario("spawn", &text)], 0);
+    let clean = clean_but_key_reuse(&["mcp", &scenario("spawn", &text)]);
     assert!(clean.contains("bound: exhausted"), "{clean}");
     let left = std::process::Command::new("pgrep")
         .args(["-x", "-f", "sleep 300"])
@@ -738,7 +763,13 @@ faults_max = 1
 "#,
             server = server.display()
         );
-        let clean = expect(&["mcp", &scenario(name, &text)], 0);
+        let args = ["mcp", &scenario(name, &text)];
+        // With a key and no call that reuses it, no-silent-key-reuse goes untested; without
+        // one, it does not apply.
+        let clean = match key {
+            r#""none""# => expect(&args, 0),
+            _ => clean_but_key_reuse(&args),
+        };
         assert!(clean.contains("bound: exhausted"), "{name}: {clean}");
     }
     let _ = std::fs::remove_dir_all(&directory);
@@ -768,7 +799,7 @@ fn a_tool_that_answers_in_progress_is_held_to_a_verdict() {
         })
         .collect();
     let text = unread_lines.join("\n");
-    let unread = expect(&["mcp", &scenario("claim-unread", &text)], 0);
+    let unread = clean_but_key_reuse(&["mcp", &scenario("claim-unread", &text)]);
     assert!(unread.contains("bound: exhausted"), "{unread}");
 }
 
@@ -809,7 +840,7 @@ fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
 /// A call sent under an earlier call's request id with other arguments (`key_of`) lets
 /// `no-silent-key-reuse` be judged: a server that refuses it is clean, one that answers it
 /// with the other call's result is caught. Where no call does, the report says the invariant
-/// was not judged.
+/// went untested, and the check exits 3.
 #[test]
 fn a_key_reused_with_other_arguments_is_judged() {
     let quick = ["--faults-max", "0"];
@@ -818,7 +849,7 @@ fn a_key_reused_with_other_arguments_is_judged() {
         0,
     );
     assert!(clean.contains("no-silent-key-reuse      clean"), "{clean}");
-    assert!(!clean.contains("not judged"), "{clean}");
+    assert!(!clean.contains("untested"), "{clean}");
     let text = std::fs::read_to_string(shipped("counter_reuse.toml"))
         .unwrap()
         .replace(r#""counter_server.py""#, r#""COUNTER""#)
@@ -826,14 +857,8 @@ fn a_key_reused_with_other_arguments_is_judged() {
     let ignoring = scenario("reuse-ignored", &text);
     let caught = expect(&[&["mcp", &ignoring][..], &quick].concat(), 1);
     assert!(caught.contains("VIOLATED no-silent-key-reuse"), "{caught}");
-    let single = expect(
-        &[&["mcp", &shipped("counter.toml")][..], &quick].concat(),
-        0,
-    );
-    assert!(
-        single.contains("no-silent-key-reuse: not judged"),
-        "{single}"
-    );
+    // Where no call reuses a key, the invariant went untested: not clean, exit 3.
+    let single = clean_but_key_reuse(&[&["mcp", &shipped("counter.toml")][..], &quick].concat());
     assert!(
         !single.contains("no-silent-key-reuse      clean"),
         "{single}"
@@ -973,7 +998,7 @@ fn a_relative_command_runs_as_written() {
     );
     let path = directory.join("venv.toml");
     std::fs::write(&path, text).unwrap();
-    let clean = expect(&["mcp", &path.display().to_string()], 0);
+    let clean = clean_but_key_reuse(&["mcp", &path.display().to_string()]);
     assert!(clean.contains("bound: exhausted"), "{clean}");
     let _ = std::fs::remove_dir_all(&directory);
 }

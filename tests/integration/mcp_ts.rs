@@ -33,7 +33,13 @@ fn the_typescript_counter_with_its_key_is_clean() {
     let Some((status, report)) = NODE.check("counter_ts.toml") else {
         return;
     };
-    assert_eq!(status, 0, "{report}");
+    // Clean but for no-silent-key-reuse: no call reuses a key, so it went untested (exit 3).
+    assert_eq!(status, 3, "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(
+        report.contains("no-silent-key-reuse      untested"),
+        "{report}"
+    );
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(
         report.contains("eventual-verdict         clean"),
