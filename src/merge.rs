@@ -23,7 +23,7 @@
 //! options, parts 1 to N of N, each once.
 
 use retrysim_models as models;
-use retrysim_sim::{coverage_gaps, success_gap, Bounds, Invariant};
+use retrysim_sim::{coverage_gaps, overlap_gap, success_gap, Bounds, Invariant, Situation};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::cmp::Ordering;
@@ -78,9 +78,12 @@ struct CheckJson {
     runs: u64,
     unique_states: u64,
     elapsed_seconds: f64,
-    /// A shard's own gaps: the merge judges gaps from the summed coverage instead.
-    #[serde(rename = "coverage_gaps")]
-    _coverage_gaps: Vec<String>,
+    /// A shard's own gaps: the merge judges gaps from the summed coverage instead, but for
+    /// the gap of overlap unexplored, which the bounds alone decide (the same in every shard).
+    coverage_gaps: Vec<String>,
+    /// A built-in handler's: invocations could overlap but one ran at a time.
+    #[serde(default)]
+    overlap_unexplored: bool,
     /// The same as `report.violations`.
     violations: Vec<CounterexampleJson>,
     minimal: Option<Value>,
@@ -280,6 +283,9 @@ struct ExploreJson {
     runs_step_limited: u64,
     violations: Vec<FailureJson>,
     first: Option<Value>,
+    /// A built-in handler's: invocations could overlap but one ran at a time.
+    #[serde(default)]
+    overlap_unexplored: bool,
     /// A real server's: where a failure did not replay alike.
     #[serde(default)]
     nondeterministic: Option<String>,
@@ -465,6 +471,7 @@ fn merge_checks(reports: &[(&str, CheckJson)]) -> Result<Merged, MergeError> {
         "unique_states": sum(checks.iter().map(|c| c.unique_states), "unique states")?,
         "elapsed_seconds": checks.iter().map(|c| c.elapsed_seconds).fold(0.0, f64::max),
         "coverage_gaps": gaps,
+        "overlap_unexplored": first.overlap_unexplored,
         "violations": violations,
         "minimal": minimal,
         "shards": checks.len(),
@@ -613,9 +620,9 @@ fn whole_coverage_gaps(
     coverage: &CoverageJson,
     check: &CheckJson,
 ) -> Result<Vec<String>, MergeError> {
-    // A real server's scenario draws no situations of a built-in domain's.
+    // A real server's scenario draws one situation, where its clients send keys.
     let situations = if check.model == crate::mcp::MCP_MODEL {
-        &[][..]
+        &[Situation::KEY_REUSED][..]
     } else {
         let entry = models::find(&check.model, &check.handler).map_err(|error| {
             MergeError(format!("the reports name no built-in handler: {error}"))
@@ -643,6 +650,7 @@ fn whole_coverage_gaps(
     let untested = situations.iter().filter(|s| never.contains(&s.name));
     let mut gaps = coverage_gaps(kind_runs, crash_points, untested, &bounds);
     gaps.extend(success_gap(coverage.succeeded));
+    gaps.extend(overlap_gap(true, &bounds).filter(|gap| check.coverage_gaps.contains(gap)));
     Ok(gaps)
 }
 
@@ -744,6 +752,7 @@ fn merge_explorations(reports: &[(&str, ExploreJson)]) -> Result<Merged, MergeEr
         "runs_with_fault": sum(explorations.iter().map(|e| e.runs_with_fault), "runs with a fault")?,
         "runs_step_limited": sum(explorations.iter().map(|e| e.runs_step_limited), "runs stopped by steps_max")?,
         "violations": violations,
+        "overlap_unexplored": head.overlap_unexplored,
         "first": first,
         "shards": explorations.len(),
     });

@@ -406,7 +406,7 @@ pub fn check_report(
     report: &CheckReport,
     elapsed_seconds: f64,
     counterexample: Counterexample<'_>,
-    applicable: &[Invariant],
+    (applicable, gaps): (&[Invariant], &[String]),
     width_chars: usize,
 ) -> String {
     let mut out = String::new();
@@ -534,7 +534,6 @@ pub fn check_report(
     if !situations.is_empty() {
         let _ = writeln!(out, "situations (runs): {}", situations.join(", "));
     }
-    let gaps = coverage.gaps(bounds);
     if !gaps.is_empty() && report.violations.is_empty() {
         let _ = writeln!(
             out,
@@ -606,13 +605,15 @@ pub fn fit_to_width(text: &str, width_chars: usize) -> String {
     out
 }
 
-/// Whether `line` gives a command to run (`reproduce: retrysim replay ...`).
+/// Whether `line` gives a command to run (`reproduce: retrysim replay ...`, or a `cargo test`
+/// line with its `RETRYSIM_*` variables first).
 fn holds_command(line: &str) -> bool {
+    let command = |text: &str| text.starts_with("retrysim ") || text.starts_with("RETRYSIM_");
     let text = line.trim_start();
-    text.starts_with("retrysim ")
+    command(text)
         || text
             .split_once(": ")
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with("retrysim "))
+            .is_some_and(|(_, rest)| command(rest.trim_start()))
 }
 
 /// `words` filled into lines of at most `width_chars` (where a piece allows), the first

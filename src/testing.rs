@@ -44,6 +44,27 @@ pub struct Check {
     determinism: Option<bool>,
     /// Set by [`Check::one_at_a_time`]: the system's server serves one request at a time.
     one_at_a_time: bool,
+    /// Set by [`Check::timeline_width`]; unset, [`failure_width_chars`] decides.
+    timeline_width_chars: Option<usize>,
+}
+
+/// Timelines in a failure are fitted to this many characters where nothing says otherwise.
+const TIMELINE_WIDTH_CHARS_DEFAULT: usize = 100;
+
+/// The width a failure's timeline is fitted to, unless [`Check::timeline_width`] says: the
+/// `COLUMNS` environment variable (40 or more), else the width of the terminal standard error
+/// goes to (where `cargo test` shows a failure), else 100.
+fn failure_width_chars() -> usize {
+    let columns = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok())
+        .filter(|columns| *columns >= 40);
+    columns
+        .or_else(|| {
+            terminal_size::terminal_size_of(std::io::stderr())
+                .map(|(terminal_size::Width(columns), _)| usize::from(columns))
+        })
+        .unwrap_or(TIMELINE_WIDTH_CHARS_DEFAULT)
 }
 
 /// A check of the built-in handler `handler` of `domain`, over seeds `0..1000` by default.
@@ -74,6 +95,7 @@ impl Check {
             regressions: None,
             determinism: None,
             one_at_a_time: false,
+            timeline_width_chars: None,
         }
     }
 
@@ -139,6 +161,20 @@ impl Check {
     pub fn one_at_a_time(mut self) -> Self {
         self.one_at_a_time = true;
         self
+    }
+
+    /// Fits the timelines a failure prints to `chars` characters (at least 40): its lanes
+    /// share them and long cells wrap, as `retrysim --width` does. Without it, `COLUMNS`, else
+    /// the terminal's width, else 100.
+    pub fn timeline_width(mut self, chars: usize) -> Self {
+        self.timeline_width_chars = Some(chars.max(40));
+        self
+    }
+
+    /// The width this check's timelines are fitted to.
+    fn width_chars(&self) -> usize {
+        self.timeline_width_chars
+            .unwrap_or_else(failure_width_chars)
     }
 
     /// Runs every seed twice and fails at the first divergence (whatever
@@ -308,15 +344,18 @@ impl Check {
         let timeline = outcome
             .timeline
             .as_ref()
-            .map(|t| t.render())
+            .map(|t| t.render_within(self.width_chars()))
             .unwrap_or_default();
         println!("{}: {what}\n{timeline}", self.name);
         if outcome.violations.is_empty() {
             return Ok(());
         }
-        Err(format!(
-            "{}: {what} breaks {}\n{timeline}",
-            self.name, outcome.violations[0].invariant
+        Err(report::fit_to_width(
+            &format!(
+                "{}: {what} breaks {}\n{timeline}",
+                self.name, outcome.violations[0].invariant
+            ),
+            self.width_chars(),
         ))
     }
 
@@ -347,7 +386,7 @@ impl Check {
             self.name, violation.invariant, violation.detail
         );
         if let Some(timeline) = &outcome.timeline {
-            message.push_str(&timeline.render());
+            message.push_str(&timeline.render_within(self.width_chars()));
         }
         let _ = write!(
             message,
@@ -363,7 +402,7 @@ impl Check {
                 report::replay_command(entry, &shrunk.bounds, &Schedule::Tape(shrunk.tape.clone()));
             let _ = write!(message, "\n       or: {command}");
         }
-        message
+        report::fit_to_width(&message, self.width_chars())
     }
 
     fn replay_regressions(&self) -> Result<(), String> {
@@ -410,7 +449,10 @@ impl Check {
                 true,
             );
             if outcome.violates(regression.invariant) {
-                let timeline = outcome.timeline.map(|t| t.render()).unwrap_or_default();
+                let timeline = outcome
+                    .timeline
+                    .map(|t| t.render_within(self.width_chars()))
+                    .unwrap_or_default();
                 return Err(format!(
                     "{}: stored regression still fails ({}:{}): {line}\n{timeline}",
                     self.name,

@@ -237,6 +237,14 @@ pub fn success_gap(succeeded_runs: u64) -> Option<String> {
     (succeeded_runs == 0).then(|| "no call succeeded".to_string())
 }
 
+/// The gap of a check of a system whose invocations can overlap (`overlaps`: each has a
+/// connection of its own, or its server serves calls at once) within bounds that let only one
+/// be in progress at a time: no race between two requests in flight was explored.
+pub fn overlap_gap(overlaps: bool, bounds: &Bounds) -> Option<String> {
+    (overlaps && bounds.invocations_max < 2)
+        .then(|| "overlapping invocations (invocations_max is 1)".to_string())
+}
+
 /// How many explored runs exercised a situation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SituationRuns {

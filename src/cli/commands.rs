@@ -250,7 +250,9 @@ fn check_on(
             resolved.shrink_confirmed(&mut *subject, (&found.tape, &found_bounds), found.invariant);
         confirmed_or_in_ground_truth(shrunk, &mut nondeterminism)
     });
-    let gaps = report.coverage.gaps(&options.bounds);
+    let mut gaps = report.coverage.gaps(&options.bounds);
+    gaps.extend(resolved.overlap_gap(subject.overlaps(), &options.bounds));
+    let overlap_note = resolved.overlap_note(subject.overlaps(), &options.bounds);
     let mut out = Printed::new();
     if json {
         let mut value = json!({
@@ -262,6 +264,7 @@ fn check_on(
             "unique_states": report.unique_states(),
             "elapsed_seconds": elapsed_seconds,
             "coverage_gaps": gaps,
+            "overlap_unexplored": overlap_note.is_some(),
             "violations": report.violations,
             "minimal": minimal.as_ref().map(|m| json!({
                 "tape": m.tape,
@@ -287,7 +290,7 @@ fn check_on(
                 (None, Some(_)) => report::Counterexample::Unconfirmed,
                 (None, None) => report::Counterexample::None,
             },
-            subject.invariants(),
+            (subject.invariants(), &gaps),
             width_chars,
         );
         if let Some(divergence) = &nondeterminism {
@@ -296,6 +299,9 @@ fn check_on(
         }
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
+        }
+        if let Some(overlap) = &overlap_note {
+            out.text.push_str(overlap);
         }
         out = out.fitted(width_chars);
     }
@@ -442,6 +448,7 @@ fn explore_on(
         (&bounds, threads),
         progress_shown(json),
     );
+    let overlap_note = resolved.overlap_note(subject.overlaps(), &bounds);
     let mut nondeterminism = None;
     let shrunk = exploration.first().and_then(|found| {
         let shrunk =
@@ -470,6 +477,7 @@ fn explore_on(
             "runs_with_fault": exploration.faulty_runs,
             "runs_step_limited": exploration.step_limited,
             "violations": exploration.violations,
+            "overlap_unexplored": overlap_note.is_some(),
             "first": first,
         });
         // A real server's report says whether its failure replayed alike, and whose clock
@@ -495,6 +503,9 @@ fn explore_on(
         }
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
+        }
+        if let Some(overlap) = &overlap_note {
+            out.text.push_str(overlap);
         }
         out = out.fitted(width_chars);
     }

@@ -9,6 +9,7 @@ use crate::{
     SubjectFactory, System as _, Tape,
 };
 use retrysim_models::{self as models, Declared, HandlerEntry};
+use retrysim_sim::overlap_gap;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Mutex;
 
@@ -161,6 +162,32 @@ impl Resolved {
              [server].\n"
                 .to_string()
         })
+    }
+
+    /// The gap of a check of a scenario whose server serves calls at once
+    /// (`concurrent = true`, so `overlaps`) with one invocation at a time: a race between two
+    /// calls in flight went unexplored, and the check is not clean ([`overlap_gap`]). `None`
+    /// for a built-in handler, whose own bound is a declaration ([`Resolved::overlap_note`]).
+    pub fn overlap_gap(&self, overlaps: bool, bounds: &Bounds) -> Option<String> {
+        self.scenario.as_ref()?;
+        overlap_gap(overlaps, bounds)
+    }
+
+    /// What a report of a built-in handler says when its invocations could overlap (a
+    /// SQLite store gives each a connection) but its bound lets one run at a time: no race
+    /// between two requests in flight was explored, and how to explore them. Its own bound
+    /// of 1 is what the catalog declares (the test suite holds every such handler to its
+    /// declaration with two in flight over seeds), so this is a note, not a coverage gap.
+    pub fn overlap_note(&self, overlaps: bool, bounds: &Bounds) -> Option<String> {
+        if self.scenario.is_some() || overlap_gap(overlaps, bounds).is_none() {
+            return None;
+        }
+        Some(
+            "\noverlapping invocations: not explored: invocations_max=1, so no two requests \
+             were in the server at once and no race between them was explored; \
+             --invocations-max 2 explores them (the states multiply: bound the rest tighter).\n"
+                .to_string(),
+        )
     }
 
     /// Whose clock a scenario's server reads, for JSON reports: `harness` or `own`.

@@ -217,6 +217,63 @@ fn record_panic_locations() {
     });
 }
 
+/// The widest line of a failure message but for its reproduction commands (printed whole, to
+/// be copied).
+fn widest_timeline_line(message: &str) -> usize {
+    message
+        .lines()
+        .filter(|line| !line.starts_with("reproduce: ") && !line.trim_start().starts_with("or: "))
+        .map(|line| line.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A failing check of a handler whose failure timeline is wide.
+fn wide_failure() -> Check {
+    check("payment", "no-provider-key").seeds(0..200)
+}
+
+/// A failure's timeline is fitted to the width it is given, else `COLUMNS`, else 100 where
+/// standard error is no terminal (a child process here, as in CI).
+#[test]
+fn a_failures_timeline_fits_the_width() {
+    let natural = wide_failure().timeline_width(1_000).verdict().unwrap_err();
+    assert!(widest_timeline_line(&natural) > 100, "{natural}");
+    let fitted = wide_failure().timeline_width(60).verdict().unwrap_err();
+    assert!(widest_timeline_line(&fitted) <= 60, "{fitted}");
+    let child = |columns: Option<&str>| {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args([
+            "--exact",
+            "api::failure_width_target",
+            "--ignored",
+            "--nocapture",
+        ]);
+        match columns {
+            Some(columns) => child.env("COLUMNS", columns),
+            None => child.env_remove("COLUMNS"),
+        };
+        let output = child.output().unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let widest = text
+            .lines()
+            .find_map(|line| line.strip_prefix("widest: "))
+            .unwrap_or_else(|| panic!("{text}{}", String::from_utf8_lossy(&output.stderr)));
+        widest.parse::<usize>().unwrap()
+    };
+    let default = child(None);
+    assert!((61..=100).contains(&default), "{default}");
+    assert!(child(Some("72")) <= 72);
+}
+
+/// Run only by `a_failures_timeline_fits_the_width`, in a child process.
+#[test]
+#[ignore = "run by a_failures_timeline_fits_the_width in a child process"]
+fn failure_width_target() {
+    let message = wide_failure().verdict().unwrap_err();
+    println!("widest: {}", widest_timeline_line(&message));
+}
+
 /// Run only by `a_reproduction_replays_only_in_its_own_check`, in a child process.
 #[test]
 #[ignore = "run by a_reproduction_replays_only_in_its_own_check with RETRYSIM_* set"]

@@ -126,6 +126,61 @@ fn a_clean_explore_exits_0() {
     );
 }
 
+/// A built-in handler whose invocations could overlap (its SQLite store gives each a
+/// connection), checked at its own bound of one at a time, says that no race between two
+/// requests in flight was explored and how to explore one; at two it does not, nor does a
+/// handler whose invocations cannot overlap. The note is not a gap: the exit stays 0.
+#[test]
+fn a_race_left_unexplored_is_said() {
+    // One client (key reuse goes untested: exit 3) or two (nothing untested: exit 0).
+    let check = |handler: &str, clients: &str, more: &[&str], status: i32| {
+        let small = [
+            "check",
+            "--model",
+            "counter",
+            "--handler",
+            handler,
+            "--clients",
+            clients,
+            "--intents",
+            "1",
+            "--attempts-max",
+            "2",
+            "--faults-max",
+            "1",
+        ];
+        let args = [&small[..], more].concat();
+        let output = retrysim(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(status),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        stdout(&output)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let said = "overlapping invocations: not explored: invocations_max=1, so no two requests \
+                were in the server at once and no race between them was explored; \
+                --invocations-max 2 explores them";
+    let one = check("keyed-sqlite", "2", &[], 0);
+    assert!(one.contains(said), "{one}");
+    let json = check("keyed-sqlite", "2", &["--json"], 0);
+    assert!(json.contains(r#""overlap_unexplored":true"#), "{json}");
+    let two = check("keyed-sqlite", "1", &["--invocations-max", "2"], 3);
+    assert!(two.contains("bound: exhausted"), "{two}");
+    assert!(!two.contains("overlapping invocations"), "{two}");
+    let memory = check("keyed-atomic", "2", &[], 0);
+    assert!(!memory.contains("overlapping invocations"), "{memory}");
+    let memory_json = check("keyed-atomic", "2", &["--json"], 0);
+    assert!(
+        memory_json.contains(r#""overlap_unexplored":false"#),
+        "{memory_json}"
+    );
+}
+
 #[test]
 fn a_failing_explore_exits_1_and_its_replay_command_reproduces() {
     let naive = ["--handler", "naive", "--seeds", "0..200"];

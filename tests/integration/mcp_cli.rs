@@ -416,9 +416,19 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
     let replay = reproduction(&report);
     let args: Vec<&str> = replay.iter().map(String::as_str).collect();
     assert_eq!(expect(&args, 1), expect(&args, 1));
-    let one_at_a_time = clean_but_key_reuse(&["mcp", &racy, "--invocations-max", "1"]);
+    // One call at a time, the race is not explored: the check says so and is not clean.
+    let one_at_a_time = expect(&["mcp", &racy, "--invocations-max", "1"], 3);
     assert!(
         one_at_a_time.contains("bound: exhausted"),
+        "{one_at_a_time}"
+    );
+    assert!(!one_at_a_time.contains("VIOLATED"), "{one_at_a_time}");
+    assert!(
+        one_at_a_time
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("(for no-silent-key-reuse), overlapping invocations (invocations_max is 1)"),
         "{one_at_a_time}"
     );
 
@@ -689,6 +699,31 @@ fn shard_reports_of_a_server_merge() {
     }
     let merged = expect(&["merge", &reports[0], &reports[1]], 1);
     assert!(merged.contains("at-most-once-effect"), "{merged}");
+    // A keyed server's shards, clean, merge into one verdict with its gaps: key reuse
+    // untested, and the race of a server that serves calls at once, checked one at a time.
+    let mut clean = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        let shard_args = [
+            "mcp",
+            &shipped("counter_concurrent.toml"),
+            "--invocations-max",
+            "1",
+            "--shard",
+            shard,
+            "--json",
+        ];
+        let output = retrysim(&shard_args);
+        let path = directory.join(format!("clean-{}.json", &shard[..1]));
+        std::fs::write(&path, stdout(&output)).unwrap();
+        clean.push(path.display().to_string());
+    }
+    let merged = expect(&["merge", &clean[0], &clean[1], "--json"], 3);
+    assert!(
+        merged.contains(
+            r#""coverage_gaps":["a request id reused with other arguments (for no-silent-key-reuse)","overlapping invocations (invocations_max is 1)"]"#
+        ),
+        "{merged}"
+    );
     let _ = std::fs::remove_dir_all(&directory);
 }
 

@@ -2,6 +2,7 @@
 //! crash points and SQLite lock waits, each on a connection of its own.
 
 use crate::entry;
+use retrysim::models::Declared;
 use retrysim::{explore, models, run_seed, Bounds, Invariant, RunEnd};
 
 fn overlapping() -> Bounds {
@@ -33,6 +34,35 @@ fn keyed_sqlite_stays_clean_and_its_deferred_lookup_is_caught() {
     let timeline = run.timeline.unwrap().render();
     assert!(timeline.contains("invocation 2"), "{timeline}");
     assert!(timeline.contains("goes on from after-lookup"), "{timeline}");
+}
+
+/// Every built-in handler whose invocations can overlap but that is declared at one at a
+/// time (what `retrysim check` explores by default, with a note saying so) keeps its
+/// declaration with two in flight: correct ones clean, faulty ones caught by their invariant.
+#[test]
+fn every_handler_keeps_its_declaration_with_two_invocations_in_flight() {
+    let mut held = 0;
+    for handler in models::handlers() {
+        if handler.invocations_max > 1 || !(handler.build)().overlaps() {
+            continue;
+        }
+        held += 1;
+        let bounds = Bounds {
+            invocations_max: 2,
+            ..handler.bounds_from(Bounds::default())
+        };
+        let found = explore(&handler.build, 0..1_000, &bounds, 2);
+        match handler.declared {
+            Declared::Correct => assert_eq!(found.violations, vec![], "{handler:?}"),
+            Declared::Faulty { caught_by } => assert!(
+                found.failure(caught_by).is_some(),
+                "{handler:?} is not caught by {caught_by} with two in flight: {:?}",
+                found.violations
+            ),
+        }
+    }
+    // The SQLite handlers of four domains: a loop over none would hold nothing.
+    assert!(held >= 15, "{held} handlers held");
 }
 
 #[test]
