@@ -176,8 +176,8 @@ fn eventual_verdict<R: Request, V: fmt::Display>(
         Some(Deferral::PastWholeHorizon { wait_ms }) => {
             return Some(format!(
                 "{} gave up: outcome unknown, told to retry after {wait_ms} ms, longer than its \
-                 client's whole {horizon_ms} ms retry horizon: after a fault this server can \
-                 never answer this client; {}",
+                 client's whole {horizon_ms} ms retry horizon: a client told to wait longer than it \
+                 will try can never hear a verdict from this server; {}",
                 label(id, intent),
                 answers_after(id, intent, sends_before_last_fault(intent)),
             ))

@@ -33,7 +33,7 @@ use std::io::IsTerminal as _;
 use std::io::Write as _;
 use std::ops::Range;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::Instant;
 
 /// Seeds the no-argument run explores per handler.
@@ -131,6 +131,9 @@ enum Command {
         /// The directory to write (made if missing).
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
+        /// Seeds to explore each handler over, as start..end (end exclusive).
+        #[arg(long, value_name = "A..B", default_value = "0..2000", value_parser = parse_seeds)]
+        seeds: Range<u64>,
     },
     /// Join the JSON reports of the shards of one check or one exploration (`--shard I/N
     /// --json`, one report per file or per line) into the verdict one machine would give;
@@ -618,7 +621,7 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
             json,
             (&bounds, width_chars),
         ),
-        Some(Command::Report { out }) => run_report_dir(&out),
+        Some(Command::Report { out, seeds }) => run_report_dir(&out, seeds),
         Some(Command::Merge { files, json }) => run_merge(&files, json),
         Some(Command::Replay {
             target,

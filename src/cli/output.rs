@@ -2,6 +2,7 @@
 //! closed standard output), and the progress line of long commands.
 
 use super::*;
+use std::sync::mpsc::RecvTimeoutError;
 
 /// What a command prints on standard output, and the status it ends with. Commands write
 /// here, and [`main`] writes it out once, so that a closed pipe or a full disk is one error
@@ -122,19 +123,24 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
     if shown == Shown::Never {
         return work(&progress);
     }
-    let done = AtomicBool::new(false);
+    // The sender is dropped however `work` ends, a panic included (a real server that failed
+    // the harness): the progress thread wakes at once and ends, else the scope would wait for
+    // it (for ever after a panic, up to a redraw's interval otherwise).
+    let (finished, until_finished) = std::sync::mpsc::channel::<()>();
     let started = Instant::now();
+    let counters = &progress;
     std::thread::scope(|scope| {
-        scope.spawn(|| {
+        scope.spawn(move || {
             let mut logged_at = 0;
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(200));
+            while let Err(RecvTimeoutError::Timeout) =
+                until_finished.recv_timeout(std::time::Duration::from_millis(200))
+            {
                 let seconds = started.elapsed().as_secs_f64();
-                let runs = progress.runs();
+                let runs = counters.runs();
                 let line = format!(
                     "{runs} runs, {:.0} runs/s, {} violating, {seconds:.1} s",
                     runs as f64 / seconds.max(1e-9),
-                    progress.violating()
+                    counters.violating()
                 );
                 let elapsed = started.elapsed().as_secs();
                 match shown {
@@ -150,20 +156,9 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
             }
             clear_progress_line(shown == Shown::Redrawn);
         });
-        // Set however `work` ends, a panic included (a real server that failed the harness):
-        // else the scope would wait for the progress thread for ever.
-        let _done_on_exit = SetOnDrop(&done);
+        let _finished_on_exit = finished;
         work(&progress)
     })
-}
-
-/// Sets its flag when dropped.
-struct SetOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for SetOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Clears the progress line, when one is shown, so that a note can take its place.

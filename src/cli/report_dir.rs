@@ -5,16 +5,15 @@ use super::commands::{cores, exit_for, shrink_first, timed_explore};
 use super::output::{progress_shown, Printed};
 use super::*;
 
-/// Every built-in handler explored over [`DEFAULT_SEEDS`] under its own bounds: the matrix's
-/// rows.
-pub(super) fn matrix_rows() -> Vec<MatrixRow<'static>> {
+/// Every built-in handler explored over `seeds` under its own bounds: the matrix's rows.
+pub(super) fn matrix_rows(seeds: &Range<u64>) -> Vec<MatrixRow<'static>> {
     let threads = cores();
     let mut rows = Vec::new();
     for entry in models::handlers() {
         let bounds = entry.bounds_from(Bounds::default());
         let shown = progress_shown(false);
         let (exploration, _) =
-            timed_explore(&entry.build, DEFAULT_SEEDS, (&bounds, threads), shown);
+            timed_explore(&entry.build, seeds.clone(), (&bounds, threads), shown);
         let applicable = (entry.build)().invariants();
         rows.push(MatrixRow {
             entry,
@@ -28,9 +27,18 @@ pub(super) fn matrix_rows() -> Vec<MatrixRow<'static>> {
 /// `retrysim report --out DIR`: the matrix as `DIR/index.html`, and for every failing cell
 /// its shortest failure as a page and a Mermaid diagram beside it. The directory is made (or
 /// found) before any exploring, so bad input writes nothing.
-pub(super) fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageError> {
+pub(super) fn run_report_dir(
+    dir: &std::path::Path,
+    seeds: Range<u64>,
+) -> Result<Printed, UsageError> {
+    if seeds.is_empty() {
+        return Err(UsageError(format!(
+            "--seeds {}..{} is empty; the end is exclusive",
+            seeds.start, seeds.end
+        )));
+    }
     let staging = Staging::beside(dir)?;
-    let rows = matrix_rows();
+    let rows = matrix_rows(&seeds);
     let failures: usize = rows
         .iter()
         .map(|row| row.exploration.violations.len())
@@ -72,10 +80,7 @@ pub(super) fn run_report_dir(dir: &std::path::Path) -> Result<Printed, UsageErro
             pages += 1;
         }
     }
-    staging.write(
-        "index.html",
-        &crate::html::matrix_page(&rows, &DEFAULT_SEEDS),
-    )?;
+    staging.write("index.html", &crate::html::matrix_page(&rows, &seeds))?;
     staging.put_in_place()?;
     let mut out = Printed::new();
     let _ = writeln!(
@@ -152,7 +157,7 @@ impl Staging {
 pub(super) fn run_matrix(width_chars: usize) -> Printed {
     let bounds = Bounds::default();
     let bounds_of = |entry: &HandlerEntry| entry.bounds_from(bounds);
-    let rows = matrix_rows();
+    let rows = matrix_rows(&DEFAULT_SEEDS);
     let mut out = Printed::new();
     let _ = writeln!(
         out.text,

@@ -87,8 +87,10 @@ fn a_pending_record_whose_lease_ended_is_taken_over() {
 }
 
 /// A lease that outlives the client's whole retry horizon leaves it without a verdict, and
-/// that is the server's doing: whenever a fault strands a claim, this server can never answer
-/// this client. `eventual-verdict` names the wait and the horizon.
+/// that is the server's doing: whenever a retry finds the claim in progress (here with no
+/// fault at all: the first attempt's invocation is still running when the client's timeout
+/// sends it again), this server can never answer this client. `eventual-verdict` names the
+/// wait and the horizon, and blames no fault.
 #[test]
 fn a_wait_longer_than_the_whole_horizon_breaks_eventual_verdict() {
     let short_horizon = Bounds {
@@ -102,13 +104,14 @@ fn a_wait_longer_than_the_whole_horizon_breaks_eventual_verdict() {
         "unknown (gave up)"
     );
     let details = details(&outcome);
+    assert!(!details[0].1.contains("fault"), "{details:?}");
     assert_eq!(
         details,
         [(
             Invariant::EventualVerdict,
             "A (c1 tenant-a req-247 slot-A) gave up: outcome unknown, told to retry after 1500 ms, \
-             longer than its client's whole 1000 ms retry horizon: after a fault this server \
-             can never answer this client; A#1 answered retry after 1500 ms: pending until its \
+             longer than its client's whole 1000 ms retry horizon: a client told to wait \
+             longer than it will try can never hear a verdict from this server; A#1 answered retry after 1500 ms: pending until its \
              owner's lease ends"
         )]
     );
