@@ -137,6 +137,7 @@ pub mod diagram;
 pub mod html;
 pub mod mcp;
 pub mod merge;
+pub mod postgres;
 pub mod process;
 pub mod property;
 pub mod report;

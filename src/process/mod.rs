@@ -19,13 +19,20 @@ use std::sync::Mutex;
 /// The process groups and scratch directories alive now.
 static ALIVE: Mutex<Alive> = Mutex::new(Alive {
     groups: BTreeSet::new(),
+    quit_first: BTreeSet::new(),
     directories: BTreeSet::new(),
 });
 
 struct Alive {
     groups: BTreeSet<i32>,
+    /// Children asked to end with SIGQUIT before their groups are killed (a PostgreSQL
+    /// postmaster, which then frees its shared memory).
+    quit_first: BTreeSet<i32>,
     directories: BTreeSet<PathBuf>,
 }
+
+/// How long [`end_all`] waits for the children asked with SIGQUIT to end, in real time.
+const QUIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn alive() -> std::sync::MutexGuard<'static, Alive> {
     // A panic while the list was held leaves it as it was: still the truth.
@@ -41,11 +48,20 @@ pub fn track_group(group: u32) {
     }
 }
 
+/// Notes that the child `pid` (a process group's leader, tracked with [`track_group`]) is
+/// asked with SIGQUIT to end, and given a moment, before its group is killed on a signal.
+pub fn track_quit_first(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        alive().quit_first.insert(pid);
+    }
+}
+
 /// Sends SIGKILL to every process of the group `group` and forgets it.
 pub fn kill_group(group: u32) {
     let Ok(group) = i32::try_from(group) else {
         return;
     };
+    alive().quit_first.remove(&group);
     if group > 0 {
         // SAFETY: `kill` with a negative pid signals a process group; it touches no memory.
         unsafe {
@@ -86,6 +102,7 @@ impl Drop for ScratchDir {
 /// Ends every process group and removes every scratch directory alive.
 pub fn end_all() {
     let mut alive = alive();
+    quit_and_wait(&std::mem::take(&mut alive.quit_first));
     for &group in &alive.groups {
         // SAFETY: as in `kill_group`.
         unsafe {
@@ -95,6 +112,29 @@ pub fn end_all() {
     alive.groups.clear();
     for directory in std::mem::take(&mut alive.directories) {
         let _ = std::fs::remove_dir_all(directory);
+    }
+}
+
+/// Sends SIGQUIT to each child of `pids` and waits, up to [`QUIT_WAIT`], until each has
+/// ended (reaping it).
+fn quit_and_wait(pids: &BTreeSet<i32>) {
+    for &pid in pids {
+        // SAFETY: `kill` signals one process; it touches no memory.
+        unsafe {
+            libc::kill(pid, libc::SIGQUIT);
+        }
+    }
+    let asked = std::time::Instant::now();
+    let mut waiting: BTreeSet<i32> = pids.clone();
+    while !waiting.is_empty() && asked.elapsed() < QUIT_WAIT {
+        waiting.retain(|&pid| {
+            let mut status = 0;
+            // SAFETY: `waitpid` with WNOHANG reaps the child `pid` if it has ended; it writes
+            // only `status`.
+            let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            reaped == 0
+        });
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 

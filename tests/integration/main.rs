@@ -24,6 +24,7 @@ mod overlap;
 mod own_capabilities;
 mod own_handler;
 mod payment;
+mod postgres;
 mod property;
 mod readme;
 mod reductions;
