@@ -9,10 +9,10 @@ target="${CARGO_TARGET_DIR:-target}"
 
 build() {
     local profile=$1 started ended
-    started=$(date +%s.%N)
+    started=$(date +%s%N)
     cargo build --locked --quiet --profile "$profile" --bin retrysim
-    ended=$(date +%s.%N)
-    printf '%-8s build: %6.1f s\n' "$profile" "$(echo "$ended - $started" | bc)"
+    ended=$(date +%s%N)
+    printf '%-8s build: %s s\n' "$profile" "$(( (ended - started) / 1000000000 ))"
 }
 
 # Runs per second of `retrysim ARGS --json`, from its own count and elapsed time.
@@ -23,7 +23,8 @@ rate() {
 import json, sys
 report = json.load(sys.stdin)
 runs = report.get("runs", report.get("executions"))
-print(f"{runs} runs, {runs / report["elapsed_seconds"]:,.0f} runs/s")'
+elapsed = report["elapsed_seconds"]
+print(f"{runs} runs, {runs / elapsed:,.0f} runs/s")'
 }
 
 check=(check --model counter --handler keyed-sqlite --clients 2 --intents 1 --faults-max 2 --threads 1)
@@ -34,6 +35,7 @@ for profile in release fast; do
 done
 for profile in release fast; do
     binary="$target/$profile/retrysim"
-    printf '%-8s check:   %s\n' "$profile" "$(rate "$binary" "${check[@]}")"
-    printf '%-8s explore: %s\n' "$profile" "$(rate "$binary" "${explore[@]}")"
+    checked=$(rate "$binary" "${check[@]}")
+    explored=$(rate "$binary" "${explore[@]}")
+    printf '%-8s check:   %s\n%-8s explore: %s\n' "$profile" "$checked" "$profile" "$explored"
 done

@@ -8,12 +8,14 @@
 //! last lines of its standard error. Other transports (MCP's Streamable HTTP, a plain HTTP
 //! endpoint with an `Idempotency-Key` header) implement the same trait.
 
+mod http;
 mod provider;
 mod scenario;
 mod side_channel;
 mod stdio;
 mod system;
 
+pub use http::HttpServer;
 pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;

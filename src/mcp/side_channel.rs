@@ -39,6 +39,9 @@ pub(super) enum Heard {
     Ask(Ask, u64),
     /// A line on the side channel that is no question of its protocol.
     Unknown(String),
+    /// The result of request `id` (its second field) to the HTTP server of this generation
+    /// (its first).
+    Response(u64, u64, serde_json::Value),
 }
 
 /// A listening side channel and the connections it answers on.

@@ -349,7 +349,9 @@ impl Transport for StdioServer {
                     self.stop();
                     return Err(McpError::Protocol(what));
                 }
-                Ok(Heard::Line(..) | Heard::Closed(_) | Heard::Malformed(..)) => continue,
+                Ok(
+                    Heard::Line(..) | Heard::Closed(_) | Heard::Malformed(..) | Heard::Response(..),
+                ) => continue,
                 Ok(Heard::Ask(ask, connection)) => {
                     return Ok(Said::Asked(Question { ask, connection }))
                 }
@@ -455,7 +457,7 @@ fn read_messages(stdout: impl Read, generation: u64, hearing: &Sender<Heard>) {
 /// Keeps the last [`STDERR_LINES_KEPT`] lines of a server's standard error in `kept`, each
 /// cut at [`STDERR_LINE_BYTES_MAX`] and read as bytes (any that are not UTF-8 replaced), until
 /// it closes: the pipe is always drained, whatever the server writes.
-fn keep_stderr_tail(stderr: impl Read, kept: &Mutex<VecDeque<String>>) {
+pub(super) fn keep_stderr_tail(stderr: impl Read, kept: &Mutex<VecDeque<String>>) {
     let mut reader = BufReader::new(stderr);
     while let Ok(Some(line)) = crate::process::read_line_capped(&mut reader, STDERR_LINE_BYTES_MAX)
     {

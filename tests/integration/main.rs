@@ -12,6 +12,7 @@ mod counter;
 mod determinism;
 mod docs;
 mod exhaustive;
+mod http;
 mod interval;
 mod layers;
 mod liveness;

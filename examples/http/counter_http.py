@@ -1,0 +1,121 @@
+"""A counter as a plain HTTP endpoint, with the standard library only.
+
+`POST /add` with the JSON body {"amount": N} adds N to a counter kept in SQLite (the file
+named by the environment variable RETRYSIM_DB) and answers {"total": T}; it listens on
+127.0.0.1 at the port in the environment variable PORT, one thread per request.
+
+With KEYED=1 the request's Idempotency-Key header is recorded with its amount in the
+addition's own transaction: a retry is answered with the saved total (200, the header
+Idempotent-Replayed: true), the same key with another amount is 422, a missing key is 400.
+Without KEYED a retry adds again. KEYED=split records the key in a transaction of its own
+after the addition's: a crash between the two (the crash point `between-commits`, asked
+through helpers/retrysim_points.py) loses the record, and the retry adds again.
+"""
+
+import json
+import os
+import sqlite3
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
+from retrysim_points import point  # noqa: E402
+
+KEYED = os.environ.get("KEYED", "")
+DATABASE = os.environ["RETRYSIM_DB"]
+
+
+def connect():
+    connection = sqlite3.connect(DATABASE, timeout=5, isolation_level=None)
+    return connection
+
+
+def make_schema():
+    connection = connect()
+    connection.executescript(
+        "CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), total INTEGER NOT NULL);"
+        "INSERT OR IGNORE INTO counter VALUES (1, 0);"
+        "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, amount INTEGER NOT NULL, total INTEGER NOT NULL);"
+    )
+    connection.close()
+
+
+def add(connection, amount):
+    connection.execute("UPDATE counter SET total = total + ? WHERE id = 1", (amount,))
+    return connection.execute("SELECT total FROM counter WHERE id = 1").fetchone()[0]
+
+
+def handle_add(key, amount):
+    """The status, headers and body of one addition."""
+    connection = connect()
+    try:
+        if not KEYED:
+            connection.execute("BEGIN IMMEDIATE")
+            total = add(connection, amount)
+            connection.execute("COMMIT")
+            return 200, {}, {"total": total}
+        if not key:
+            return 400, {}, {"error": "the Idempotency-Key header is required"}
+        connection.execute("BEGIN IMMEDIATE")
+        saved = connection.execute(
+            "SELECT amount, total FROM requests WHERE key = ?", (key,)
+        ).fetchone()
+        if saved is not None:
+            connection.execute("COMMIT")
+            if saved[0] != amount:
+                return 422, {}, {"error": "the key was used with another amount"}
+            return 200, {"Idempotent-Replayed": "true"}, {"total": saved[1]}
+        total = add(connection, amount)
+        if KEYED == "split":
+            connection.execute("COMMIT")
+            point("between-commits")
+            connection.execute("BEGIN IMMEDIATE")
+        connection.execute(
+            "INSERT INTO requests (key, amount, total) VALUES (?, ?, ?)", (key, amount, total)
+        )
+        connection.execute("COMMIT")
+        return 200, {}, {"total": total}
+    finally:
+        connection.close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        if self.path != "/add":
+            self.answer(404, {}, {"error": "no such endpoint"})
+            return
+        length = int(self.headers.get("Content-Length", "0"))
+        try:
+            amount = int(json.loads(self.rfile.read(length) or b"{}")["amount"])
+        except (ValueError, KeyError, TypeError):
+            self.answer(400, {}, {"error": "the body must be {\"amount\": N}"})
+            return
+        status, headers, body = handle_add(self.headers.get("Idempotency-Key"), amount)
+        self.answer(status, headers, body)
+
+    def answer(self, status, headers, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    make_schema()
+    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

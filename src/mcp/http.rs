@@ -1,0 +1,427 @@
+//! Plain HTTP: the server is a child process that listens on a port of 127.0.0.1 the harness
+//! picked and gave it in an environment variable; each call is one HTTP/1.1 request on a
+//! connection of its own (`Connection: close`), and its answer is the response's status,
+//! headers and body, read by a thread of its own so that the harness hears the side channel
+//! meanwhile.
+//!
+//! A call's parameters are the request: `{"method": "POST", "path": "/add", "headers":
+//! {"Idempotency-Key": "r1"}, "body": {...}}`; its result is `{"status": 200, "headers":
+//! {"retry-after": "2"}, "body": ...}` (header names in lower case; the body as JSON when it
+//! is JSON, else as text). A connection the server closes or resets without a response is
+//! the result `{"status": null, "lost": "why"}`: the client hears nothing.
+
+use super::side_channel::{Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::stdio::{ServerCommand, MESSAGE_BYTES_MAX, STDERR_LINES_KEPT};
+use super::{Ask, Interrupted, McpError, Offer, Question, Said, Transport};
+use crate::Crash;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The most bytes of a response's status line and headers the harness reads.
+const HEAD_BYTES_MAX: usize = 64 << 10;
+
+/// An HTTP server run as a child process.
+pub struct HttpServer {
+    command: ServerCommand,
+    /// The variable that gives the server its port.
+    port_env: String,
+    running: Option<RunningHttp>,
+    next_id: u64,
+    heard: Receiver<Heard>,
+    hearing: Sender<Heard>,
+    generation: u64,
+    side_channel: Option<SideChannel>,
+    /// Results that came for a call other than the one followed, kept for it.
+    kept_results: BTreeMap<u64, Value>,
+}
+
+/// A running server process.
+struct RunningHttp {
+    child: Child,
+    generation: u64,
+    port: u16,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl HttpServer {
+    /// A server to run with `command`, told its port in the variable `port_env`, that may ask
+    /// at crash points and for the time over a side channel at `socket`.
+    pub fn with_side_channel(
+        command: ServerCommand,
+        port_env: &str,
+        socket: &Path,
+    ) -> Result<Self, McpError> {
+        let (hearing, heard) = mpsc::channel();
+        let channel =
+            SideChannel::open(socket, hearing.clone()).map_err(|error| McpError::Start {
+                command: command.display(),
+                error: format!(
+                    "the side channel {} does not open: {error}",
+                    socket.display()
+                ),
+            })?;
+        Ok(HttpServer {
+            command,
+            port_env: port_env.to_string(),
+            running: None,
+            next_id: 1,
+            heard,
+            hearing,
+            generation: 0,
+            side_channel: Some(channel),
+            kept_results: BTreeMap::new(),
+        })
+    }
+
+    /// The port the running server listens on.
+    pub fn port(&self) -> Option<u16> {
+        self.running.as_ref().map(|running| running.port)
+    }
+
+    /// Runs the process on a free port and waits until it accepts connections.
+    fn spawn(&mut self) -> Result<RunningHttp, McpError> {
+        while self.heard.try_recv().is_ok() {}
+        self.kept_results.clear();
+        self.generation += 1;
+        let port = free_port().map_err(|error| McpError::Start {
+            command: self.command.display(),
+            error: format!("no free port on 127.0.0.1: {error}"),
+        })?;
+        let mut command = Command::new(&self.command.program);
+        command
+            .args(&self.command.args)
+            .envs(self.command.env.iter().map(|(name, value)| (name, value)))
+            .env(&self.port_env, port.to_string());
+        if let Some(channel) = &self.side_channel {
+            command.env(SIDE_CHANNEL_ENV, channel.path());
+        }
+        if let Some(directory) = &self.command.working_dir {
+            command.current_dir(directory);
+        }
+        command.process_group(0);
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|error| McpError::Start {
+                command: self.command.display(),
+                error: error.to_string(),
+            })?;
+        crate::process::track_group(child.id());
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let kept = Arc::clone(&stderr);
+        let pipe = child.stderr.take().expect("a piped stderr");
+        thread::spawn(move || super::stdio::keep_stderr_tail(pipe, &kept));
+        let mut running = RunningHttp {
+            child,
+            generation: self.generation,
+            port,
+            stderr,
+        };
+        self.wait_until_listening(&mut running)?;
+        Ok(running)
+    }
+
+    /// Waits, within `answer_wait_ms`, until the server accepts a connection on its port.
+    fn wait_until_listening(&self, running: &mut RunningHttp) -> Result<(), McpError> {
+        let started = Instant::now();
+        let wait = Duration::from_millis(self.command.answer_wait_ms);
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, running.port));
+        loop {
+            if let Ok(Some(status)) = running.child.try_wait() {
+                return Err(McpError::Exited {
+                    status: status.to_string(),
+                    stderr: tail_of(&running.stderr),
+                });
+            }
+            if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > wait {
+                crate::process::kill_group(running.child.id());
+                let _ = running.child.wait();
+                return Err(McpError::Silent {
+                    waited_ms: self.command.answer_wait_ms,
+                    stderr: tail_of(&running.stderr),
+                });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stops the server for good (it failed the harness); its exit status and last words.
+    fn stop(&mut self) -> (String, Vec<String>) {
+        let Some(mut running) = self.running.take() else {
+            return ("not running".to_string(), Vec::new());
+        };
+        crate::process::kill_group(running.child.id());
+        let status = running
+            .child
+            .wait()
+            .map_or_else(|error| error.to_string(), |status| status.to_string());
+        (status, tail_of(&running.stderr))
+    }
+}
+
+impl Transport for HttpServer {
+    /// Starts the server and waits until it listens; a plain HTTP server offers no tools.
+    fn start(&mut self) -> Result<Offer, McpError> {
+        self.kill();
+        self.running = Some(self.spawn()?);
+        Ok(Offer {
+            tools: Vec::new(),
+            capabilities: Value::Null,
+        })
+    }
+
+    fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
+        let running = self.running.as_ref().expect("a started server");
+        let request = request_bytes(params)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let (generation, port, hearing) = (running.generation, running.port, self.hearing.clone());
+        thread::spawn(move || {
+            let result = exchange(port, &request);
+            let _ = hearing.send(Heard::Response(generation, id, result));
+        });
+        Ok(id)
+    }
+
+    fn next(&mut self, id: u64) -> Result<Said, McpError> {
+        if let Some(result) = self.kept_results.remove(&id) {
+            return Ok(Said::Result(result));
+        }
+        let wait = Duration::from_millis(self.command.answer_wait_ms);
+        let generation = self.running.as_ref().expect("a started server").generation;
+        loop {
+            match self.heard.recv_timeout(wait) {
+                Ok(Heard::Response(from, answered, result)) if from == generation => {
+                    if answered == id {
+                        return Ok(Said::Result(result));
+                    }
+                    self.kept_results.insert(answered, result);
+                }
+                Ok(Heard::Ask(ask, connection)) => {
+                    return Ok(Said::Asked(Question { ask, connection }))
+                }
+                Ok(Heard::Unknown(line)) => {
+                    self.stop();
+                    return Err(McpError::Protocol(format!(
+                        "its side channel said {line:?}, not `point NAME` or `now`"
+                    )));
+                }
+                Ok(_) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(McpError::Silent {
+                        waited_ms: self.command.answer_wait_ms,
+                        stderr: self.stop().1,
+                    })
+                }
+                Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
+            }
+        }
+    }
+
+    fn reply(
+        &mut self,
+        question: &Question,
+        answer: Result<u64, Crash>,
+    ) -> Result<(), Interrupted> {
+        let channel = self
+            .side_channel
+            .as_ref()
+            .expect("questions come on the side channel");
+        let line = match (answer, &question.ask) {
+            (Ok(_), Ask::Point(_)) => "go".to_string(),
+            (Ok(now_ms), Ask::NowMs) => format!("now {now_ms}"),
+            (Err(crash), _) => {
+                self.kill();
+                return Err(Interrupted::Crash(crash));
+            }
+        };
+        channel.answer(question.connection, &line);
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut running) = self.running.take() {
+            crate::process::kill_group(running.child.id());
+            let _ = running.child.wait();
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port of 127.0.0.1 that no one listens on now.
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// The last lines of a server's standard error.
+fn tail_of(stderr: &Mutex<VecDeque<String>>) -> Vec<String> {
+    let kept = stderr.lock().expect("the stderr tail");
+    kept.iter().take(STDERR_LINES_KEPT).cloned().collect()
+}
+
+/// The bytes of the HTTP/1.1 request `params` describes.
+fn request_bytes(params: &Value) -> Result<Vec<u8>, McpError> {
+    let method = params["method"].as_str().unwrap_or("POST");
+    let path = params["path"].as_str().unwrap_or("/");
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        return Err(McpError::Protocol(format!(
+            "the path {path:?} must start with / and hold no spaces"
+        )));
+    }
+    let body = match &params["body"] {
+        Value::Null => Vec::new(),
+        body => body.to_string().into_bytes(),
+    };
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (name, value) in params["headers"].as_object().into_iter().flatten() {
+        let value = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string);
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&body);
+    Ok(bytes)
+}
+
+/// Sends `request` on a new connection to `port` and reads the response: its result, or the
+/// result of a lost answer when the connection ends without one.
+fn exchange(port: u16, request: &[u8]) -> Value {
+    let lost = |why: String| json!({"status": null, "lost": why});
+    let mut stream = match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
+        Ok(stream) => stream,
+        Err(error) => return lost(format!("the connection failed: {error}")),
+    };
+    if let Err(error) = stream.write_all(request) {
+        return lost(format!("the request could not be written: {error}"));
+    }
+    match read_response(BufReader::new(stream)) {
+        Ok(result) => result,
+        Err(why) => lost(why),
+    }
+}
+
+/// Reads one HTTP/1.1 response: status, headers, and a body by `Content-Length`, chunked, or
+/// to the end of the connection, each capped.
+fn read_response(mut reader: impl BufRead) -> Result<Value, String> {
+    let mut head = Vec::new();
+    loop {
+        let before = head.len();
+        let read = (&mut reader)
+            .take((HEAD_BYTES_MAX - before) as u64)
+            .read_until(b'\n', &mut head)
+            .map_err(|error| format!("the connection ended: {error}"))?;
+        if read == 0 {
+            return Err("the connection closed without a response".to_string());
+        }
+        if head[before..] == *b"\r\n" || head[before..] == *b"\n" {
+            break;
+        }
+        if head.len() >= HEAD_BYTES_MAX {
+            return Err(format!(
+                "a response head longer than {HEAD_BYTES_MAX} bytes"
+            ));
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let mut lines = head.lines();
+    let status_line = lines.next().unwrap_or_default();
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("not an HTTP status line: {status_line:?}"))?;
+    let mut headers = Map::new();
+    for line in lines {
+        if let Some((name, value)) = line.split_once(':') {
+            headers.insert(name.trim().to_ascii_lowercase(), json!(value.trim()));
+        }
+    }
+    let body = read_body(&mut reader, &headers)?;
+    let body = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    Ok(json!({"status": status, "headers": headers, "body": body}))
+}
+
+/// The body of a response with `headers`, capped at [`MESSAGE_BYTES_MAX`].
+fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<Vec<u8>, String> {
+    let too_long = || format!("a response body longer than {MESSAGE_BYTES_MAX} bytes");
+    let header = |name: &str| headers.get(name).and_then(Value::as_str);
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|coding| coding.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut size_line = String::new();
+            (&mut *reader)
+                .take(1024)
+                .read_line(&mut size_line)
+                .map_err(|error| format!("the connection ended in the body: {error}"))?;
+            let size_text = size_line.trim().split(';').next().unwrap_or("");
+            let size = usize::from_str_radix(size_text, 16)
+                .map_err(|_| format!("not a chunk size: {size_line:?}"))?;
+            if size == 0 {
+                return Ok(body);
+            }
+            if body.len() + size > MESSAGE_BYTES_MAX {
+                return Err(too_long());
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            reader
+                .read_exact(&mut body[start..])
+                .map_err(|error| format!("the connection ended in the body: {error}"))?;
+            let mut end = [0u8; 2];
+            reader
+                .read_exact(&mut end)
+                .map_err(|error| format!("the connection ended in the body: {error}"))?;
+        }
+    }
+    if let Some(length) = header("content-length") {
+        let length: usize = length
+            .parse()
+            .map_err(|_| format!("not a Content-Length: {length:?}"))?;
+        if length > MESSAGE_BYTES_MAX {
+            return Err(too_long());
+        }
+        body.resize(length, 0);
+        reader
+            .read_exact(&mut body)
+            .map_err(|error| format!("the connection ended in the body: {error}"))?;
+        return Ok(body);
+    }
+    reader
+        .take(MESSAGE_BYTES_MAX as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|error| format!("the connection ended in the body: {error}"))?;
+    if body.len() > MESSAGE_BYTES_MAX {
+        return Err(too_long());
+    }
+    Ok(body)
+}

@@ -1,0 +1,159 @@
+//! The plain HTTP transport against a real server, a Python process
+//! (`examples/http/counter_http.py`, standard library only): it is started on a port the
+//! harness picked, called over HTTP/1.1, crashed at a crash point it asks about, and each way
+//! it can fail the harness is one line, never waited on past the bound.
+
+use retrysim::mcp::{Ask, HttpServer, Interrupted, McpError, ServerCommand, Transport};
+use retrysim::Crash;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// A scratch directory of one test, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let path =
+            std::env::temp_dir().join(format!("retrysim-http-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The counter endpoint on a database in `scratch`, keyed as `keyed` says (`""`, `1` or
+/// `split`), run with `program` (`python3`) and waited on `answer_wait_ms` for each answer.
+fn server(scratch: &Path, keyed: &str, program: &str, answer_wait_ms: u64) -> HttpServer {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/http/counter_http.py");
+    let command = ServerCommand {
+        program: program.into(),
+        args: vec![script.into()],
+        env: vec![
+            (
+                "RETRYSIM_DB".into(),
+                scratch.join("server.db").display().to_string(),
+            ),
+            ("KEYED".into(), keyed.into()),
+        ],
+        working_dir: None,
+        answer_wait_ms,
+    };
+    HttpServer::with_side_channel(command, "PORT", &scratch.join("points.sock")).unwrap()
+}
+
+/// `POST /add` of `amount`, under `key` when there is one.
+fn add(amount: i64, key: Option<&str>) -> Value {
+    let headers = key.map_or_else(|| json!({}), |key| json!({ "Idempotency-Key": key }));
+    json!({"method": "POST", "path": "/add", "headers": headers, "body": {"amount": amount}})
+}
+
+/// Calls `params`, going on past every crash point but `crash_at`, where the server is
+/// killed; the points it asked about, and how the call ended.
+fn call(
+    server: &mut HttpServer,
+    params: &Value,
+    crash_at: Option<&'static str>,
+) -> (Vec<String>, Result<Value, Interrupted>) {
+    let mut asked = Vec::new();
+    let ended = server.call(params, &mut |ask| match ask {
+        Ask::Point(name) => {
+            asked.push(name.clone());
+            match crash_at {
+                Some(point) if point == name => Err(Crash { point }),
+                _ => Ok(0),
+            }
+        }
+        Ask::NowMs => Ok(0),
+    });
+    (asked, ended)
+}
+
+#[test]
+fn a_keyed_endpoint_replays_refuses_and_demands_its_key() {
+    let scratch = Scratch::new("keyed");
+    let mut server = server(&scratch.0, "1", "python3", 30_000);
+    let offered = server.start().expect("the server starts and listens");
+    assert!(offered.tools.is_empty());
+    let (_, first) = call(&mut server, &add(5, Some("r1")), None);
+    let first = first.unwrap();
+    assert_eq!(first["status"], 200, "{first}");
+    assert_eq!(first["body"], json!({"total": 5}));
+    let (_, retry) = call(&mut server, &add(5, Some("r1")), None);
+    let retry = retry.unwrap();
+    assert_eq!(
+        retry["body"],
+        json!({"total": 5}),
+        "a retry is answered, not added"
+    );
+    assert_eq!(retry["headers"]["idempotent-replayed"], "true");
+    let (_, reused) = call(&mut server, &add(7, Some("r1")), None);
+    assert_eq!(reused.unwrap()["status"], 422);
+    let (_, keyless) = call(&mut server, &add(7, None), None);
+    assert_eq!(keyless.unwrap()["status"], 400);
+}
+
+#[test]
+fn a_crash_between_commits_loses_the_key_and_the_retry_adds_again() {
+    let scratch = Scratch::new("split");
+    let mut server = server(&scratch.0, "split", "python3", 30_000);
+    server.start().unwrap();
+    let (asked, crashed) = call(&mut server, &add(5, Some("r1")), Some("between-commits"));
+    assert_eq!(asked, ["between-commits"]);
+    assert_eq!(
+        crashed.unwrap_err(),
+        Interrupted::Crash(Crash {
+            point: "between-commits"
+        })
+    );
+    assert_eq!(server.port(), None, "the crash killed the server");
+    server.start().expect("it starts again on its file");
+    let (_, retry) = call(&mut server, &add(5, Some("r1")), None);
+    assert_eq!(retry.unwrap()["body"], json!({"total": 10}));
+}
+
+#[test]
+fn a_server_that_fails_the_harness_is_one_line() {
+    let scratch = Scratch::new("failing");
+    // A program that exits at once: the harness says so, with its last words.
+    let mut exits = server(&scratch.0, "1", "false", 30_000);
+    let error = exits.start().unwrap_err();
+    assert!(matches!(error, McpError::Exited { .. }), "{error}");
+    // A program that never listens: silent after the bound, which nothing races.
+    let script = scratch.0.join("never.py");
+    std::fs::write(
+        &script,
+        "import sys, time\nprint('starting', file=sys.stderr, flush=True)\ntime.sleep(600)\n",
+    )
+    .unwrap();
+    let command = ServerCommand {
+        program: "python3".into(),
+        args: vec![script.display().to_string()],
+        env: Vec::new(),
+        working_dir: None,
+        answer_wait_ms: 2_000,
+    };
+    let mut never =
+        HttpServer::with_side_channel(command, "PORT", &scratch.0.join("never.sock")).unwrap();
+    let error = never.start().unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            McpError::Silent {
+                waited_ms: 2_000,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("starting"),
+        "its stderr: {error}"
+    );
+    assert_eq!(error.to_string().lines().count(), 1);
+}
