@@ -5,7 +5,9 @@
 //!
 //! `cargo run --example mcp_counter` checks both; `cargo test` runs the test below.
 
-use retrysim::mcp::{Call, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand};
+use retrysim::mcp::{
+    Call, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand, ServerTransport,
+};
 use retrysim::{exhaust, Bounds, CheckOptions, CheckReport, Simulator};
 use serde_json::json;
 
@@ -13,6 +15,7 @@ use serde_json::json;
 fn counter(keyed: bool) -> McpTarget {
     McpTarget {
         pending: None,
+        transport: ServerTransport::Stdio,
         server: ServerCommand {
             program: "python3".into(),
             args: vec![concat!(

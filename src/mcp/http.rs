@@ -259,6 +259,10 @@ impl Transport for HttpServer {
             let _ = running.child.wait();
         }
     }
+
+    fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
 }
 
 impl Drop for HttpServer {

@@ -21,8 +21,8 @@ pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;
 pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
 pub use system::{
-    Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, StatusTool,
-    AFTER_ANSWER, BEFORE_CALL,
+    Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, ServerTransport,
+    StatusTool, AFTER_ANSWER, BEFORE_CALL,
 };
 
 use crate::Crash;
@@ -81,6 +81,9 @@ pub trait Transport {
 
     /// Kills the server at once, as a crash does: what it has not written is lost.
     fn kill(&mut self);
+
+    /// Whether a process of the server is running (started and not killed or failed).
+    fn is_running(&self) -> bool;
 }
 
 /// What a server says next about a call.

@@ -11,6 +11,11 @@
 //!                                              # (invocations_max 2 unless set)
 //! clock = "harness"                            # it reads time only through now_ms(),
 //!                                              # or none; "own" (the default): its own
+//! transport = "stdio"                         # or "http": a plain HTTP endpoint on
+//!                                              # 127.0.0.1 at the port in $PORT
+//!                                              # (port_env), each call { method,
+//!                                              # path, body }, its key in the
+//!                                              # Idempotency-Key header
 //!
 //! [database]                                   # the ground truth (and with a
 //!                                              # [provider], its charges' records;
@@ -41,8 +46,8 @@
 //! an error of one line that names it.
 
 use super::{
-    Call, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand, StatusTool,
-    StdioServer, Transport, SIDE_CHANNEL_ENV,
+    Call, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand, ServerTransport,
+    StatusTool, SIDE_CHANNEL_ENV,
 };
 use crate::process::ScratchDir;
 use crate::{Bounds, ClientPolicy, Timeouts};
@@ -93,8 +98,7 @@ struct ScenarioFile {
     server: ServerSection,
     database: Option<DatabaseSection>,
     provider: Option<ProviderSection>,
-    #[serde(default = "no_key")]
-    key: KeyPlacementFile,
+    key: Option<KeyPlacementFile>,
     value: Option<String>,
     pending: Option<PendingSection>,
     status: Option<StatusSection>,
@@ -109,11 +113,25 @@ struct ScenarioFile {
 struct ServerSection {
     command: Vec<String>,
     #[serde(default)]
+    transport: TransportFile,
+    port_env: Option<String>,
+    #[serde(default)]
     env: BTreeMap<String, String>,
     answer_wait_ms: Option<u64>,
     reuse: Option<bool>,
     concurrent: Option<bool>,
     clock: Option<ClockFile>,
+}
+
+/// `transport` under `[server]`: how the harness speaks to the server.
+#[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum TransportFile {
+    /// MCP over stdio.
+    #[default]
+    Stdio,
+    /// Plain HTTP.
+    Http,
 }
 
 /// `clock` under `[server]`: whose clock the server reads.
@@ -162,9 +180,16 @@ struct ClientSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CallSection {
-    tool: String,
-    #[serde(default = "no_arguments")]
-    arguments: Value,
+    /// An MCP tool's name.
+    tool: Option<String>,
+    /// MCP: the tool's arguments.
+    arguments: Option<Value>,
+    /// HTTP: the request's method (`POST` unless said).
+    method: Option<String>,
+    /// HTTP: the request's path.
+    path: Option<String>,
+    /// HTTP: the request's JSON body.
+    body: Option<Value>,
     /// The 1-based number of an earlier call of the same client whose request id this one
     /// is sent under.
     key_of: Option<usize>,
@@ -180,6 +205,8 @@ enum KeyPlacementFile {
     Meta(String),
     #[serde(rename = "idempotencyKey")]
     IdempotencyKey,
+    #[serde(rename = "header")]
+    Header(String),
 }
 
 /// The bounds a scenario may set, named as the command line's flags are.
@@ -203,12 +230,58 @@ struct BoundsSection {
     retry_horizon_ms: Option<u64>,
 }
 
-fn no_key() -> KeyPlacementFile {
-    KeyPlacementFile::None
-}
-
 fn no_arguments() -> Value {
     Value::Object(serde_json::Map::new())
+}
+
+/// The header an HTTP client sends its key in unless the scenario says otherwise.
+pub const KEY_HEADER_DEFAULT: &str = "Idempotency-Key";
+
+/// The variable that gives an HTTP server its port unless the scenario says otherwise.
+pub const PORT_ENV_DEFAULT: &str = "PORT";
+
+impl CallSection {
+    /// What the call is, as the timeline and the workload name it: the tool over MCP,
+    /// `METHOD /path` over HTTP; and its arguments (the body over HTTP). An error names
+    /// what the transport does not take, or what it lacks.
+    fn named(&self, transport: TransportFile) -> Result<(String, Value), String> {
+        match transport {
+            TransportFile::Stdio => {
+                if self.method.is_some() || self.path.is_some() || self.body.is_some() {
+                    return Err(
+                        "method, path and body are an HTTP call's: over MCP's stdio a \
+                         call names its tool and arguments"
+                            .into(),
+                    );
+                }
+                let tool = self.tool.clone().ok_or("a call names its tool")?;
+                Ok((tool, self.arguments.clone().unwrap_or_else(no_arguments)))
+            }
+            TransportFile::Http => {
+                if self.tool.is_some() || self.arguments.is_some() {
+                    return Err(
+                        "tool and arguments are an MCP call's: an HTTP call names its \
+                         method, path and body"
+                            .into(),
+                    );
+                }
+                let path = self.path.clone().ok_or("an HTTP call names its path")?;
+                if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "path = {path:?} must start with / and hold no spaces"
+                    ));
+                }
+                let method = self.method.clone().unwrap_or_else(|| "POST".into());
+                if method.is_empty() || !method.chars().all(|c| c.is_ascii_uppercase()) {
+                    return Err(format!("method = {method:?} is not an HTTP method"));
+                }
+                Ok((
+                    format!("{method} {path}"),
+                    self.body.clone().unwrap_or_else(no_arguments),
+                ))
+            }
+        }
+    }
 }
 
 impl Scenario {
@@ -357,18 +430,21 @@ impl ScenarioFile {
                 ));
             }
         }
+        let transport = self.server.transport;
         for (client, section) in self.clients.iter().enumerate() {
             for (call, section) in section.calls.iter().enumerate() {
-                let at = format!(
-                    "client {} call {} (`{}`)",
-                    client + 1,
-                    call + 1,
-                    section.tool
-                );
-                if !section.arguments.is_object() {
+                let numbered = format!("client {} call {}", client + 1, call + 1);
+                let (name, arguments) = section
+                    .named(transport)
+                    .map_err(|why| format!("{numbered}: {why}"))?;
+                let at = format!("{numbered} (`{name}`)");
+                let field = match transport {
+                    TransportFile::Stdio => "arguments",
+                    TransportFile::Http => "body",
+                };
+                if !arguments.is_object() {
                     return Err(format!(
-                        "{at}: arguments = {} is not a table of named arguments",
-                        section.arguments
+                        "{at}: {field} = {arguments} is not a table of named {field}",
                     ));
                 }
                 if section
@@ -381,9 +457,9 @@ impl ScenarioFile {
                         section.key_of.unwrap_or(0)
                     ));
                 }
-                empty_choice(&section.arguments).map_or(Ok(()), |path| {
+                empty_choice(&arguments).map_or(Ok(()), |path| {
                     Err(format!(
-                        "{at}: arguments{path} is one_of = []: give it at least one value"
+                        "{at}: {field}{path} is one_of = []: give it at least one value"
                     ))
                 })?;
             }
@@ -409,6 +485,43 @@ impl ScenarioFile {
         }
     }
 
+    /// How the harness speaks to the server.
+    fn transport(&self) -> ServerTransport {
+        match self.server.transport {
+            TransportFile::Stdio => ServerTransport::Stdio,
+            TransportFile::Http => ServerTransport::Http {
+                port_env: (self.server.port_env.clone()).unwrap_or_else(|| PORT_ENV_DEFAULT.into()),
+            },
+        }
+    }
+
+    /// Where the client's key goes: as the file says, else nowhere over stdio and in the
+    /// `Idempotency-Key` header over HTTP. A place the transport has not is an error.
+    fn key_placement(&self) -> Result<KeyPlacement, String> {
+        let http = self.server.transport == TransportFile::Http;
+        Ok(match (&self.key, http) {
+            (None, false) | (Some(KeyPlacementFile::None), _) => KeyPlacement::None,
+            (None, true) => KeyPlacement::Header(KEY_HEADER_DEFAULT.into()),
+            (Some(KeyPlacementFile::Argument(name)), _) => KeyPlacement::Argument(name.clone()),
+            (Some(KeyPlacementFile::Meta(name)), false) => KeyPlacement::Meta(name.clone()),
+            (Some(KeyPlacementFile::IdempotencyKey), false) => KeyPlacement::IdempotencyKey,
+            (Some(KeyPlacementFile::Header(name)), true) => KeyPlacement::Header(name.clone()),
+            (Some(KeyPlacementFile::Header(_)), false) => {
+                return Err(
+                    "key = { header = ... } is HTTP's: over MCP's stdio a key goes in \
+                     an argument, _meta or idempotencyKey"
+                        .into(),
+                )
+            }
+            (Some(_), true) => {
+                return Err("over HTTP a key goes in a header (key = { header = \
+                     \"Idempotency-Key\" }, the default) or a body field (key = { argument = \
+                     \"NAME\" })"
+                    .into())
+            }
+        })
+    }
+
     /// The target, its server run in `directory`.
     fn target(&self, directory: &Path) -> Result<McpTarget, String> {
         let Some((program, args)) = self.server.command.split_first() else {
@@ -425,6 +538,19 @@ impl ScenarioFile {
         if self.clients.is_empty() || self.clients.iter().any(|c| c.calls.is_empty()) {
             return Err("every [[client]] needs at least one call, and there must be one".into());
         }
+        if self.server.transport == TransportFile::Http && self.status.is_some() {
+            return Err(
+                "[status] names an MCP tool: over HTTP a reconnecting client asks no \
+                 status lookup yet"
+                    .into(),
+            );
+        }
+        if self.server.transport == TransportFile::Stdio && self.server.port_env.is_some() {
+            return Err("server.port_env is an HTTP server's: say transport = \"http\" too".into());
+        }
+        if let Some(port_env) = &self.server.port_env {
+            env_name("server.port_env", port_env)?;
+        }
         Ok(McpTarget {
             server: ServerCommand {
                 program: program_in(directory, program),
@@ -437,12 +563,8 @@ impl ScenarioFile {
             effect_tables: database
                 .map_or_else(Vec::new, |database| database.effect_tables.clone()),
             provider_env: self.provider.as_ref().map(|provider| provider.env.clone()),
-            key: match &self.key {
-                KeyPlacementFile::None => KeyPlacement::None,
-                KeyPlacementFile::Argument(name) => KeyPlacement::Argument(name.clone()),
-                KeyPlacementFile::Meta(name) => KeyPlacement::Meta(name.clone()),
-                KeyPlacementFile::IdempotencyKey => KeyPlacement::IdempotencyKey,
-            },
+            key: self.key_placement()?,
+            transport: self.transport(),
             pending: self.pending.as_ref().map(|pending| PendingAnswer {
                 pointer: pending.pointer.clone(),
                 equals: pending.equals.clone(),
@@ -459,10 +581,15 @@ impl ScenarioFile {
                     client
                         .calls
                         .iter()
-                        .map(|call| Call {
-                            tool: call.tool.clone(),
-                            arguments: call.arguments.clone(),
-                            key_of: call.key_of.map(|number| number - 1),
+                        .map(|call| {
+                            let (tool, arguments) = call
+                                .named(self.server.transport)
+                                .expect("calls checked at load");
+                            Call {
+                                tool,
+                                arguments,
+                                key_of: call.key_of.map(|number| number - 1),
+                            }
                         })
                         .collect()
                 })
@@ -599,11 +726,19 @@ impl Scenario {
                 directory.join("verify.db").display().to_string(),
             ));
         }
-        let mut server = StdioServer::new(command);
+        let mut server = self
+            .target
+            .server_on(command, &directory.join("verify.sock"))
+            .map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
         let offered = server.start();
         server.kill();
+        drop(server);
         drop(scratch);
         let offer = offered.map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
+        // A plain HTTP server offers no tools: that it starts and listens is all there is.
+        if let ServerTransport::Http { .. } = self.target.transport {
+            return Ok(());
+        }
         for tool in self.tools() {
             if !offer.tools.iter().any(|offered| offered.name == tool) {
                 let names: Vec<&str> = offer.tools.iter().map(|t| t.name.as_str()).collect();

@@ -126,11 +126,6 @@ impl StdioServer {
         Ok(server)
     }
 
-    /// Whether a process of the server is running (started and not killed or failed).
-    pub fn is_running(&self) -> bool {
-        self.running.is_some()
-    }
-
     /// Calls `tool` with `arguments`, going on past every crash point the server asks about
     /// and answering the time 0.
     pub fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Value, McpError> {
@@ -405,6 +400,10 @@ impl Transport for StdioServer {
         };
         channel.answer(question.connection, &line);
         Ok(())
+    }
+
+    fn is_running(&self) -> bool {
+        self.running.is_some()
     }
 
     fn kill(&mut self) {

@@ -48,6 +48,8 @@ pub const AFTER_ANSWER: &str = "after-answer";
 pub struct McpTarget {
     /// How to run the server (the harness adds the database's path to its environment).
     pub server: ServerCommand,
+    /// How the harness speaks to it.
+    pub transport: ServerTransport,
     /// The environment variable that names the server's database file; `None` for a server
     /// whose only ground truth is the provider's record (`provider_env`), which then runs
     /// in a fresh process for every run, as its state cannot be put back.
@@ -122,6 +124,21 @@ impl PendingAnswer {
 }
 
 impl McpTarget {
+    /// A server run with `command` over this target's transport, asking at crash points and
+    /// for the time over a side channel at `socket`.
+    pub fn server_on(
+        &self,
+        command: ServerCommand,
+        socket: &Path,
+    ) -> Result<Box<dyn Transport>, McpError> {
+        Ok(match &self.transport {
+            ServerTransport::Stdio => Box::new(StdioServer::with_side_channel(command, socket)?),
+            ServerTransport::Http { port_env } => Box::new(super::HttpServer::with_side_channel(
+                command, port_env, socket,
+            )?),
+        })
+    }
+
     /// Whether `no-silent-key-reuse` applies: clients send a key. A run breaks it only when
     /// some call is sent under an earlier call's key with other arguments
     /// ([`Call::key_of`]); a check in which none is says the invariant went untested.
@@ -192,6 +209,23 @@ pub enum KeyPlacement {
     /// In the `idempotencyKey` parameter of `tools/call`, for a server that declares the
     /// `idempotency` capability.
     IdempotencyKey,
+    /// In an HTTP request header of this name (`Idempotency-Key`).
+    Header(String),
+}
+
+/// How the harness speaks to the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerTransport {
+    /// MCP over stdio: JSON-RPC lines on the process's standard input and output
+    /// ([`super::StdioServer`]); each call is a `tools/call` of a tool.
+    Stdio,
+    /// Plain HTTP on 127.0.0.1, at a port the harness picks and gives the server in the
+    /// variable `port_env` ([`super::HttpServer`]); each call is a request, its tool
+    /// `METHOD /path` and its arguments the JSON body.
+    Http {
+        /// The variable that names the port, e.g. `PORT`.
+        port_env: String,
+    },
 }
 
 /// A tool that answers what became of a request: called with the request id in
@@ -215,7 +249,7 @@ pub struct OnMcp(pub McpTarget);
 /// record, only for the moment it sends, waits for the next thing the server says, or reads
 /// the effects, never across a pause.
 pub struct McpStore {
-    server: RefCell<StdioServer>,
+    server: RefCell<Box<dyn Transport>>,
     file: PathBuf,
     /// The database as every run starts from it.
     template: PathBuf,
@@ -430,6 +464,9 @@ impl OnMcp {
         if let Some(pending) = self.0.pending.as_ref().and_then(|p| p.read(result)) {
             return pending;
         }
+        if let ServerTransport::Http { .. } = self.0.transport {
+            return self.http_reply(result, committed);
+        }
         if result.get("isError") == Some(&Value::Bool(true)) {
             return Reply::Refused(tool_error(result).into());
         }
@@ -438,6 +475,43 @@ impl OnMcp {
             Reply::Applied(value)
         } else {
             Reply::Replayed(value)
+        }
+    }
+
+    /// What an HTTP response says: 2xx answered (applied or replayed by the harness's record,
+    /// never by the body), 409 in progress (*retry after* its `Retry-After` seconds when it
+    /// names them), 5xx unavailable (or *retry after*), other statuses refused. A connection
+    /// that ended without a response ends the check: what the client should conclude of it
+    /// is not judged yet.
+    fn http_reply(&self, result: &Value, committed: bool) -> Reply<String> {
+        let Some(status) = result["status"].as_u64() else {
+            panic!(
+                "the server ended a connection without a response ({}): a dropped connection \
+                 is not judged yet",
+                result["lost"].as_str().unwrap_or("lost")
+            )
+        };
+        let retry_after_ms = result["headers"]["retry-after"]
+            .as_str()
+            .and_then(|seconds| seconds.trim().parse::<u64>().ok())
+            .map(|seconds| seconds.saturating_mul(1_000));
+        let said = || format!("HTTP {status}: {}", result["body"]);
+        match (status, retry_after_ms) {
+            (200..=299, _) => {
+                let value = self.value(result);
+                if committed {
+                    Reply::Applied(value)
+                } else {
+                    Reply::Replayed(value)
+                }
+            }
+            (409 | 500..=599, Some(retry_after_ms)) => Reply::RetryAfter {
+                retry_after_ms,
+                why: said().into(),
+            },
+            (409, None) => Reply::Pending,
+            (500..=599, None) => Reply::Unavailable(said().into()),
+            _ => Reply::Refused(said().into()),
         }
     }
 
@@ -460,11 +534,36 @@ impl OnMcp {
 
     /// The `tools/call` parameters of `request`, a call the workload drew.
     fn call_params(&self, request: &Keyed<String>) -> Value {
+        if let ServerTransport::Http { .. } = self.0.transport {
+            return self.http_params(&request.args, &request.id);
+        }
         let (tool, arguments) = request
             .args
             .split_once(' ')
             .expect("a call the harness wrote");
         self.params(tool, arguments, &request.id)
+    }
+
+    /// The HTTP request of a call written `METHOD /path BODY`, with the client's key where
+    /// the target puts it (a header, or a field of the body).
+    fn http_params(&self, call: &str, key: &str) -> Value {
+        let mut parts = call.splitn(3, ' ');
+        let (method, path, body) = (parts.next(), parts.next(), parts.next());
+        let (Some(method), Some(path), Some(body)) = (method, path, body) else {
+            unreachable!("a call the harness wrote: {call}")
+        };
+        let mut body: Value = serde_json::from_str(body).expect("a body the harness wrote");
+        let mut headers = json!({});
+        match &self.0.key {
+            KeyPlacement::Header(name) => headers[name.as_str()] = json!(key),
+            KeyPlacement::Argument(name) => {
+                if let Some(object) = body.as_object_mut() {
+                    object.insert(name.clone(), Value::String(key.to_string()));
+                }
+            }
+            _ => {}
+        }
+        json!({"method": method, "path": path, "headers": headers, "body": body})
     }
 
     /// The reply to a call that came to `answer`; a JSON-RPC error is a refusal.
@@ -490,7 +589,8 @@ impl OnMcp {
             serde_json::from_str(arguments).expect("arguments the harness wrote");
         let mut params = json!({"name": tool});
         match &self.0.key {
-            KeyPlacement::None => {}
+            // A header is HTTP's: a scenario over stdio is refused one at load.
+            KeyPlacement::None | KeyPlacement::Header(_) => {}
             KeyPlacement::Argument(name) => {
                 if let Some(object) = arguments.as_object_mut() {
                     object.insert(name.clone(), Value::String(key.to_string()));
@@ -628,7 +728,9 @@ impl StoreKind for OnMcp {
             LoopbackProvider::start().unwrap_or_else(|error| panic!("the provider starts: {error}"))
         });
         let command = self.command(&file, provider.as_ref());
-        let mut server = StdioServer::with_side_channel(command, &directory.join("points.sock"))
+        let mut server = self
+            .0
+            .server_on(command, &directory.join("points.sock"))
             .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();

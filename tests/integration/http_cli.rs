@@ -1,0 +1,169 @@
+//! `retrysim mcp SCENARIO` on a plain HTTP endpoint (`transport = "http"`): a real Python
+//! server (`examples/http/counter_http.py`) started on a port the harness picked, each call a
+//! request with its key in the `Idempotency-Key` header, each answer read by its status.
+
+use crate::cli::{assert_bad_input, retrysim, stderr, stdout};
+use std::path::PathBuf;
+
+/// The path of the shipped example `name`.
+fn shipped(name: &str) -> String {
+    format!("{}/examples/http/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `args`, asserts the exit status, returns stdout.
+fn expect(args: &[&str], status: i32) -> String {
+    let output = retrysim(args);
+    assert_eq!(
+        output.status.code(),
+        Some(status),
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// The shipped `counter.toml` with `from` replaced by `to`, written beside the server as a
+/// scenario of its own (removed by the caller's [`Written`]).
+fn variant(name: &str, from: &str, to: &str) -> Written {
+    let text = std::fs::read_to_string(shipped("counter.toml")).unwrap();
+    assert!(text.contains(from), "{from}");
+    let path = PathBuf::from(shipped(&format!(
+        "retrysim-test-{name}-{}.toml",
+        std::process::id()
+    )));
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+    Written(path)
+}
+
+/// A scenario file written for one test, removed when dropped.
+struct Written(PathBuf);
+
+impl Written {
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn an_endpoint_without_a_key_is_caught_and_its_replay_reproduces() {
+    let report = expect(&["mcp", &shipped("counter_keyless.toml")], 1);
+    assert!(
+        report.contains("at-most-once-effect      VIOLATED"),
+        "{report}"
+    );
+    assert!(
+        report.contains(r#"send A#2: r1: POST /add {"amount":5}"#),
+        "{report}"
+    );
+    let line = report
+        .lines()
+        .find_map(|line| line.strip_prefix("reproduce: retrysim "))
+        .unwrap_or_else(|| panic!("{report}"));
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let replayed = expect(&args, 1);
+    assert_eq!(replayed, expect(&args, 1), "a replay is the same each time");
+    assert!(replayed.contains("2 committed effect(s)"), "{replayed}");
+}
+
+#[test]
+fn a_keyed_endpoint_is_clean_and_refuses_a_reused_key() {
+    // No fault: the second call reuses the first's key with another amount, and is refused.
+    let report = expect(&["mcp", &shipped("counter.toml"), "--faults-max", "0"], 0);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("no-silent-key-reuse      clean"),
+        "{report}"
+    );
+    // The same endpoint told to read its key from a header the client does not send:
+    // every call is refused (400) and nothing succeeds, which the check says.
+    let elsewhere = variant(
+        "header",
+        "[server]",
+        "key = { header = \"X-Request-Id\" }\n\n[server]",
+    );
+    let refused = expect(&["mcp", &elsewhere.path(), "--faults-max", "0"], 3);
+    assert!(refused.contains("no call succeeded"), "{refused}");
+}
+
+#[test]
+fn a_key_saved_in_a_second_transaction_is_caught_by_a_crash_between() {
+    let crashes_only = [
+        "--drops-max",
+        "0",
+        "--duplicates-max",
+        "0",
+        "--reconnects-max",
+        "0",
+    ];
+    let scenario = shipped("counter_split.toml");
+    let args = [&["mcp", scenario.as_str()][..], &crashes_only].concat();
+    let report = expect(&args, 1);
+    assert!(report.contains("CRASH at between-commits"), "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+}
+
+#[test]
+fn an_http_scenario_is_checked_at_load() {
+    for (name, from, to, says) in [
+        (
+            "tool",
+            r#"{ method = "POST", path = "/add", body = { amount = 5 } }"#,
+            r#"{ tool = "add", arguments = { amount = 5 } }"#,
+            "client 1 call 1: tool and arguments are an MCP call's",
+        ),
+        (
+            "method",
+            r#"method = "POST""#,
+            r#"method = "post""#,
+            r#"client 1 call 1: method = "post" is not an HTTP method"#,
+        ),
+        (
+            "path",
+            r#"path = "/add", body = { amount = 7 }"#,
+            r#"path = "add", body = { amount = 7 }"#,
+            r#"client 1 call 2: path = "add" must start with / and hold no spaces"#,
+        ),
+        (
+            "meta",
+            "[server]",
+            "key = { meta = \"k\" }\n\n[server]",
+            "over HTTP a key goes in a header",
+        ),
+        (
+            "status",
+            "[bounds]",
+            "[status]\ntool = \"status\"\nkey_argument = \"request_id\"\n\n[bounds]",
+            "[status] names an MCP tool",
+        ),
+    ] {
+        let written = variant(name, from, to);
+        assert_bad_input(&["mcp", &written.path()], says);
+    }
+    // A header is HTTP's.
+    let stdio = format!("{}/examples/mcp/counter.toml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&stdio)
+        .unwrap()
+        .replace(
+            r#"key = { argument = "request_id" }"#,
+            r#"key = { header = "Idempotency-Key" }"#,
+        )
+        .replace(
+            r#""counter_server.py""#,
+            &format!("{:?}", stdio.replace("counter.toml", "counter_server.py")),
+        );
+    let path =
+        std::env::temp_dir().join(format!("retrysim-http-header-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    assert_bad_input(
+        &["mcp", &path.display().to_string()],
+        "key = { header = ... } is HTTP's",
+    );
+    let _ = std::fs::remove_file(&path);
+}
