@@ -10,6 +10,10 @@ Idempotent-Replayed: true), the same key with another amount is 422, a missing k
 Without KEYED a retry adds again. KEYED=split records the key in a transaction of its own
 after the addition's: a crash between the two (the crash point `between-commits`, asked
 through helpers/retrysim_points.py) loses the record, and the retry adds again.
+KEYED=claim claims the key in a transaction of its own, then adds and saves the record in a
+second: a retry that finds the claim without a record is answered 409 with `Retry-After: 1`
+(RETRY_AFTER=none leaves the header out). A crash between the two (the crash point
+`after-claim`) leaves the claim for ever, and every retry is told to come back later.
 """
 
 import json
@@ -37,6 +41,7 @@ def make_schema():
         "CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), total INTEGER NOT NULL);"
         "INSERT OR IGNORE INTO counter VALUES (1, 0);"
         "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, amount INTEGER NOT NULL, total INTEGER NOT NULL);"
+        "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY);"
     )
     connection.close()
 
@@ -66,6 +71,16 @@ def handle_add(key, amount):
             if saved[0] != amount:
                 return 422, {}, {"error": "the key was used with another amount"}
             return 200, {"Idempotent-Replayed": "true"}, {"total": saved[1]}
+        if KEYED == "claim":
+            if connection.execute("SELECT 1 FROM claims WHERE key = ?", (key,)).fetchone():
+                connection.execute("COMMIT")
+                wait = os.environ.get("RETRY_AFTER", "1")
+                headers = {} if wait == "none" else {"Retry-After": wait}
+                return 409, headers, {"error": "in progress, try later"}
+            connection.execute("INSERT INTO claims (key) VALUES (?)", (key,))
+            connection.execute("COMMIT")
+            point("after-claim")
+            connection.execute("BEGIN IMMEDIATE")
         total = add(connection, amount)
         if KEYED == "split":
             connection.execute("COMMIT")

@@ -26,7 +26,13 @@ fn expect(args: &[&str], status: i32) -> String {
 /// The shipped `counter.toml` with `from` replaced by `to`, written beside the server as a
 /// scenario of its own (removed by the caller's [`Written`]).
 fn variant(name: &str, from: &str, to: &str) -> Written {
-    let text = std::fs::read_to_string(shipped("counter.toml")).unwrap();
+    variant_of("counter.toml", name, from, to)
+}
+
+/// The shipped scenario `base` with `from` replaced by `to`, written beside the server as a
+/// scenario of its own.
+fn variant_of(base: &str, name: &str, from: &str, to: &str) -> Written {
+    let text = std::fs::read_to_string(shipped(base)).unwrap();
     assert!(text.contains(from), "{from}");
     let path = PathBuf::from(shipped(&format!(
         "retrysim-test-{name}-{}.toml",
@@ -166,4 +172,39 @@ fn an_http_scenario_is_checked_at_load() {
         "key = { header = ... } is HTTP's",
     );
     let _ = std::fs::remove_file(&path);
+}
+
+/// A claim a crash left for ever: every retry is answered 409, with `Retry-After` (read as
+/// *retry after*) or without (read as *pending*), until the client's horizon ends, and
+/// `eventual-verdict` is broken either way.
+#[test]
+fn an_endpoint_that_answers_409_for_ever_is_caught() {
+    let crashes_only = [
+        "--drops-max",
+        "0",
+        "--duplicates-max",
+        "0",
+        "--reconnects-max",
+        "0",
+    ];
+    let named = shipped("counter_claim.toml");
+    let report = expect(&[&["mcp", named.as_str()][..], &crashes_only].concat(), 1);
+    assert!(report.contains("CRASH at after-claim"), "{report}");
+    let words = report.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(
+            "told to retry after 1000 ms again when it came back at the time the server had named"
+        ),
+        "{report}"
+    );
+    assert!(words.contains("HTTP 409"), "{report}");
+    let unnamed = variant_of(
+        "counter_claim.toml",
+        "pending",
+        r#"KEYED = "claim""#,
+        r#"KEYED = "claim", RETRY_AFTER = "none""#,
+    );
+    let pending = expect(&[&["mcp", &unnamed.path()][..], &crashes_only].concat(), 1);
+    let words = pending.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("answered pending again"), "{pending}");
 }
