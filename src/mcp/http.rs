@@ -10,9 +10,9 @@
 //! is JSON, else as text). A connection the server closes or resets without a response is
 //! the result `{"status": null, "lost": "why"}`: the client hears nothing.
 
-use super::side_channel::{Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::side_channel::{answer_line, Heard, SideChannel, SIDE_CHANNEL_ENV};
 use super::stdio::{ServerCommand, MESSAGE_BYTES_MAX, STDERR_LINES_KEPT};
-use super::{Ask, Interrupted, McpError, Offer, Question, Said, Transport};
+use super::{Interrupted, McpError, Offer, Question, Said, Transport};
 use crate::Crash;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -237,20 +237,19 @@ impl Transport for HttpServer {
         question: &Question,
         answer: Result<u64, Crash>,
     ) -> Result<(), Interrupted> {
-        let channel = self
-            .side_channel
-            .as_ref()
-            .expect("questions come on the side channel");
-        let line = match (answer, &question.ask) {
-            (Ok(_), Ask::Point(_)) => "go".to_string(),
-            (Ok(now_ms), Ask::NowMs) => format!("now {now_ms}"),
-            (Err(crash), _) => {
-                self.kill();
-                return Err(Interrupted::Crash(crash));
+        match answer_line(&question.ask, answer) {
+            Ok(line) => {
+                let channel = self.side_channel.as_ref();
+                channel
+                    .expect("questions come on the side channel")
+                    .answer(question.connection, &line);
+                Ok(())
             }
-        };
-        channel.answer(question.connection, &line);
-        Ok(())
+            Err(crash) => {
+                self.kill();
+                Err(Interrupted::Crash(crash))
+            }
+        }
     }
 
     fn kill(&mut self) {

@@ -44,6 +44,18 @@ pub(super) enum Heard {
     Response(u64, u64, serde_json::Value),
 }
 
+/// The line that answers `ask` with `answer` (`go`, or `now MILLISECONDS`), or the crash the
+/// schedule chose there.
+pub(super) fn answer_line(
+    ask: &Ask,
+    answer: Result<u64, crate::Crash>,
+) -> Result<String, crate::Crash> {
+    match (answer?, ask) {
+        (_, Ask::Point(_)) => Ok("go".to_string()),
+        (now_ms, Ask::NowMs) => Ok(format!("now {now_ms}")),
+    }
+}
+
 /// A listening side channel and the connections it answers on.
 pub(super) struct SideChannel {
     path: PathBuf,

@@ -1,8 +1,8 @@
 //! MCP's stdio transport: the server is a child process; each message is one line of JSON on
 //! its standard input or output.
 
-use super::side_channel::{Heard, SideChannel, SIDE_CHANNEL_ENV};
-use super::{Ask, Interrupted, McpError, Offer, Question, Said, Tool, Transport};
+use super::side_channel::{answer_line, Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::{Interrupted, McpError, Offer, Question, Said, Tool, Transport};
 use crate::Crash;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -386,20 +386,19 @@ impl Transport for StdioServer {
         question: &Question,
         answer: Result<u64, Crash>,
     ) -> Result<(), Interrupted> {
-        let channel = self
-            .side_channel
-            .as_ref()
-            .expect("questions come on the side channel");
-        let line = match (answer, &question.ask) {
-            (Ok(_), Ask::Point(_)) => "go".to_string(),
-            (Ok(now_ms), Ask::NowMs) => format!("now {now_ms}"),
-            (Err(crash), _) => {
-                self.kill();
-                return Err(Interrupted::Crash(crash));
+        match answer_line(&question.ask, answer) {
+            Ok(line) => {
+                let channel = self.side_channel.as_ref();
+                channel
+                    .expect("questions come on the side channel")
+                    .answer(question.connection, &line);
+                Ok(())
             }
-        };
-        channel.answer(question.connection, &line);
-        Ok(())
+            Err(crash) => {
+                self.kill();
+                Err(Interrupted::Crash(crash))
+            }
+        }
     }
 
     fn is_running(&self) -> bool {

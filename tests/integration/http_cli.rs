@@ -2,7 +2,8 @@
 //! server (`examples/http/counter_http.py`) started on a port the harness picked, each call a
 //! request with its key in the `Idempotency-Key` header, each answer read by its status.
 
-use crate::cli::{assert_bad_input, retrysim, stderr, stdout};
+use crate::cli::assert_bad_input;
+use crate::mcp_cli::expect;
 use std::path::PathBuf;
 
 /// The path of the shipped example `name`.
@@ -10,18 +11,15 @@ fn shipped(name: &str) -> String {
     format!("{}/examples/http/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs `args`, asserts the exit status, returns stdout.
-fn expect(args: &[&str], status: i32) -> String {
-    let output = retrysim(args);
-    assert_eq!(
-        output.status.code(),
-        Some(status),
-        "{args:?}\nstdout:\n{}\nstderr:\n{}",
-        stdout(&output),
-        stderr(&output)
-    );
-    stdout(&output)
-}
+/// Flags that leave crashes the only faults.
+const CRASHES_ONLY: [&str; 6] = [
+    "--drops-max",
+    "0",
+    "--duplicates-max",
+    "0",
+    "--reconnects-max",
+    "0",
+];
 
 /// The shipped `counter.toml` with `from` replaced by `to`, written beside the server as a
 /// scenario of its own (removed by the caller's [`Written`]).
@@ -100,16 +98,8 @@ fn a_keyed_endpoint_is_clean_and_refuses_a_reused_key() {
 
 #[test]
 fn a_key_saved_in_a_second_transaction_is_caught_by_a_crash_between() {
-    let crashes_only = [
-        "--drops-max",
-        "0",
-        "--duplicates-max",
-        "0",
-        "--reconnects-max",
-        "0",
-    ];
     let scenario = shipped("counter_split.toml");
-    let args = [&["mcp", scenario.as_str()][..], &crashes_only].concat();
+    let args = [&["mcp", scenario.as_str()][..], &CRASHES_ONLY].concat();
     let report = expect(&args, 1);
     assert!(report.contains("CRASH at between-commits"), "{report}");
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
@@ -179,16 +169,8 @@ fn an_http_scenario_is_checked_at_load() {
 /// `eventual-verdict` is broken either way.
 #[test]
 fn an_endpoint_that_answers_409_for_ever_is_caught() {
-    let crashes_only = [
-        "--drops-max",
-        "0",
-        "--duplicates-max",
-        "0",
-        "--reconnects-max",
-        "0",
-    ];
     let named = shipped("counter_claim.toml");
-    let report = expect(&[&["mcp", named.as_str()][..], &crashes_only].concat(), 1);
+    let report = expect(&[&["mcp", named.as_str()][..], &CRASHES_ONLY].concat(), 1);
     assert!(report.contains("CRASH at after-claim"), "{report}");
     let words = report.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
@@ -204,7 +186,7 @@ fn an_endpoint_that_answers_409_for_ever_is_caught() {
         r#"KEYED = "claim""#,
         r#"KEYED = "claim", RETRY_AFTER = "none""#,
     );
-    let pending = expect(&[&["mcp", &unnamed.path()][..], &crashes_only].concat(), 1);
+    let pending = expect(&[&["mcp", &unnamed.path()][..], &CRASHES_ONLY].concat(), 1);
     let words = pending.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains("answered pending again"), "{pending}");
 }

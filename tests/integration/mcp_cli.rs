@@ -51,7 +51,7 @@ faults_max = 1
 }
 
 /// Runs `args`, expects `status`, and returns stdout.
-fn expect(args: &[&str], status: i32) -> String {
+pub(crate) fn expect(args: &[&str], status: i32) -> String {
     let output = retrysim(args);
     assert_eq!(
         output.status.code(),
