@@ -521,7 +521,7 @@ fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckRepor
 }
 
 /// Runs per second on real MCP servers: the standard library's counter in Python, one by one
-/// and served on threads with two calls in flight at once, the SDK's interval tool (when
+/// and served on threads with two calls in flight at once, the plain HTTP counter endpoint, the SDK's interval tool (when
 /// `.ci/mcp-sdk` has installed the SDK) and the counter in TypeScript (when `.ci/node` has
 /// installed Node), with the server process
 /// reused from run to run and restarted for each run, without crashes and with them (each
@@ -536,10 +536,13 @@ fn mcp_servers() {
         .unwrap_or_else(|_| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
     let venv = target.join("mcp-sdk-venv/bin/python");
     let node = target.join("node-venv/bin/node");
-    println!("\nreal MCP servers over stdio (one thread; the first start not counted):");
+    println!(
+        "\nreal servers, MCP over stdio and plain HTTP (one thread; the first start not counted):"
+    );
     let mut servers = vec![
         ("stdlib counter", "counter.toml"),
         ("threads, 2 calls", "counter_concurrent.toml"),
+        ("HTTP counter", "../http/counter.toml"),
     ];
     if venv.exists() {
         std::env::set_var("RETRYSIM_MCP_PYTHON", &venv);

@@ -14,6 +14,11 @@ KEYED=claim claims the key in a transaction of its own, then adds and saves the 
 second: a retry that finds the claim without a record is answered 409 with `Retry-After: 1`
 (RETRY_AFTER=none leaves the header out). A crash between the two (the crash point
 `after-claim`) leaves the claim for ever, and every retry is told to come back later.
+
+MISBEHAVE makes each answer one the harness must cope with: `close` (the head cut short,
+then the connection closed), `chunked` (a valid chunked body), `chunked-garbage` (a chunk
+size that is no number), `huge` (a 30 MB body), `no-length` (no Content-Length: the body runs
+to the connection's end), `http09` (a body without a status line), `redirect` (302).
 """
 
 import json
@@ -27,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
 from retrysim_points import point  # noqa: E402
 
 KEYED = os.environ.get("KEYED", "")
+MISBEHAVE = os.environ.get("MISBEHAVE", "")
 DATABASE = os.environ["RETRYSIM_DB"]
 
 
@@ -116,6 +122,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def answer(self, status, headers, body):
         data = json.dumps(body).encode()
+        if MISBEHAVE:
+            self.misbehave(data)
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -123,6 +132,25 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def misbehave(self, data):
+        """Writes the answer as MISBEHAVE says, then closes the connection."""
+        self.close_connection = True
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        raw = {
+            "close": b"HTTP/1.1 200 OK\r\nContent-Le",
+            "chunked": (head + "Transfer-Encoding: chunked\r\n\r\n").encode()
+            + b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n",
+            "chunked-garbage": (head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n").encode(),
+            "huge": (head + "Content-Length: 31457280\r\n\r\n").encode() + b" " * 31457280,
+            "no-length": (head + "Connection: close\r\n\r\n").encode() + data,
+            "http09": data,
+            "redirect": b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n",
+        }[MISBEHAVE]
+        try:
+            self.wfile.write(raw)
+        except OSError:
+            pass
 
     def log_message(self, *args):
         pass

@@ -345,6 +345,10 @@ fn read_response(mut reader: impl BufRead) -> Result<Value, String> {
         if read == 0 {
             return Err("the connection closed without a response".to_string());
         }
+        if before == 0 && !head.starts_with(b"HTTP/1.") {
+            let line: String = String::from_utf8_lossy(&head).chars().take(200).collect();
+            return Err(format!("not an HTTP status line: {:?}", line.trim_end()));
+        }
         if head[before..] == *b"\r\n" || head[before..] == *b"\n" {
             break;
         }

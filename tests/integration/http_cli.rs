@@ -190,3 +190,51 @@ fn an_endpoint_that_answers_409_for_ever_is_caught() {
     let words = pending.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains("answered pending again"), "{pending}");
 }
+
+/// Each way a response can be odd: read where HTTP allows it (chunked, no `Content-Length`),
+/// a refusal where it is no success (a redirect, here after the addition committed: caught),
+/// and one line of bad input (exit 2) where no
+/// response can be read (the connection cut mid-head, a chunk size that is no number, a body
+/// past the cap, no status line).
+#[test]
+fn odd_responses_are_read_or_one_line() {
+    let quick = ["--faults-max", "0", "--intents", "1"];
+    // The scenario file, and the check's arguments with it.
+    let misbehaving = |how: &str| {
+        let written = variant(
+            &format!("misbehave-{how}"),
+            r#"env = { KEYED = "1" }"#,
+            &format!(r#"env = {{ KEYED = "1", MISBEHAVE = "{how}" }}"#),
+        );
+        let args: Vec<String> = ["mcp", written.path().as_str()]
+            .iter()
+            .chain(&quick)
+            .map(|arg| arg.to_string())
+            .collect();
+        (written, args)
+    };
+    for readable in ["chunked", "no-length"] {
+        let (_written, args) = misbehaving(readable);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // One call each: its key is reused by none, so that invariant goes untested.
+        let report = expect(&args, 3);
+        assert!(report.contains("bound: exhausted"), "{readable}: {report}");
+        assert!(!report.contains("VIOLATED"), "{readable}: {report}");
+    }
+    let (_redirect, args) = misbehaving("redirect");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // The endpoint added, then answered 302: a refusal after the effect, which it is not.
+    let refused = expect(&args, 1);
+    assert!(refused.contains("VIOLATED truthful-reply"), "{refused}");
+    assert!(refused.contains("refused: HTTP 302"), "{refused}");
+    for (how, says) in [
+        ("close", "the connection closed without a response"),
+        ("chunked-garbage", "not a chunk size"),
+        ("huge", "a response body longer than 16777216 bytes"),
+        ("http09", "not an HTTP status line"),
+    ] {
+        let (_written, args) = misbehaving(how);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_bad_input(&args, says);
+    }
+}
