@@ -413,6 +413,24 @@ impl ScenarioFile {
                 ));
             }
         }
+        if self.server.transport == TransportFile::Http {
+            let port_env = self.server.port_env.as_deref().unwrap_or(PORT_ENV_DEFAULT);
+            let database = self
+                .database
+                .as_ref()
+                .map(|d| (d.env.as_str(), "database.env's"));
+            if let Some((_, whose)) = harness_names
+                .iter()
+                .chain(&[database])
+                .flatten()
+                .find(|(name, _)| *name == port_env)
+            {
+                return Err(format!(
+                    "server.port_env is {port_env:?}, {whose} variable too: give the port a \
+                     name of its own"
+                ));
+            }
+        }
         let pending = self.pending.as_ref();
         let pointers = [
             ("value", self.value.as_deref()),

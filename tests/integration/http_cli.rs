@@ -133,6 +133,12 @@ fn an_http_scenario_is_checked_at_load() {
             "over HTTP a key goes in a header",
         ),
         (
+            "port",
+            r#"transport = "http""#,
+            "transport = \"http\"\nport_env = \"RETRYSIM_DB\"",
+            r#"server.port_env is "RETRYSIM_DB", database.env's variable too"#,
+        ),
+        (
             "status",
             "[bounds]",
             "[status]\ntool = \"status\"\nkey_argument = \"request_id\"\n\n[bounds]",
