@@ -157,3 +157,81 @@ fn a_server_that_fails_the_harness_is_one_line() {
     );
     assert_eq!(error.to_string().lines().count(), 1);
 }
+
+#[path = "../../helpers/retrysim_points.rs"]
+mod retrysim_points;
+
+/// Run only by `the_rust_helper_asks_at_its_crash_points`, in a child process: a tiny HTTP
+/// server in Rust that answers each request 200 after the crash point `after-commit` and
+/// asks the simulated time.
+#[test]
+#[ignore = "run by the_rust_helper_asks_at_its_crash_points as the server"]
+fn rust_server_with_the_helper() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let port: u16 = std::env::var("PORT").unwrap().parse().unwrap();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    for stream in listener.incoming() {
+        let mut reader = BufReader::new(stream.unwrap());
+        let mut length = 0;
+        let mut request_line = String::new();
+        // The harness's probe of whether the server listens sends nothing.
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            continue;
+        }
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = value.trim().parse().unwrap();
+            }
+            if line.trim().is_empty() {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        retrysim_points::point("after-commit");
+        let answer = format!("{{\"now\":{}}}", retrysim_points::now_ms());
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+            answer.len()
+        );
+        reader.get_mut().write_all(response.as_bytes()).unwrap();
+    }
+}
+
+/// The Rust helper (`helpers/retrysim_points.rs`) speaks the side channel as the Python and
+/// TypeScript ones do: its crash point is asked about and can crash the server there, and
+/// its clock is the harness's.
+#[test]
+fn the_rust_helper_asks_at_its_crash_points() {
+    let scratch = Scratch::new("rust-helper");
+    let command = ServerCommand {
+        program: std::env::current_exe().unwrap().display().to_string(),
+        args: [
+            "--exact",
+            "http::rust_server_with_the_helper",
+            "--ignored",
+            "--nocapture",
+        ]
+        .map(String::from)
+        .to_vec(),
+        env: Vec::new(),
+        working_dir: None,
+        answer_wait_ms: 30_000,
+    };
+    let mut server =
+        HttpServer::with_side_channel(command, "PORT", &scratch.0.join("points.sock")).unwrap();
+    server.start().expect("the Rust server listens");
+    let mut asked = Vec::new();
+    let answered = server.call(&add(5, Some("r1")), &mut |ask| {
+        asked.push(format!("{ask:?}"));
+        Ok(1_234)
+    });
+    assert_eq!(asked, [r#"Point("after-commit")"#, "NowMs"]);
+    assert_eq!(answered.unwrap()["body"], json!({"now": 1234}));
+    let (points, crashed) = call(&mut server, &add(5, Some("r2")), Some("after-commit"));
+    assert_eq!(points, ["after-commit"]);
+    assert!(matches!(crashed, Err(Interrupted::Crash(_))));
+    assert_eq!(server.port(), None);
+}

@@ -1,0 +1,78 @@
+//! Crash points and simulated time for a Rust server that retrysim checks.
+//!
+//! One file, standard library only: copy it into your service (`mod retrysim_points;`).
+//! Under retrysim (the environment names the side channel in `RETRYSIM_POINTS`) each call
+//! asks the harness:
+//!
+//! ```ignore
+//! tx.commit()?;
+//! retrysim_points::point("after-commit"); // the harness answers go on, or kills the process here
+//! let deadline = retrysim_points::now_ms() + 30_000; // the simulated clock, in milliseconds
+//! ```
+//!
+//! Outside retrysim, `point` does nothing and `now_ms` reads the wall clock, so the service
+//! runs unchanged in production. Each thread asks on a connection of its own, so a service
+//! that serves requests on threads can have several waiting at crash points at once, each for
+//! its own answer. (An async service calls them from its handlers as they are: each blocks
+//! its thread for the moment the harness takes to answer.)
+
+use std::cell::RefCell;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+
+/// The variable that names the side channel's socket.
+pub const SIDE_CHANNEL_ENV: &str = "RETRYSIM_POINTS";
+
+thread_local! {
+    /// This thread's connection to the side channel, opened at its first question.
+    static CHANNEL: RefCell<Option<BufReader<UnixStream>>> = const { RefCell::new(None) };
+}
+
+/// Whether the harness is listening (the service runs under retrysim).
+pub fn under_retrysim() -> bool {
+    std::env::var_os(SIDE_CHANNEL_ENV).is_some()
+}
+
+/// A crash point: under retrysim the process may be killed here, as a crash would.
+pub fn point(name: &str) {
+    if under_retrysim() {
+        ask(&format!("point {name}"));
+    }
+}
+
+/// Milliseconds: the simulated clock under retrysim, else the wall clock since the epoch.
+pub fn now_ms() -> u64 {
+    if !under_retrysim() {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        return u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+    }
+    let answer = ask("now");
+    answer
+        .strip_prefix("now ")
+        .and_then(|ms| ms.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the harness answered {answer:?} to now"))
+}
+
+/// Sends one question line on this thread's side channel; the answer line. A harness that is
+/// gone ends the process at once: nothing more can be checked.
+fn ask(question: &str) -> String {
+    CHANNEL.with(|channel| {
+        let mut channel = channel.borrow_mut();
+        if channel.is_none() {
+            let path = std::env::var_os(SIDE_CHANNEL_ENV).expect("under retrysim");
+            let stream = UnixStream::connect(path).unwrap_or_else(|_| std::process::exit(1));
+            *channel = Some(BufReader::new(stream));
+        }
+        let reader = channel.as_mut().expect("opened above");
+        if writeln!(reader.get_mut(), "{question}").is_err() {
+            std::process::exit(1);
+        }
+        let mut answer = String::new();
+        match reader.read_line(&mut answer) {
+            Ok(0) | Err(_) => std::process::exit(1),
+            Ok(_) => answer.trim().to_string(),
+        }
+    })
+}
