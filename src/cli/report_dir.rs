@@ -290,18 +290,18 @@ pub(super) fn shortest_failure(row: &MatrixRow<'_>, bounds: &Bounds, width_chars
 mod tests {
     use super::Staging;
 
-    /// A fresh scratch directory for one test.
-    fn scratch(name: &str) -> std::path::PathBuf {
+    /// A fresh scratch directory for one test, removed when dropped.
+    fn scratch(name: &str) -> crate::process::ScratchDir {
         let path = std::env::temp_dir().join(format!("retrysim-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        path
+        crate::process::ScratchDir::create(path).unwrap()
     }
 
     /// What a report directory held before is replaced whole, and nothing is left beside it.
     #[test]
     fn a_report_directory_is_replaced_whole() {
-        let parent = scratch("staging-replaced");
+        let scratch = scratch("staging-replaced");
+        let parent = scratch.path();
         let target = parent.join("report");
         std::fs::create_dir_all(&target).unwrap();
         std::fs::write(target.join("stale.html"), "old").unwrap();
@@ -317,19 +317,20 @@ mod tests {
             "new"
         );
         assert!(!target.join("stale.html").exists());
-        let left: Vec<_> = std::fs::read_dir(&parent).unwrap().collect();
+        let left: Vec<_> = std::fs::read_dir(parent).unwrap().collect();
         assert_eq!(left.len(), 1, "only the report: {left:?}");
     }
 
     /// A file that cannot be written is named, and the directory asked for is left as it was.
     #[test]
     fn a_file_that_cannot_be_written_is_named() {
-        let parent = scratch("staging-unwritable");
+        let scratch = scratch("staging-unwritable");
+        let parent = scratch.path();
         let target = parent.join("report");
         let staging = Staging::beside(&target).unwrap();
         let error = staging.write("no-such-dir/page.html", "x").unwrap_err();
         assert!(error.0.contains("page.html"), "{}", error.0);
         assert!(!target.exists());
-        assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(parent).unwrap().count(), 0);
     }
 }

@@ -307,7 +307,7 @@ fn replay_mermaid_draws_the_run() {
 /// time), writes a page, a diagram and its page for each, and leaves nothing half-written.
 #[test]
 fn report_says_each_failure_it_shrinks() {
-    let parent = std::env::temp_dir().join(format!("retrysim-report-dir-{}", std::process::id()));
+    let parent = crate::scratch_dir().join(format!("retrysim-report-dir-{}", std::process::id()));
     std::fs::create_dir_all(&parent).unwrap();
     let out = parent.join("report");
     let output = retrysim(&["report", "--out", out.to_str().unwrap(), "--seeds", "0..2"]);
@@ -348,7 +348,7 @@ fn report_says_each_failure_it_shrinks() {
 /// `report --out` into a path that is a file: bad input, and nothing written.
 #[test]
 fn report_refuses_an_unwritable_directory() {
-    let file = std::env::temp_dir().join(format!("retrysim-report-{}", std::process::id()));
+    let file = crate::scratch_dir().join(format!("retrysim-report-{}", std::process::id()));
     std::fs::write(&file, "not a directory").unwrap();
     let target = file.join("report");
     assert_bad_input(
@@ -881,7 +881,7 @@ fn json_writes_unbounded_as_a_word() {
 /// Writes each shard's `--json` report (`args` plus `--shard i/n --json`) to a file of its
 /// own in a fresh directory; returns the files and each shard's exit status.
 fn shard_reports(name: &str, args: &[&str], count: u32) -> (Vec<String>, Vec<Option<i32>>) {
-    let directory = std::env::temp_dir().join(format!("retrysim-{name}-{}", std::process::id()));
+    let directory = crate::scratch_dir().join(format!("retrysim-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let mut files = Vec::new();
     let mut statuses = Vec::new();
@@ -953,7 +953,7 @@ fn merge_refuses_what_is_not_a_report() {
     let shard: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
     let directory =
-        std::env::temp_dir().join(format!("retrysim-merge-shape-{}", std::process::id()));
+        crate::scratch_dir().join(format!("retrysim-merge-shape-{}", std::process::id()));
     let write = |name: &str, bytes: &[u8]| {
         let file = directory.join(name);
         std::fs::write(&file, bytes).unwrap();
@@ -1075,7 +1075,7 @@ fn merge_refuses_what_is_not_one_run() {
     let mut other = vec!["check", "--model", "counter", "--handler", "keyed-atomic"];
     other.extend(SMALL_CHECK);
     let (other_files, _) = shard_reports("merge-bad-other", &other, 3);
-    let not_json = std::env::temp_dir().join(format!("retrysim-not-json-{}", std::process::id()));
+    let not_json = crate::scratch_dir().join(format!("retrysim-not-json-{}", std::process::id()));
     std::fs::write(&not_json, "not json\n").unwrap();
     let cases: [(Vec<&str>, &str); 4] = [
         (vec![&files[0], &files[2]], "not parts 1 to 3"),

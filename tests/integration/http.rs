@@ -14,7 +14,7 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new(name: &str) -> Scratch {
         let path =
-            std::env::temp_dir().join(format!("retrysim-http-{name}-{}", std::process::id()));
+            crate::scratch_dir().join(format!("retrysim-http-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         Scratch(path)

@@ -52,6 +52,30 @@ pub fn lane(outcome: &retrysim::RunOutcome, lane: retrysim::Lane) -> Vec<String>
         .collect()
 }
 
+/// This test process's directory for fixtures, under the temporary directory, removed with
+/// everything in it when the process exits (a child process of a test has its own).
+pub fn scratch_dir() -> &'static std::path::Path {
+    SCRATCH_DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("retrysim-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the tests' scratch directory");
+        // SAFETY: `atexit` registers a plain function that runs once as the process exits.
+        unsafe {
+            libc::atexit(remove_scratch_dir);
+        }
+        dir
+    })
+}
+
+/// The directory [`scratch_dir`] made, once it has.
+static SCRATCH_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Removes this process's scratch directory, as it exits.
+extern "C" fn remove_scratch_dir() {
+    if let Some(dir) = SCRATCH_DIR.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// The built-in handler `domain/handler`.
 pub fn entry(domain: &str, handler: &str) -> &'static HandlerEntry {
     models::find(domain, handler).expect("a built-in handler")

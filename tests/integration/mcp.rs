@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// A fresh database path for one test.
 fn database(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("retrysim-mcp-{name}-{}.db", std::process::id()));
+    let path = crate::scratch_dir().join(format!("retrysim-mcp-{name}-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&path);
     path
 }

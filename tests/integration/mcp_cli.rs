@@ -16,7 +16,7 @@ fn shipped(name: &str) -> String {
 /// counter server's path.
 fn scenario(name: &str, text: &str) -> String {
     let directory: PathBuf =
-        std::env::temp_dir().join(format!("retrysim-scenarios-{}", std::process::id()));
+        crate::scratch_dir().join(format!("retrysim-scenarios-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let path = directory.join(format!("{name}.toml"));
     let text = text.replace("COUNTER", &shipped("counter_server.py"));
@@ -599,7 +599,7 @@ fn a_scenario_file_is_read_within_a_cap() {
         &["mcp", "/dev/zero"],
         "scenario /dev/zero: not a regular file",
     );
-    let fifo = std::env::temp_dir().join(format!("retrysim-fifo-{}", std::process::id()));
+    let fifo = crate::scratch_dir().join(format!("retrysim-fifo-{}", std::process::id()));
     let _ = std::fs::remove_file(&fifo);
     let made = std::process::Command::new("mkfifo").arg(&fifo).status();
     assert!(made.expect("mkfifo runs").success());
@@ -675,7 +675,7 @@ fn scenario_fields_are_checked_at_load() {
 #[test]
 fn shard_reports_of_a_server_merge() {
     let directory =
-        std::env::temp_dir().join(format!("retrysim-mcp-shards-{}", std::process::id()));
+        crate::scratch_dir().join(format!("retrysim-mcp-shards-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let mut reports = Vec::new();
     for shard in ["1/2", "2/2"] {
@@ -768,7 +768,7 @@ serve("accounts", {"transfer": (schema, transfer), "close": (schema, close)})
 /// table (a name to quote, no rowid).
 #[test]
 fn an_effect_is_a_calls_commit_not_a_row() {
-    let directory = std::env::temp_dir().join(format!("retrysim-accounts-{}", std::process::id()));
+    let directory = crate::scratch_dir().join(format!("retrysim-accounts-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let server = directory.join("accounts_server.py");
     let examples = format!("{}/examples/mcp", env!("CARGO_MANIFEST_DIR"));
@@ -1004,7 +1004,7 @@ fn a_read_lock_does_not_hide_a_race() {
 /// interpreter finds its packages by the path it was started as).
 #[test]
 fn a_relative_command_runs_as_written() {
-    let directory = std::env::temp_dir().join(format!("retrysim-venv-{}", std::process::id()));
+    let directory = crate::scratch_dir().join(format!("retrysim-venv-{}", std::process::id()));
     let bin = directory.join("venv/bin");
     std::fs::create_dir_all(&bin).unwrap();
     let python = std::process::Command::new("python3")
