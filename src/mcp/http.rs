@@ -10,7 +10,7 @@
 //! is JSON, else as text). A connection the server closes or resets without a response is
 //! the result `{"status": null, "lost": "why"}`: the client hears nothing.
 
-use super::side_channel::{answer_line, Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::side_channel::{answer_line, Heard, SideChannel};
 use super::stdio::{ServerCommand, MESSAGE_BYTES_MAX, STDERR_LINES_KEPT};
 use super::{Interrupted, McpError, Offer, Question, Said, Transport};
 use crate::Crash;
@@ -18,9 +18,8 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -96,19 +95,11 @@ impl HttpServer {
             command: self.command.display(),
             error: format!("no free port on 127.0.0.1: {error}"),
         })?;
-        let mut command = Command::new(&self.command.program);
-        command
-            .args(&self.command.args)
-            .envs(self.command.env.iter().map(|(name, value)| (name, value)))
-            .env(&self.port_env, port.to_string());
-        if let Some(channel) = &self.side_channel {
-            command.env(SIDE_CHANNEL_ENV, channel.path());
-        }
-        if let Some(directory) = &self.command.working_dir {
-            command.current_dir(directory);
-        }
-        command.process_group(0);
-        let mut child = command
+        let socket = self.side_channel.as_ref().map(SideChannel::path);
+        let mut child = self
+            .command
+            .process(socket)
+            .env(&self.port_env, port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -47,6 +47,24 @@ pub struct ServerCommand {
 }
 
 impl ServerCommand {
+    /// The process to start: the program with its arguments, environment and directory, the
+    /// side channel's socket in [`SIDE_CHANNEL_ENV`] when there is one, in a process group of
+    /// its own (so that a crash kills the server's children with it).
+    pub(super) fn process(&self, side_channel: Option<&Path>) -> Command {
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)));
+        if let Some(socket) = side_channel {
+            command.env(SIDE_CHANNEL_ENV, socket);
+        }
+        if let Some(directory) = &self.working_dir {
+            command.current_dir(directory);
+        }
+        command.process_group(0);
+        command
+    }
+
     /// The command line, for messages.
     pub fn display(&self) -> String {
         std::iter::once(self.program.as_str())
@@ -140,19 +158,10 @@ impl StdioServer {
         self.unanswered.clear();
         self.generation += 1;
         let generation = self.generation;
-        let mut command = Command::new(&self.command.program);
-        command
-            .args(&self.command.args)
-            .envs(self.command.env.iter().map(|(name, value)| (name, value)));
-        if let Some(channel) = &self.side_channel {
-            command.env(SIDE_CHANNEL_ENV, channel.path());
-        }
-        if let Some(directory) = &self.command.working_dir {
-            command.current_dir(directory);
-        }
-        // A group of its own: a crash kills the server's children with it.
-        command.process_group(0);
-        let mut child = command
+        let socket = self.side_channel.as_ref().map(SideChannel::path);
+        let mut child = self
+            .command
+            .process(socket)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -12,7 +12,7 @@ fn shipped(name: &str) -> String {
 }
 
 /// Flags that leave crashes the only faults.
-const CRASHES_ONLY: [&str; 6] = [
+pub(crate) const CRASHES_ONLY: [&str; 6] = [
     "--drops-max",
     "0",
     "--duplicates-max",

@@ -472,14 +472,7 @@ fn overlapping_calls_need_a_concurrent_server() {
 /// provider, or with process reuse and nothing to put back, the scenario is refused.
 #[test]
 fn a_provider_alone_is_the_ground_truth_of_a_server_without_a_database() {
-    let crashes_only = [
-        "--drops-max",
-        "0",
-        "--duplicates-max",
-        "0",
-        "--reconnects-max",
-        "0",
-    ];
+    let crashes_only = crate::http_cli::CRASHES_ONLY;
     let keyless = shipped("pay_memory_keyless.toml");
     let caught = expect(&[&["mcp", &keyless][..], &crashes_only].concat(), 1);
     assert!(caught.contains("CRASH at after-charge"), "{caught}");
