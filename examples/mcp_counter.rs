@@ -6,7 +6,7 @@
 //! `cargo run --example mcp_counter` checks both; `cargo test` runs the test below.
 
 use retrysim::mcp::{
-    Call, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand, ServerTransport,
+    Call, DatabaseKind, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand, ServerTransport,
 };
 use retrysim::{exhaust, Bounds, CheckOptions, CheckReport, Simulator};
 use serde_json::json;
@@ -28,6 +28,7 @@ fn counter(keyed: bool) -> McpTarget {
             answer_wait_ms: 10_000,
         },
         database_env: Some("RETRYSIM_DB".into()),
+        database: DatabaseKind::Sqlite,
         effect_tables: vec!["counter".into()],
         provider_env: None,
         key: KeyPlacement::Argument("request_id".into()),

@@ -12,7 +12,7 @@
 
 use super::side_channel::{answer_line, Heard, SideChannel};
 use super::stdio::{ServerCommand, MESSAGE_BYTES_MAX, STDERR_LINES_KEPT};
-use super::{Interrupted, McpError, Offer, Question, Said, Transport};
+use super::{receive_looking, Interrupted, McpError, Offer, Question, Said, Transport, Waited};
 use crate::Crash;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -20,7 +20,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -188,37 +188,41 @@ impl Transport for HttpServer {
         Ok(id)
     }
 
-    fn next(&mut self, id: u64) -> Result<Said, McpError> {
+    fn next_until(
+        &mut self,
+        id: u64,
+        mut look: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<Option<Said>, McpError> {
         if let Some(result) = self.kept_results.remove(&id) {
-            return Ok(Said::Result(result));
+            return Ok(Some(Said::Result(result)));
         }
         let wait = Duration::from_millis(self.command.answer_wait_ms);
         let generation = self.running.as_ref().expect("a started server").generation;
         loop {
-            match self.heard.recv_timeout(wait) {
-                Ok(Heard::Response(from, answered, result)) if from == generation => {
+            match receive_looking(&self.heard, wait, &mut look) {
+                Waited::Got(Heard::Response(from, answered, result)) if from == generation => {
                     if answered == id {
-                        return Ok(Said::Result(result));
+                        return Ok(Some(Said::Result(result)));
                     }
                     self.kept_results.insert(answered, result);
                 }
-                Ok(Heard::Ask(ask, connection)) => {
-                    return Ok(Said::Asked(Question { ask, connection }))
+                Waited::Got(Heard::Ask(ask, connection)) => {
+                    return Ok(Some(Said::Asked(Question { ask, connection })))
                 }
-                Ok(Heard::Unknown(line)) => {
+                Waited::Got(Heard::Unknown(line)) => {
                     self.stop();
                     return Err(McpError::Protocol(format!(
                         "its side channel said {line:?}, not `point NAME` or `now`"
                     )));
                 }
-                Ok(_) => continue,
-                Err(RecvTimeoutError::Timeout) => {
+                Waited::Got(_) => continue,
+                Waited::Looked => return Ok(None),
+                Waited::TimedOut => {
                     return Err(McpError::Silent {
                         waited_ms: self.command.answer_wait_ms,
                         stderr: self.stop().1,
                     })
                 }
-                Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
             }
         }
     }

@@ -8,6 +8,7 @@
 //! last lines of its standard error. Other transports (MCP's Streamable HTTP, a plain HTTP
 //! endpoint with an `Idempotency-Key` header) implement the same trait.
 
+mod database;
 mod http;
 mod provider;
 mod scenario;
@@ -15,6 +16,7 @@ mod side_channel;
 mod stdio;
 mod system;
 
+pub use database::DatabaseKind;
 pub use http::HttpServer;
 pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};
@@ -22,7 +24,7 @@ pub use side_channel::SIDE_CHANNEL_ENV;
 pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
 pub use system::{
     Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, ServerTransport,
-    StatusTool, AFTER_ANSWER, BEFORE_CALL,
+    StatusTool, AFTER_ANSWER, BEFORE_CALL, LOCK_WAIT,
 };
 
 use crate::Crash;
@@ -32,6 +34,12 @@ use crate::Crash;
 pub const MCP_MODEL: &str = "mcp";
 use serde_json::Value;
 use std::fmt;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How often a wait that looks elsewhere while the server is silent
+/// ([`Transport::next_until`]) looks, in real time.
+pub const LOOK_EVERY: Duration = Duration::from_millis(2);
 
 /// A tool server the harness talks to, one session at a time.
 ///
@@ -53,7 +61,19 @@ pub trait Transport {
     /// `CallToolResult`), or a question it asks over the side channel in the middle of it,
     /// which [`Transport::reply`] answers. Results of other calls that come meanwhile are
     /// kept for them.
-    fn next(&mut self, id: u64) -> Result<Said, McpError>;
+    fn next(&mut self, id: u64) -> Result<Said, McpError> {
+        let said = self.next_until(id, None)?;
+        Ok(said.expect("a wait that does not look elsewhere ends with what the server says"))
+    }
+
+    /// As [`Transport::next`], and while the server says nothing, `look` (when given) is
+    /// called every [`LOOK_EVERY`]: once it says `true` the wait ends with `Ok(None)`, the
+    /// call still in flight (the harness uses it to see a call wait on a database lock).
+    fn next_until(
+        &mut self,
+        id: u64,
+        look: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<Option<Said>, McpError>;
 
     /// Answers `question`: go on past the crash point, or the time. With `Err` the schedule
     /// crashes the server there: it is killed, and the call ends in [`Interrupted::Crash`].
@@ -226,4 +246,44 @@ fn tail(stderr: &[String]) -> String {
         return String::new();
     }
     format!("; its stderr ends: {}", stderr.join(" | "))
+}
+
+/// What a bounded wait on a server's messages came to.
+pub(crate) enum Waited<T> {
+    /// A message.
+    Got(T),
+    /// The look said to stop waiting.
+    Looked,
+    /// Nothing came within the wait.
+    TimedOut,
+}
+
+/// Receives the next message from `heard` within `wait`; while nothing comes, calls `look`
+/// (when given) every [`LOOK_EVERY`], and stops when it says `true`.
+pub(crate) fn receive_looking<T>(
+    heard: &Receiver<T>,
+    wait: Duration,
+    look: &mut Option<&mut dyn FnMut() -> bool>,
+) -> Waited<T> {
+    let disconnected = "the server's readers keep a sender";
+    let Some(look) = look else {
+        return match heard.recv_timeout(wait) {
+            Ok(message) => Waited::Got(message),
+            Err(RecvTimeoutError::Timeout) => Waited::TimedOut,
+            Err(RecvTimeoutError::Disconnected) => unreachable!("{disconnected}"),
+        };
+    };
+    let started = Instant::now();
+    loop {
+        let left = wait.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Waited::TimedOut;
+        }
+        match heard.recv_timeout(left.min(LOOK_EVERY)) {
+            Ok(message) => return Waited::Got(message),
+            Err(RecvTimeoutError::Timeout) if look() => return Waited::Looked,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => unreachable!("{disconnected}"),
+        }
+    }
 }

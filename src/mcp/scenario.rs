@@ -46,8 +46,8 @@
 //! an error of one line that names it.
 
 use super::{
-    Call, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand, ServerTransport,
-    StatusTool, SIDE_CHANNEL_ENV,
+    Call, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand,
+    ServerTransport, StatusTool, SIDE_CHANNEL_ENV,
 };
 use crate::process::ScratchDir;
 use crate::{Bounds, ClientPolicy, Timeouts};
@@ -145,8 +145,35 @@ enum ClockFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DatabaseSection {
-    env: String,
+    #[serde(default)]
+    kind: DatabaseKindFile,
+    env: Option<String>,
     effect_tables: Vec<String>,
+}
+
+/// `[database] kind`: the server's SQLite file (the default), or a PostgreSQL database the
+/// harness runs.
+#[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum DatabaseKindFile {
+    #[default]
+    Sqlite,
+    Postgres,
+}
+
+impl DatabaseSection {
+    /// The variable that tells the server where its database is: as the file names it,
+    /// else `DATABASE_URL` for PostgreSQL; SQLite's has no default.
+    fn env(&self) -> Result<&str, String> {
+        match (&self.env, self.kind) {
+            (Some(env), _) => Ok(env),
+            (None, DatabaseKindFile::Postgres) => Ok("DATABASE_URL"),
+            (None, DatabaseKindFile::Sqlite) => Err("database.env is missing: name the \
+                 variable that gives the server its SQLite file's path (e.g. env = \
+                 \"RETRYSIM_DB\")"
+                .into()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -384,7 +411,7 @@ impl ScenarioFile {
             env_name("server.env", name)?;
         }
         if let Some(database) = &self.database {
-            env_name("database.env", &database.env)?;
+            env_name("database.env", database.env()?)?;
             let mut listed = BTreeSet::new();
             for table in &database.effect_tables {
                 if !listed.insert(table) {
@@ -405,11 +432,11 @@ impl ScenarioFile {
             if let Some((_, whose)) = harness_names
                 .iter()
                 .flatten()
-                .find(|(name, _)| *name == database.env)
+                .find(|(name, _)| Ok(*name) == database.env())
             {
                 return Err(format!(
                     "database.env is {:?}, {whose} variable too: give the database a name of its own",
-                    database.env
+                    database.env()?
                 ));
             }
         }
@@ -418,7 +445,8 @@ impl ScenarioFile {
             let database = self
                 .database
                 .as_ref()
-                .map(|d| (d.env.as_str(), "database.env's"));
+                .and_then(|d| d.env().ok())
+                .map(|env| (env, "database.env's"));
             if let Some((_, whose)) = harness_names
                 .iter()
                 .chain(&[database])
@@ -577,7 +605,13 @@ impl ScenarioFile {
                 working_dir: Some(directory.to_path_buf()),
                 answer_wait_ms: self.server.answer_wait_ms.unwrap_or(ANSWER_WAIT_MS_DEFAULT),
             },
-            database_env: database.map(|database| database.env.clone()),
+            database_env: database
+                .map(|database| database.env().map(str::to_string))
+                .transpose()?,
+            database: match database.map(|database| database.kind) {
+                Some(DatabaseKindFile::Postgres) => DatabaseKind::Postgres,
+                Some(DatabaseKindFile::Sqlite) | None => DatabaseKind::Sqlite,
+            },
             effect_tables: database
                 .map_or_else(Vec::new, |database| database.effect_tables.clone()),
             provider_env: self.provider.as_ref().map(|provider| provider.env.clone()),
@@ -737,22 +771,31 @@ impl Scenario {
         )))
         .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
         let directory = scratch.path();
+        let in_scenario = |why: String| ScenarioError(format!("scenario {name}: {why}"));
         let mut command = self.target.server.clone();
-        if let Some(name) = &self.target.database_env {
-            command.env.push((
-                name.clone(),
-                directory.join("verify.db").display().to_string(),
-            ));
+        let mut database = super::OnMcp(self.target.clone())
+            .new_database(directory)
+            .map_err(in_scenario)?;
+        if let Some(env) = &self.target.database_env {
+            command.env.extend(database.server_env(env));
         }
         let mut server = self
             .target
             .server_on(command, &directory.join("verify.sock"))
-            .map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
+            .map_err(|error| in_scenario(error.to_string()))?;
         let offered = server.start();
         server.kill();
         drop(server);
+        let offer = offered.map_err(|error| in_scenario(error.to_string()))?;
+        // The effect tables are there once the server has started (it made its schema).
+        if self.target.database_env.is_some() {
+            database.server_gone().map_err(in_scenario)?;
+            database
+                .install(&self.target.effect_tables)
+                .map_err(in_scenario)?;
+        }
+        drop(database);
         drop(scratch);
-        let offer = offered.map_err(|error| ScenarioError(format!("scenario {name}: {error}")))?;
         // A plain HTTP server offers no tools: that it starts and listens is all there is.
         if let ServerTransport::Http { .. } = self.target.transport {
             return Ok(());

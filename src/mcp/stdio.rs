@@ -2,7 +2,9 @@
 //! its standard input or output.
 
 use super::side_channel::{answer_line, Heard, SideChannel, SIDE_CHANNEL_ENV};
-use super::{Interrupted, McpError, Offer, Question, Said, Tool, Transport};
+use super::{
+    receive_looking, Interrupted, McpError, Offer, Question, Said, Tool, Transport, Waited,
+};
 use crate::Crash;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -10,7 +12,7 @@ use std::io::{BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -338,40 +340,44 @@ impl Transport for StdioServer {
         self.send_request("tools/call", params)
     }
 
-    fn next(&mut self, id: u64) -> Result<Said, McpError> {
+    fn next_until(
+        &mut self,
+        id: u64,
+        mut look: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<Option<Said>, McpError> {
         // Each wait for the next thing the server says is bounded by `answer_wait_ms`.
         if let Some(answer) = self.kept_results.remove(&id) {
-            return answer.map(Said::Result);
+            return answer.map(|result| Some(Said::Result(result)));
         }
         let wait = Duration::from_millis(self.command.answer_wait_ms);
         let generation = self.running.as_ref().expect("a started server").generation;
         loop {
-            let line = match self.heard.recv_timeout(wait) {
-                Ok(Heard::Line(from, line)) if from == generation => line,
-                Ok(Heard::Closed(from)) if from == generation => return Err(self.exited()),
-                Ok(Heard::Malformed(from, what)) if from == generation => {
+            let line = match receive_looking(&self.heard, wait, &mut look) {
+                Waited::Got(Heard::Line(from, line)) if from == generation => line,
+                Waited::Got(Heard::Closed(from)) if from == generation => return Err(self.exited()),
+                Waited::Got(Heard::Malformed(from, what)) if from == generation => {
                     self.stop();
                     return Err(McpError::Protocol(what));
                 }
-                Ok(
+                Waited::Got(
                     Heard::Line(..) | Heard::Closed(_) | Heard::Malformed(..) | Heard::Response(..),
                 ) => continue,
-                Ok(Heard::Ask(ask, connection)) => {
-                    return Ok(Said::Asked(Question { ask, connection }))
+                Waited::Got(Heard::Ask(ask, connection)) => {
+                    return Ok(Some(Said::Asked(Question { ask, connection })))
                 }
-                Ok(Heard::Unknown(line)) => {
+                Waited::Got(Heard::Unknown(line)) => {
                     self.stop();
                     return Err(McpError::Protocol(format!(
                         "its side channel said {line:?}, not `point NAME` or `now`"
                     )));
                 }
-                Err(RecvTimeoutError::Timeout) => {
+                Waited::Looked => return Ok(None),
+                Waited::TimedOut => {
                     return Err(McpError::Silent {
                         waited_ms: self.command.answer_wait_ms,
                         stderr: self.stop().1,
                     })
                 }
-                Err(RecvTimeoutError::Disconnected) => unreachable!("the server keeps a sender"),
             };
             if let Some((answered, answer)) = self.response(&line)? {
                 if !self.unanswered.remove(&answered) {
@@ -383,7 +389,7 @@ impl Transport for StdioServer {
                     )));
                 }
                 if answered == id {
-                    return answer.map(Said::Result);
+                    return answer.map(|result| Some(Said::Result(result)));
                 }
                 self.kept_results.insert(answered, answer);
             }

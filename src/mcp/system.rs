@@ -1,24 +1,25 @@
-//! A real MCP server as a system under test ([`OnMcp`]): the engine's clients call its
-//! tools through a [`Transport`], and the harness's ground truth is the server's own SQLite
-//! file, on whose effect tables it installs triggers of its own, and the charges of a
-//! provider it runs on loopback, when the server calls one.
+//! A real server as a system under test ([`OnMcp`]): the engine's clients call it through a
+//! [`Transport`], and the harness's ground truth is the server's own database (a SQLite file
+//! or a PostgreSQL database the harness runs, [`super::database`]), on whose effect tables
+//! it installs triggers of its own, and the charges of a provider it runs on loopback, when
+//! the server calls one.
 //!
-//! The triggers are plain SQL (the server's connection has none of the harness's functions):
-//! each change to an effect table writes a row to `retrysim_effects` in the server's own
-//! transaction. The harness gives the new rows to the intent being served whenever the
-//! server stops (its answer, or a question at a crash point): one call runs at a time, even
-//! when calls overlap, and rows show only once committed, so that is exact. Each run starts
-//! from the file as the template left it: put back through SQLite's backup API under the
-//! running server when the target reuses its process, or copied before a fresh process
-//! starts. A crash kills the process, and the restarted one opens the file as the crash left
-//! it (SQLite's own recovery runs on it).
+//! The harness gives the changes the triggers recorded to the intent being served whenever
+//! the server stops (its answer, or a question at a crash point): one call runs at a time,
+//! even when calls overlap, and changes show only once committed, so that is exact. On
+//! PostgreSQL a call may wait on a lock another call holds, paused at a crash point: the
+//! harness sees its backend waiting and lets the schedule pick another call; what the
+//! waiting call does once the lock is let go (its commits, its question at its next crash
+//! point) is kept for it, told apart by its backend and its side channel's connection, until
+//! the schedule lets it go on. Each run starts from the database as the template left it.
 
+use super::database::{Change, DatabaseKind, PostgresDatabase, ServerDatabase, SqliteFile};
 use super::{
-    Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand, StdioServer, Transport,
+    Ask, Interrupted, LoopbackProvider, McpError, Question, Said, ServerCommand, StdioServer,
+    Transport,
 };
 use crate::process::ScratchDir;
-use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
-use crate::sqlite::{table_rows, user_tables};
+use crate::sqlite::rusqlite::Connection;
 use crate::{
     ChoiceKind, Crash, Ctx, Decider, Intent, IntentTag, Invariant, Keyed, Ledger, NoEvent, Reply,
     Situation, Status, StoreKind, System, Workload, WorkloadLimits,
@@ -26,14 +27,13 @@ use crate::{
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
 
-/// How long the harness's own connection waits on the server's locks when it reads the
-/// file, in real time.
-const KEEPER_BUSY_WAIT: Duration = Duration::from_secs(5);
+/// The crash point a call that waits on a database lock is at, when the server crashes
+/// while it waits.
+pub const LOCK_WAIT: &str = "lock-wait";
 
 /// The crash point before the call is sent: the server never sees it.
 pub const BEFORE_CALL: &str = "before-call";
@@ -50,10 +50,14 @@ pub struct McpTarget {
     pub server: ServerCommand,
     /// How the harness speaks to it.
     pub transport: ServerTransport,
-    /// The environment variable that names the server's database file; `None` for a server
-    /// whose only ground truth is the provider's record (`provider_env`), which then runs
-    /// in a fresh process for every run, as its state cannot be put back.
+    /// The environment variable that names the server's database (the SQLite file's path,
+    /// or PostgreSQL's connection string, given as `DATABASE_URL` and the `PG*` variables
+    /// too); `None` for a server whose only ground truth is the provider's record
+    /// (`provider_env`), which then runs in a fresh process for every run, as its state
+    /// cannot be put back.
     pub database_env: Option<String>,
+    /// Which database the server keeps its state in.
+    pub database: DatabaseKind,
     /// The tables whose changes are the effects the invariants count; with a provider,
     /// the tables whose inserted rows are the local records of its charges.
     pub effect_tables: Vec<String>,
@@ -243,20 +247,20 @@ pub struct StatusTool {
 /// An MCP server as a system under test.
 pub struct OnMcp(pub McpTarget);
 
-/// The server, its database file and the harness's record of its effects.
+/// The server, its database and the harness's record of its effects.
 ///
 /// Overlapping invocations share it through `&McpStore`; each takes the server, and the
 /// record, only for the moment it sends, waits for the next thing the server says, or reads
 /// the effects, never across a pause.
 pub struct McpStore {
     server: RefCell<Box<dyn Transport>>,
-    file: PathBuf,
-    /// The database as every run starts from it.
-    template: PathBuf,
+    /// The server's database (a file nobody writes for a server whose only ground truth is
+    /// its provider).
+    database: RefCell<Box<dyn ServerDatabase>>,
     /// Whether the server's process is reused between runs.
     reuse: bool,
-    /// The harness's own connection to the file, opened between runs.
-    keeper: Connection,
+    /// Whether calls may wait on the database's locks, seen as they wait (PostgreSQL).
+    sees_lock_waits: bool,
     /// The provider the server calls, if the target has one.
     provider: Option<LoopbackProvider>,
     /// The effects given to intents so far.
@@ -266,6 +270,8 @@ pub struct McpStore {
     history: Cell<u64>,
     /// Calls sent and not yet answered (more than one only while calls overlap).
     calls_in_flight: Cell<u32>,
+    /// Calls that wait on a database lock, and what they did once it was let go.
+    waits: RefCell<LockWaits>,
     /// The directory of the file, the template and the side channel: removed when the store
     /// is dropped, after the server is killed.
     _scratch: ScratchDir,
@@ -273,8 +279,6 @@ pub struct McpStore {
 
 /// The harness's record of a run's effects, each under its intent.
 struct Seen {
-    /// How many rows of `retrysim_effects` the harness has given to intents.
-    rows: i64,
     /// The effects: the effect tables' changes, or the provider's charges when the server
     /// calls one.
     ledger: Ledger,
@@ -288,30 +292,87 @@ struct Seen {
 impl Seen {
     /// Forgets every effect (for a fresh run).
     fn clear(&mut self) {
-        self.rows = 0;
         self.ledger.clear();
         self.records.clear();
         self.charges = 0;
     }
 }
 
+/// Calls that wait on a PostgreSQL lock (each by its JSON-RPC id), and what the server did
+/// for them while another call was followed: once the lock is let go, a waiting call goes
+/// on inside the server by itself.
+#[derive(Default)]
+struct LockWaits {
+    /// The backend of each call that was seen waiting.
+    backend_of: BTreeMap<u64, i32>,
+    /// The side channel's connection of each call, once it asked on it.
+    connection_of: BTreeMap<u64, u64>,
+    /// Changes committed by a waiting call's backend, kept until it goes on.
+    changes: BTreeMap<u64, Vec<Change>>,
+    /// A question a waiting call asked, kept until it goes on.
+    questions: BTreeMap<u64, Question>,
+}
+
+impl LockWaits {
+    /// The call whose backend is `backend`, among those seen waiting.
+    fn call_of_backend(&self, backend: i32) -> Option<u64> {
+        (self.backend_of.iter())
+            .find(|(_, of)| **of == backend)
+            .map(|(call, _)| *call)
+    }
+
+    /// Forgets call `id`, answered.
+    fn forget(&mut self, id: u64) {
+        self.backend_of.remove(&id);
+        self.connection_of.remove(&id);
+        self.changes.remove(&id);
+        self.questions.remove(&id);
+    }
+}
+
 impl McpStore {
     /// Gives the effects (and with a provider, the local records) made since the last look
-    /// to the intent being served; how many effects.
-    fn take_effects(&self) -> usize {
+    /// to the intent being served (call `followed`, when it is known); how many effects.
+    /// Changes made by another call's backend, one that waited on a lock, are kept for it.
+    fn take_effects(&self, followed: Option<u64>) -> usize {
+        let mut changes = self.database.borrow_mut().take_changes();
+        {
+            let mut waits = self.waits.borrow_mut();
+            if !waits.backend_of.is_empty() {
+                let (theirs, ours): (Vec<Change>, Vec<Change>) =
+                    changes.into_iter().partition(|change| {
+                        let owner = change.backend.and_then(|b| waits.call_of_backend(b));
+                        owner.is_some() && owner != followed
+                    });
+                for change in theirs {
+                    let backend = change.backend.expect("partitioned by backend");
+                    let owner = waits
+                        .call_of_backend(backend)
+                        .expect("partitioned by owner");
+                    waits.changes.entry(owner).or_default().push(change);
+                }
+                changes = ours;
+            }
+            if let Some(kept) = followed.and_then(|id| waits.changes.remove(&id)) {
+                changes.extend(kept);
+            }
+        }
+        self.give_effects(&changes)
+    }
+
+    /// Gives `changes` (one effect, whatever rows they touched: the harness looks at every
+    /// crash point and answer, so they are what the call committed between two of them), and
+    /// the provider's new charges, to the intent being served.
+    fn give_effects(&self, changes: &[Change]) -> usize {
         let mut seen = self.seen.borrow_mut();
-        // What the effect tables changed since the last look is one effect, whatever rows it
-        // touched: the harness looks at every crash point and answer, so each is what the
-        // call committed between two of them.
-        let rows = self.rows_since(&mut seen);
         let Some(provider) = &self.provider else {
-            if rows.is_empty() {
+            if changes.is_empty() {
                 return 0;
             }
             seen.ledger.record();
             return 1;
         };
-        if rows.iter().any(|operation| operation == "insert") {
+        if changes.iter().any(|change| change.operation == "insert") {
             seen.records.record();
         }
         let charged = provider.charge_count();
@@ -323,76 +384,126 @@ impl McpStore {
         new
     }
 
-    /// The operations of the effect tables' changes written since the last look.
-    fn rows_since(&self, seen: &mut Seen) -> Vec<String> {
-        let mut query = self
-            .keeper
-            .prepare_cached(
-                "SELECT operation FROM retrysim_effects WHERE rowid > ?1 ORDER BY rowid",
-            )
-            .or_fail("the harness's record of effects in the server's database cannot be read");
-        let rows: Vec<String> = query
-            .query_map([seen.rows], |row| row.get(0))
-            .and_then(Iterator::collect)
-            .or_fail("the harness's record of effects in the server's database cannot be read");
-        seen.rows += i64::try_from(rows.len()).unwrap_or(0);
-        rows
-    }
-
-    /// Whether a connection of the server's holds the file's write lock (it is inside a
-    /// write transaction), which keeps any other from writing: the harness's own connection
-    /// tries to take the write lock itself (`BEGIN IMMEDIATE`), without waiting, and lets it
-    /// go at once. A call that holds only a read lock (a deferred transaction that has read)
-    /// does not count: others may go on beside it, and meet `SQLITE_BUSY` where a real server
-    /// would.
-    fn locked(&self) -> bool {
-        self.keeper
-            .busy_timeout(Duration::ZERO)
-            .or_fail("the server's database cannot be opened by the harness");
-        let locked = self.keeper.execute_batch("BEGIN IMMEDIATE").is_err();
-        if !self.keeper.is_autocommit() {
-            self.keeper
-                .execute_batch("ROLLBACK")
-                .or_fail("the harness's probe of the server's database cannot roll back");
-        }
-        self.keeper
-            .busy_timeout(KEEPER_BUSY_WAIT)
-            .or_fail("the server's database cannot be opened by the harness");
-        locked
-    }
-
     /// Puts the template back and forgets the last run's effects: under the running server
     /// when it is reused, else before a fresh process starts.
     fn start_from_template(&mut self) -> Result<(), McpError> {
         self.seen.get_mut().clear();
         self.history.set(0);
         self.calls_in_flight.set(0);
+        *self.waits.get_mut() = LockWaits::default();
         if let Some(provider) = &self.provider {
             provider.clear();
         }
+        let database = self.database.get_mut();
         let server = self.server.get_mut();
         if self.reuse && server.is_running() {
-            // Through SQLite's locks, as another connection: the server's own connection
-            // reads the template at its next transaction.
-            self.keeper
-                .restore(
-                    MAIN_DB,
-                    &self.template,
-                    None::<fn(rusqlite::backup::Progress)>,
-                )
-                .or_fail("the server's database cannot be put back as every run starts");
+            database
+                .restore_under_server()
+                .unwrap_or_else(|why| panic!("{why}"));
             return Ok(());
         }
         server.kill();
-        // The harness lets go of the file while it is put back.
-        self.keeper = Connection::open_in_memory().expect("an in-memory connection opens");
-        std::fs::copy(&self.template, &self.file)
-            .or_fail("the server's database file cannot be written");
-        for leftover in ["db-journal", "db-wal", "db-shm"] {
-            let _ = std::fs::remove_file(self.file.with_extension(leftover));
-        }
-        self.keeper = open_keeper(&self.file);
+        database.server_gone().unwrap_or_else(|why| panic!("{why}"));
+        database
+            .restore_stopped()
+            .unwrap_or_else(|why| panic!("{why}"));
         self.server.get_mut().start().map(|_| ())
+    }
+
+    /// Follows call `id` until the server says something about it. On PostgreSQL, a call
+    /// whose backend waits on a lock pauses (the schedule lets another go on) until it is
+    /// let go on; what the server said for it meanwhile is kept for it.
+    fn follow(&self, id: u64) -> Result<Said, Interrupted> {
+        loop {
+            if let Some(question) = self.waits.borrow_mut().questions.remove(&id) {
+                return Ok(Said::Asked(question));
+            }
+            let heard = if self.sees_lock_waits && self.calls_in_flight.get() > 1 {
+                let mut look = || self.waiting_now(id);
+                self.server.borrow_mut().next_until(id, Some(&mut look))?
+            } else {
+                self.server.borrow_mut().next_until(id, None)?
+            };
+            match heard {
+                Some(Said::Asked(question)) => {
+                    if let Some(owner) = self.owner_of(id, &question) {
+                        self.waits.borrow_mut().questions.insert(owner, question);
+                        continue;
+                    }
+                    return Ok(Said::Asked(question));
+                }
+                Some(result @ Said::Result(_)) => return Ok(result),
+                None => {
+                    // It waits on a lock: let the schedule pick another call; when it lets
+                    // this one go on, look again.
+                    if !crate::sqlite::wait_for_lock(0) {
+                        self.server.borrow_mut().kill();
+                        return Err(Interrupted::Crash(Crash { point: LOCK_WAIT }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether call `id`, followed now, waits on a lock: a backend waits that is not one
+    /// already known as another call's. The first such backend is taken as its own.
+    fn waiting_now(&self, id: u64) -> bool {
+        let waiting = self.database.borrow_mut().waiting_backends();
+        let mut waits = self.waits.borrow_mut();
+        if let Some(own) = waits.backend_of.get(&id) {
+            return waiting.contains(own);
+        }
+        let known: BTreeSet<i32> = waits.backend_of.values().copied().collect();
+        let Some(new) = waiting.into_iter().find(|pid| !known.contains(pid)) else {
+            return false;
+        };
+        waits.backend_of.insert(id, new);
+        true
+    }
+
+    /// The call that asked `question` when it is not `followed`: one that waited on a lock
+    /// and has gone on inside the server since. Its connection tells, once known. A
+    /// connection not seen before is the followed call's, unless the followed call asked on
+    /// another already and a call that waited has gone on since (its backend waits no
+    /// more): then it is that call's.
+    fn owner_of(&self, followed: u64, question: &Question) -> Option<u64> {
+        let connection = question.connection;
+        let known = (self.waits.borrow().connection_of.iter())
+            .find(|(_, c)| **c == connection)
+            .map(|(owner, _)| *owner);
+        if let Some(owner) = known {
+            return (owner != followed).then_some(owner);
+        }
+        let candidates: Vec<u64> = {
+            let waits = self.waits.borrow();
+            (waits.backend_of.keys())
+                .filter(|call| **call != followed && !waits.connection_of.contains_key(call))
+                .copied()
+                .collect()
+        };
+        let followed_known = self.waits.borrow().connection_of.contains_key(&followed);
+        if candidates.is_empty() || !followed_known {
+            let mut waits = self.waits.borrow_mut();
+            waits.connection_of.entry(followed).or_insert(connection);
+            return None;
+        }
+        let waiting = self.database.borrow_mut().waiting_backends();
+        let mut waits = self.waits.borrow_mut();
+        let gone_on: Vec<u64> = (candidates.into_iter())
+            .filter(|call| !waiting.contains(&waits.backend_of[call]))
+            .collect();
+        match gone_on[..] {
+            [] => None,
+            [owner] => {
+                waits.connection_of.insert(owner, connection);
+                Some(owner)
+            }
+            _ => panic!(
+                "the server asked on a new side-channel connection while {} calls that waited \
+                 on a lock had gone on: the harness cannot tell whose question it is",
+                gone_on.len()
+            ),
+        }
     }
 }
 
@@ -413,12 +524,16 @@ impl OnMcp {
         })
     }
 
-    /// The server's command with the database's path, and the provider's address, in its
-    /// environment.
-    fn command(&self, file: &Path, provider: Option<&LoopbackProvider>) -> ServerCommand {
+    /// The server's command with where its database is, and the provider's address, in
+    /// its environment.
+    fn command(
+        &self,
+        database: &dyn ServerDatabase,
+        provider: Option<&LoopbackProvider>,
+    ) -> ServerCommand {
         let mut command = self.0.server.clone();
         if let Some(name) = &self.0.database_env {
-            command.env.push((name.clone(), file.display().to_string()));
+            command.env.extend(database.server_env(name));
         }
         if let (Some(name), Some(provider)) = (&self.0.provider_env, provider) {
             command
@@ -428,34 +543,17 @@ impl OnMcp {
         command
     }
 
-    /// The triggers that record every change to `table` (whose columns are `columns`) in
-    /// `retrysim_effects`: an insert, a delete, and an update that changes some column (an
-    /// update that leaves its row as it was is no effect). Names are quoted, so a table named
-    /// `my-counter` or one `WITHOUT ROWID` takes them as any other.
-    fn triggers(table: &str, columns: &[String]) -> String {
-        let quoted = quoted_name(table);
-        let literal = table.replace('\'', "''");
-        let changed: Vec<String> = columns
-            .iter()
-            .map(|column| {
-                let column = quoted_name(column);
-                format!("OLD.{column} IS NOT NEW.{column}")
-            })
-            .collect();
-        let when_changed = match changed.is_empty() {
-            true => String::new(),
-            false => format!(" WHEN {}", changed.join(" OR ")),
-        };
-        [("insert", ""), ("update", when_changed.as_str()), ("delete", "")]
-            .iter()
-            .map(|(operation, when)| {
-                let trigger = quoted_name(&format!("retrysim_{table}_{operation}"));
-                format!(
-                    "CREATE TRIGGER {trigger} AFTER {operation} ON {quoted}{when} \
-                     BEGIN INSERT INTO retrysim_effects VALUES ('{literal}', '{operation}', NULL); END;"
-                )
-            })
-            .collect()
+    /// A fresh database of the target's kind, its scratch files (for SQLite) in
+    /// `directory`.
+    pub(super) fn new_database(&self, directory: &Path) -> Result<Box<dyn ServerDatabase>, String> {
+        Ok(match self.0.database {
+            DatabaseKind::Sqlite => Box::new(SqliteFile::new(directory)),
+            DatabaseKind::Postgres if self.0.database_env.is_some() => {
+                Box::new(PostgresDatabase::create()?)
+            }
+            // A server whose only ground truth is its provider has no database to run.
+            DatabaseKind::Postgres => Box::new(SqliteFile::new(directory)),
+        })
     }
 
     /// What a tool's result answers: refused when it is a tool error; else its value, applied
@@ -712,8 +810,9 @@ impl StoreKind for OnMcp {
     type Event = NoEvent;
     type Observation = ();
 
-    /// Starts the server once on a fresh file (it makes its schema), puts the harness's
-    /// triggers on the effect tables, and keeps the file as every run's template.
+    /// Starts the server once on a fresh database (it makes its schema), puts the
+    /// harness's triggers on the effect tables, and keeps the database as every run's
+    /// template.
     fn open(&self, tag: &IntentTag) -> McpStore {
         // Removed on every way out of here too: a server that fails at setup panics.
         let scratch = ScratchDir::create(scratch_root().join(format!(
@@ -723,44 +822,34 @@ impl StoreKind for OnMcp {
         )))
         .or_fail("a scratch directory cannot be made");
         let directory = scratch.path();
-        let file = directory.join("server.db");
         let provider = self.0.provider_env.as_ref().map(|_| {
             LoopbackProvider::start().unwrap_or_else(|error| panic!("the provider starts: {error}"))
         });
-        let command = self.command(&file, provider.as_ref());
+        let mut database = self
+            .new_database(directory)
+            .unwrap_or_else(|why| panic!("{why}"));
+        let command = self.command(database.as_ref(), provider.as_ref());
         let mut server = self
             .0
             .server_on(command, &directory.join("points.sock"))
             .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();
-        let keeper = Connection::open(&file).or_fail("the server's database cannot be opened");
-        let mut setup =
-            "CREATE TABLE retrysim_effects (table_name TEXT, operation TEXT, row_id INTEGER);"
-                .to_string();
-        for table in &self.0.effect_tables {
-            let columns = table_columns(&keeper, table).unwrap_or_else(|why| panic!("{why}"));
-            setup.push_str(&Self::triggers(table, &columns));
-        }
-        keeper
-            .execute_batch(&setup)
-            .unwrap_or_else(|error| panic!("the harness's triggers install: {error}"));
-        drop(keeper);
-        let template = directory.join("template.db");
-        std::fs::copy(&file, &template)
-            .or_fail("the template of the server's database cannot be written");
+        database.server_gone().unwrap_or_else(|why| panic!("{why}"));
+        database
+            .install(&self.0.effect_tables)
+            .unwrap_or_else(|why| panic!("{why}"));
         McpStore {
             server: RefCell::new(server),
-            keeper: open_keeper(&file),
-            file,
-            template,
+            sees_lock_waits: self.0.database == DatabaseKind::Postgres,
+            database: RefCell::new(database),
             reuse: self.0.reuse && self.0.database_env.is_some(),
             history: Cell::new(0),
             calls_in_flight: Cell::new(0),
+            waits: RefCell::new(LockWaits::default()),
             _scratch: scratch,
             provider,
             seen: RefCell::new(Seen {
-                rows: 0,
                 ledger: Ledger::new(tag),
                 charges: 0,
                 records: Ledger::new(tag),
@@ -774,10 +863,15 @@ impl StoreKind for OnMcp {
             .unwrap_or_else(|error| failed(&error));
     }
 
+    /// Takes what the crashed server committed, waits until its database connections are
+    /// gone (their open transactions rolled back), and starts it again.
     fn restart(&self, store: &mut McpStore) {
-        store.take_effects();
+        store.take_effects(None);
         tell(&store.history, &"restart");
         store.calls_in_flight.set(0);
+        *store.waits.get_mut() = LockWaits::default();
+        store.server.get_mut().kill();
+        (store.database.get_mut().server_gone()).unwrap_or_else(|why| panic!("{why}"));
         store
             .server
             .get_mut()
@@ -818,10 +912,10 @@ impl StoreKind for OnMcp {
             .then(|| Connection::open_in_memory().expect("an in-memory connection opens"))
     }
 
-    /// Whether a connection of the server's holds its file's write lock, paused in a write
-    /// transaction.
+    /// Whether a connection of the server's holds its SQLite file's write lock, paused in a
+    /// write transaction (never on PostgreSQL, whose waits are seen as they happen).
     fn locked_outside(&self, store: &McpStore) -> bool {
-        store.locked()
+        store.database.borrow_mut().write_locked()
     }
 
     /// The committed store; without a database, what the server was told in the run too:
@@ -836,8 +930,7 @@ impl StoreKind for OnMcp {
 
     /// Every table of the server's file, row by row, and the provider's charges.
     fn describe_store(&self, store: &McpStore) -> String {
-        let tables =
-            describe(&store.keeper).unwrap_or_else(|error| format!("(unreadable: {error})"));
+        let tables = store.database.borrow_mut().describe();
         let Some(provider) = &store.provider else {
             return tables;
         };
@@ -902,7 +995,7 @@ impl System for OnMcp {
             .server
             .get_mut()
             .call(&params, &mut asker(ctx, &store.history));
-        let committed = store.take_effects() > 0;
+        let committed = store.take_effects(None) > 0;
         let reply = self.answered(answer, committed)?;
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
@@ -927,18 +1020,19 @@ impl System for OnMcp {
         let in_flight = &store.calls_in_flight;
         in_flight.set(in_flight.get() + 1);
         let answer = loop {
-            let said = store.server.borrow_mut().next(id);
-            match said {
+            match store.follow(id) {
                 Ok(Said::Result(result)) => break Ok(result),
-                Err(error @ McpError::Silent { .. }) if in_flight.get() > 1 => {
+                Err(Interrupted::Failed(error @ McpError::Silent { .. }))
+                    if in_flight.get() > 1 =>
+                {
                     panic!(
                         "{error}, while another call waited at a crash point: a server that \
                          serves one call at a time must not say concurrent = true"
                     )
                 }
-                Err(error) => break Err(Interrupted::Failed(error)),
+                Err(interrupted) => break Err(interrupted),
                 Ok(Said::Asked(question)) => {
-                    effects += store.take_effects();
+                    effects += store.take_effects(Some(id));
                     let answer = asker(ctx, &store.history)(&question.ask);
                     let replied = store.server.borrow_mut().reply(&question, answer);
                     if let Err(interrupted) = replied {
@@ -948,7 +1042,8 @@ impl System for OnMcp {
             }
         };
         in_flight.set(in_flight.get().saturating_sub(1));
-        effects += store.take_effects();
+        effects += store.take_effects(Some(id));
+        store.waits.borrow_mut().forget(id);
         let reply = self.answered(answer, effects > 0)?;
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
@@ -1000,7 +1095,7 @@ impl System for OnMcp {
             .server
             .get_mut()
             .call(&params, &mut asker(ctx, &store.history));
-        store.take_effects();
+        store.take_effects(None);
         match answer {
             Ok(result) => Ok(self.status(&result)),
             Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Status::Unavailable(
@@ -1036,58 +1131,9 @@ pub(super) fn scratch_root() -> PathBuf {
     std::env::temp_dir()
 }
 
-/// `name` as an SQL identifier in double quotes.
-fn quoted_name(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// The columns of the effect table `table` in the server's file, after the server made its
-/// schema: an error of one line when it has no such table.
-fn table_columns(keeper: &Connection, table: &str) -> Result<Vec<String>, String> {
-    let columns: Vec<String> = keeper
-        .prepare("SELECT name FROM pragma_table_info(?1)")
-        .and_then(|mut statement| {
-            statement
-                .query_map([table], |row| row.get(0))?
-                .collect::<rusqlite::Result<_>>()
-        })
-        .map_err(|error| format!("the server's database cannot be read: {error}"))?;
-    if columns.is_empty() {
-        let tables = user_tables(keeper).unwrap_or_default().join(", ");
-        return Err(format!(
-            "effect table `{table}` is not in the server's database once it has started (its \
-             tables: {tables})"
-        ));
-    }
-    Ok(columns)
-}
-
 /// A name part no other store of this process has.
 pub(super) fn unique_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Every table but the harness's, each as `table [row; row]`.
-fn describe(keeper: &Connection) -> rusqlite::Result<String> {
-    let described: Vec<String> = user_tables(keeper)?
-        .iter()
-        .map(|table| {
-            Ok(format!(
-                "{table} [{}]",
-                table_rows(keeper, table)?.join("; ")
-            ))
-        })
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(described.join(" "))
-}
-
-/// The harness's own connection to the server's file.
-fn open_keeper(file: &Path) -> Connection {
-    let keeper = Connection::open(file).or_fail("the server's database cannot be opened");
-    keeper
-        .busy_timeout(KEEPER_BUSY_WAIT)
-        .or_fail("the server's database cannot be opened by the harness");
-    keeper
 }

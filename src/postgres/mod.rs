@@ -7,12 +7,17 @@
 //! is missing). PostgreSQL refuses to run as root: a harness running as root runs the cluster
 //! as the unprivileged user `postgres`, which the package creates.
 
+mod client;
+
+pub use client::{PgClient, PgRows, PgStatementError, PgValue, PG_MESSAGE_BYTES_MAX, PG_READ_WAIT};
+
 use crate::process::{kill_group, track_group, track_quit_first, ScratchDir};
 use std::ffi::CString;
 use std::fmt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 /// The variable that names the directory of PostgreSQL's binaries, first of the places
@@ -124,8 +129,11 @@ impl PgCluster {
                 "-c",
                 "dynamic_shared_memory_type=mmap",
                 "-c",
-                "max_connections=40",
+                "max_connections=100",
             ])
+            // A worker's locks would be waits the harness cannot tell from the server's;
+            // the harness vacuums the tables it churns itself.
+            .args(["-c", "autovacuum=off"])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)
@@ -141,6 +149,20 @@ impl PgCluster {
             scratch,
         };
         cluster.wait_until_ready()?;
+        Ok(cluster)
+    }
+
+    /// The cluster every caller of this process shares while any holds it: started on the
+    /// first call, stopped when the last holder lets it go. A check's stores each have a
+    /// database of their own in it.
+    pub fn shared() -> Result<Arc<PgCluster>, PgError> {
+        static SHARED: Mutex<Weak<PgCluster>> = Mutex::new(Weak::new());
+        let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cluster) = shared.upgrade() {
+            return Ok(cluster);
+        }
+        let cluster = Arc::new(PgCluster::start()?);
+        *shared = Arc::downgrade(&cluster);
         Ok(cluster)
     }
 
@@ -183,6 +205,11 @@ impl PgCluster {
                 sql,
             ]);
         run_to_end(psql, "psql")
+    }
+
+    /// A connection of the harness's own to `database`, as the cluster's superuser.
+    pub fn connect(&self, database: &str) -> Result<PgClient, PgError> {
+        PgClient::connect(self.socket_dir(), PG_PORT, PG_ROLE, database)
     }
 
     /// The process id of the cluster's postmaster.

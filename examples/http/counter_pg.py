@@ -1,0 +1,173 @@
+"""A counter as an HTTP endpoint on PostgreSQL, with psycopg 3 and the standard library.
+
+`POST /add` with the JSON body {"amount": N} and an Idempotency-Key header adds N to a
+counter and answers {"total": T}; a retry with the same key is answered with the saved total
+(200), the same key with another amount is 422, a missing key is 400. It connects to the
+database named by DATABASE_URL (retrysim runs its own PostgreSQL and gives it one), makes
+its schema, and listens on 127.0.0.1 at the port in PORT, one thread per request, each on a
+connection of a small pool, in READ COMMITTED, PostgreSQL's default.
+
+VARIANT says how the key is kept, the three ways people write it:
+
+* `lookup` (faulty): look the key up, then add and save the key in one transaction, with no
+  unique constraint on the key. Under READ COMMITTED a retry in flight beside its original
+  looks before the original has committed: both miss the key, both add.
+* `on-conflict` (correct): claim the key first, `INSERT ... ON CONFLICT DO NOTHING` on its
+  primary key, in the same transaction as the addition. A retry beside its original waits on
+  the original's uncommitted key (PostgreSQL's own lock), then finds it and replays.
+* `second-transaction` (faulty): add in one transaction, save the key in a second. A crash
+  between the two (the crash point `between-transactions`) loses the key, and the retry adds
+  again.
+
+The crash points (`after-lookup`, `after-claim`, `between-transactions`) are asked through
+helpers/retrysim_points.py; outside retrysim they do nothing.
+"""
+
+import json
+import os
+import queue
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
+from retrysim_points import point  # noqa: E402
+
+VARIANT = os.environ.get("VARIANT", "on-conflict")
+POOL_SIZE = 4
+POOL = queue.Queue()
+
+
+def make_schema(connection):
+    unique = "PRIMARY KEY" if VARIANT == "on-conflict" else ""
+    with connection.transaction():
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS counter (id integer PRIMARY KEY, total integer NOT NULL)"
+        )
+        connection.execute("INSERT INTO counter VALUES (1, 0) ON CONFLICT DO NOTHING")
+        connection.execute(
+            f"CREATE TABLE IF NOT EXISTS idempotency_keys (key text {unique}, amount integer, "
+            "total integer)"
+        )
+
+
+def add(connection, amount):
+    return connection.execute(
+        "UPDATE counter SET total = total + %s WHERE id = 1 RETURNING total", (amount,)
+    ).fetchone()[0]
+
+
+def saved(connection, key):
+    return connection.execute(
+        "SELECT amount, total FROM idempotency_keys WHERE key = %s", (key,)
+    ).fetchone()
+
+
+def replay(record, amount):
+    if record[0] != amount:
+        return 422, {"error": "the key was used with another amount"}
+    return 200, {"total": record[1]}
+
+
+def handle_lookup(connection, key, amount):
+    with connection.transaction():
+        record = saved(connection, key)
+        if record is not None:
+            return replay(record, amount)
+        point("after-lookup")
+        total = add(connection, amount)
+        connection.execute(
+            "INSERT INTO idempotency_keys VALUES (%s, %s, %s)", (key, amount, total)
+        )
+    return 200, {"total": total}
+
+
+def handle_on_conflict(connection, key, amount):
+    with connection.transaction():
+        claimed = connection.execute(
+            "INSERT INTO idempotency_keys (key, amount) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO NOTHING RETURNING key",
+            (key, amount),
+        ).fetchone()
+        if claimed is None:
+            return replay(saved(connection, key), amount)
+        point("after-claim")
+        total = add(connection, amount)
+        connection.execute(
+            "UPDATE idempotency_keys SET total = %s WHERE key = %s", (total, key)
+        )
+    return 200, {"total": total}
+
+
+def handle_second_transaction(connection, key, amount):
+    with connection.transaction():
+        record = saved(connection, key)
+        if record is not None:
+            return replay(record, amount)
+        total = add(connection, amount)
+    point("between-transactions")
+    with connection.transaction():
+        connection.execute(
+            "INSERT INTO idempotency_keys VALUES (%s, %s, %s)", (key, amount, total)
+        )
+    return 200, {"total": total}
+
+
+HANDLERS = {
+    "lookup": handle_lookup,
+    "on-conflict": handle_on_conflict,
+    "second-transaction": handle_second_transaction,
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    wbufsize = 1 << 16
+
+    def do_POST(self):
+        if self.path != "/add":
+            self.answer(404, {"error": "no such endpoint"})
+            return
+        length = int(self.headers.get("Content-Length", "0"))
+        try:
+            amount = int(json.loads(self.rfile.read(length) or b"{}")["amount"])
+        except (ValueError, KeyError, TypeError):
+            self.answer(400, {"error": 'the body must be {"amount": N}'})
+            return
+        key = self.headers.get("Idempotency-Key")
+        if not key:
+            self.answer(400, {"error": "the Idempotency-Key header is required"})
+            return
+        connection = POOL.get()
+        try:
+            status, body = HANDLERS[VARIANT](connection, key, amount)
+        finally:
+            POOL.put(connection)
+        self.answer(status, body)
+
+    def answer(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    url = os.environ["DATABASE_URL"]
+    for _ in range(POOL_SIZE):
+        POOL.put(psycopg.connect(url, autocommit=True))
+    make_schema(POOL.queue[0])
+    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

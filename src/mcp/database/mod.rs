@@ -1,0 +1,75 @@
+//! The server's database as the harness keeps it: the ground truth of a check. Each kind
+//! gives the server where its database is, installs the harness's triggers on the effect
+//! tables (rows of a table of the harness's own, written in the server's own transaction),
+//! reads the changes they recorded, and puts the database back as every run starts.
+//!
+//! [`SqliteFile`]: a file in the store's scratch directory. [`PostgresDatabase`]: a database
+//! of its own in a throwaway cluster the harness runs ([`crate::postgres::PgCluster`]).
+
+mod postgres;
+mod sqlite;
+
+pub(super) use postgres::PostgresDatabase;
+pub(super) use sqlite::SqliteFile;
+
+/// Which database a server keeps its state in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DatabaseKind {
+    /// A SQLite file the harness makes; the server is given its path.
+    #[default]
+    Sqlite,
+    /// A database in a PostgreSQL cluster the harness runs, one per check; the server is
+    /// given its connection string (`DATABASE_URL`, and the `PG*` variables).
+    Postgres,
+}
+
+/// A change to an effect table that the harness's triggers recorded, committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Change {
+    /// `insert`, `update` or `delete`.
+    pub operation: String,
+    /// The process id of the database backend that made it, where the database has them
+    /// (PostgreSQL): which of the server's connections committed it.
+    pub backend: Option<i32>,
+}
+
+/// What the harness does with the server's database.
+pub(super) trait ServerDatabase {
+    /// The environment that tells the server where its database is, its main variable named
+    /// `env`.
+    fn server_env(&self, env: &str) -> Vec<(String, String)>;
+
+    /// Installs the harness's table and triggers on `effect_tables`, once the server has
+    /// made its schema and stopped, and keeps the database as every run's template.
+    fn install(&mut self, effect_tables: &[String]) -> Result<(), String>;
+
+    /// The changes committed since the last look, each given out once.
+    fn take_changes(&mut self) -> Vec<Change>;
+
+    /// Whether a connection of the server's holds a lock that keeps every other from
+    /// writing (SQLite's write lock), between turns of overlapping calls.
+    fn write_locked(&mut self) -> bool;
+
+    /// The backends of the server's that wait on a lock now (PostgreSQL's row and key
+    /// locks); none where the database has no such waits.
+    fn waiting_backends(&mut self) -> Vec<i32>;
+
+    /// Puts the template back under a running server, which reads it at its next
+    /// transaction.
+    fn restore_under_server(&mut self) -> Result<(), String>;
+
+    /// Puts the template back while no server runs.
+    fn restore_stopped(&mut self) -> Result<(), String>;
+
+    /// After the server's processes are killed: returns once the database has ended what
+    /// they had open (their transactions rolled back).
+    fn server_gone(&mut self) -> Result<(), String>;
+
+    /// Every table of the server's, row by row, in an order of its own.
+    fn describe(&mut self) -> String;
+}
+
+/// `name` as an SQL identifier in double quotes.
+pub(super) fn quoted_name(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

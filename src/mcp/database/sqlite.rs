@@ -1,0 +1,231 @@
+//! The server's database as a SQLite file in the store's scratch directory.
+//!
+//! The triggers are plain SQL (the server's connection has none of the harness's
+//! functions): each change to an effect table writes a row to `retrysim_effects` in the
+//! server's own transaction, and rows show only once committed. Each run starts from the
+//! file as the template left it: put back through SQLite's backup API under a running
+//! server, or copied while none runs. A crash kills the process, and the restarted one
+//! opens the file as the crash left it (SQLite's own recovery runs on it).
+
+use super::{quoted_name, Change, ServerDatabase};
+use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
+use crate::sqlite::{table_rows, user_tables};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long the harness's own connection waits on the server's locks when it reads the
+/// file, in real time.
+const KEEPER_BUSY_WAIT: Duration = Duration::from_secs(5);
+
+/// A server's SQLite file, its template, and the harness's connection to it.
+pub(in crate::mcp) struct SqliteFile {
+    file: PathBuf,
+    /// The database as every run starts from it.
+    template: PathBuf,
+    /// The harness's own connection to the file, once the triggers are installed.
+    keeper: Connection,
+    /// How many rows of `retrysim_effects` the harness has given out.
+    rows_seen: i64,
+}
+
+impl SqliteFile {
+    /// The file `server.db` in `directory`, not made yet: the server makes it.
+    pub(in crate::mcp) fn new(directory: &Path) -> SqliteFile {
+        SqliteFile {
+            file: directory.join("server.db"),
+            template: directory.join("template.db"),
+            keeper: Connection::open_in_memory().expect("an in-memory connection opens"),
+            rows_seen: 0,
+        }
+    }
+
+    /// The triggers that record every change to `table` (whose columns are `columns`) in
+    /// `retrysim_effects`: an insert, a delete, and an update that changes some column (an
+    /// update that leaves its row as it was is no effect). Names are quoted, so a table named
+    /// `my-counter` or one `WITHOUT ROWID` takes them as any other.
+    fn triggers(table: &str, columns: &[String]) -> String {
+        let quoted = quoted_name(table);
+        let literal = table.replace('\'', "''");
+        let changed: Vec<String> = columns
+            .iter()
+            .map(|column| {
+                let column = quoted_name(column);
+                format!("OLD.{column} IS NOT NEW.{column}")
+            })
+            .collect();
+        let when_changed = match changed.is_empty() {
+            true => String::new(),
+            false => format!(" WHEN {}", changed.join(" OR ")),
+        };
+        [("insert", ""), ("update", when_changed.as_str()), ("delete", "")]
+            .iter()
+            .map(|(operation, when)| {
+                let trigger = quoted_name(&format!("retrysim_{table}_{operation}"));
+                format!(
+                    "CREATE TRIGGER {trigger} AFTER {operation} ON {quoted}{when} \
+                     BEGIN INSERT INTO retrysim_effects VALUES ('{literal}', '{operation}', NULL); END;"
+                )
+            })
+            .collect()
+    }
+}
+
+impl ServerDatabase for SqliteFile {
+    fn server_env(&self, env: &str) -> Vec<(String, String)> {
+        vec![(env.to_string(), self.file.display().to_string())]
+    }
+
+    fn install(&mut self, effect_tables: &[String]) -> Result<(), String> {
+        let keeper = Connection::open(&self.file)
+            .map_err(|error| format!("the server's database cannot be opened: {error}"))?;
+        let mut setup =
+            "CREATE TABLE retrysim_effects (table_name TEXT, operation TEXT, row_id INTEGER);"
+                .to_string();
+        for table in effect_tables {
+            let columns = table_columns(&keeper, table)?;
+            setup.push_str(&Self::triggers(table, &columns));
+        }
+        keeper
+            .execute_batch(&setup)
+            .map_err(|error| format!("the harness's triggers do not install: {error}"))?;
+        drop(keeper);
+        std::fs::copy(&self.file, &self.template).map_err(|error| {
+            format!("the template of the server's database cannot be written: {error}")
+        })?;
+        self.keeper = open_keeper(&self.file)?;
+        Ok(())
+    }
+
+    fn take_changes(&mut self) -> Vec<Change> {
+        let read = || -> rusqlite::Result<Vec<String>> {
+            let mut query = self.keeper.prepare_cached(
+                "SELECT operation FROM retrysim_effects WHERE rowid > ?1 ORDER BY rowid",
+            )?;
+            let rows = query.query_map([self.rows_seen], |row| row.get(0))?;
+            rows.collect()
+        };
+        let operations = read().unwrap_or_else(|error| {
+            panic!(
+                "the harness's record of effects in the server's database cannot be read: {error}"
+            )
+        });
+        self.rows_seen += i64::try_from(operations.len()).unwrap_or(0);
+        operations
+            .into_iter()
+            .map(|operation| Change {
+                operation,
+                backend: None,
+            })
+            .collect()
+    }
+
+    /// Whether a connection of the server's holds the file's write lock (it is inside a
+    /// write transaction), which keeps any other from writing: the harness's own connection
+    /// tries to take the write lock itself (`BEGIN IMMEDIATE`), without waiting, and lets it
+    /// go at once. A call that holds only a read lock (a deferred transaction that has read)
+    /// does not count: others may go on beside it, and meet `SQLITE_BUSY` where a real server
+    /// would.
+    fn write_locked(&mut self) -> bool {
+        let probe = |keeper: &Connection| -> rusqlite::Result<bool> {
+            keeper.busy_timeout(Duration::ZERO)?;
+            let locked = keeper.execute_batch("BEGIN IMMEDIATE").is_err();
+            if !keeper.is_autocommit() {
+                keeper.execute_batch("ROLLBACK")?;
+            }
+            keeper.busy_timeout(KEEPER_BUSY_WAIT)?;
+            Ok(locked)
+        };
+        probe(&self.keeper).unwrap_or_else(|error| {
+            panic!("the harness cannot probe the server's database for its lock: {error}")
+        })
+    }
+
+    fn waiting_backends(&mut self) -> Vec<i32> {
+        Vec::new()
+    }
+
+    /// Through SQLite's locks, as another connection: the server's own connection reads the
+    /// template at its next transaction.
+    fn restore_under_server(&mut self) -> Result<(), String> {
+        self.rows_seen = 0;
+        self.keeper
+            .restore(
+                MAIN_DB,
+                &self.template,
+                None::<fn(rusqlite::backup::Progress)>,
+            )
+            .map_err(|error| {
+                format!("the server's database cannot be put back as every run starts: {error}")
+            })
+    }
+
+    fn restore_stopped(&mut self) -> Result<(), String> {
+        self.rows_seen = 0;
+        // The harness lets go of the file while it is put back.
+        self.keeper = Connection::open_in_memory().expect("an in-memory connection opens");
+        std::fs::copy(&self.template, &self.file)
+            .map_err(|error| format!("the server's database file cannot be written: {error}"))?;
+        for leftover in ["db-journal", "db-wal", "db-shm"] {
+            let _ = std::fs::remove_file(self.file.with_extension(leftover));
+        }
+        self.keeper = open_keeper(&self.file)?;
+        Ok(())
+    }
+
+    /// Nothing to wait for: SQLite has no process of its own, and a killed server's locks
+    /// go with it.
+    fn server_gone(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Every table but the harness's, each as `table [row; row]`.
+    fn describe(&mut self) -> String {
+        let keeper = &self.keeper;
+        let described = user_tables(keeper).and_then(|tables| {
+            tables
+                .iter()
+                .map(|table| {
+                    Ok(format!(
+                        "{table} [{}]",
+                        table_rows(keeper, table)?.join("; ")
+                    ))
+                })
+                .collect::<rusqlite::Result<Vec<String>>>()
+        });
+        match described {
+            Ok(described) => described.join(" "),
+            Err(error) => format!("(unreadable: {error})"),
+        }
+    }
+}
+
+/// The columns of the effect table `table` in the server's file, after the server made its
+/// schema: an error of one line when it has no such table.
+fn table_columns(keeper: &Connection, table: &str) -> Result<Vec<String>, String> {
+    let columns: Vec<String> = keeper
+        .prepare("SELECT name FROM pragma_table_info(?1)")
+        .and_then(|mut statement| {
+            statement
+                .query_map([table], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()
+        })
+        .map_err(|error| format!("the server's database cannot be read: {error}"))?;
+    if columns.is_empty() {
+        let tables = user_tables(keeper).unwrap_or_default().join(", ");
+        return Err(format!(
+            "effect table `{table}` is not in the server's database once it has started (its \
+             tables: {tables})"
+        ));
+    }
+    Ok(columns)
+}
+
+/// The harness's own connection to the server's file.
+fn open_keeper(file: &Path) -> Result<Connection, String> {
+    let keeper = Connection::open(file)
+        .map_err(|error| format!("the server's database cannot be opened: {error}"))?;
+    keeper
+        .busy_timeout(KEEPER_BUSY_WAIT)
+        .map_err(|error| format!("the server's database cannot be opened: {error}"))?;
+    Ok(keeper)
+}
