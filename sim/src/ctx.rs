@@ -40,6 +40,12 @@ pub(crate) trait CrashPoints {
     /// A crash point at which the handler calls an outside service: then what becomes of the
     /// call on its lossy link.
     fn call(&mut self, point: &'static str) -> Result<Link, Crash>;
+
+    /// Whether the last `Err(Crash)` was the run's end rather than a crash (see
+    /// [`Ctx::abandoned`]).
+    fn abandoned(&self) -> bool {
+        false
+    }
 }
 
 /// What becomes of a call to an outside service (a [`crate::Provider`]) on its own lossy
@@ -116,6 +122,19 @@ impl<'r> Ctx<'r> {
             Some(points) => points.at(point),
             None => Ok(()),
         }
+    }
+
+    /// Whether the `Err(Crash)` a crash point just returned stops this invocation because its
+    /// run has ended, not because the server crashed: it was paused when the run met a state
+    /// whose future was explored before. Nothing it does from here is judged or shown, and the
+    /// store is put back before the next run. A handler whose server runs outside the
+    /// engine (a real process) may let its call finish there instead of killing the process,
+    /// so that the next run need not start it again; one that does must not let that call's
+    /// effects reach the ground truth.
+    pub fn abandoned(&self) -> bool {
+        self.points
+            .as_ref()
+            .is_some_and(|points| points.abandoned())
     }
 
     /// Marks a crash point named `point` at which the handler calls an outside service, and

@@ -219,7 +219,7 @@ impl<S: System> Sandbox<S> {
             match state {
                 CallState::Done(reply) => replies.push(reply),
                 CallState::Running { mut task, .. } => {
-                    task.wind_down(stacks);
+                    task.wind_down(Go::Crash, stacks);
                     deadlocked = true;
                 }
                 CallState::Waiting => unreachable!("a waiting call can always start"),

@@ -272,6 +272,8 @@ pub struct McpStore {
     calls_in_flight: Cell<u32>,
     /// Calls that wait on a database lock, and what they did once it was let go.
     waits: RefCell<LockWaits>,
+    /// Calls an ended run left waiting on a lock, to be finished before the next run.
+    left_running: RefCell<Vec<u64>>,
     /// The directory of the file, the template and the side channel: removed when the store
     /// is dropped, after the server is killed.
     _scratch: ScratchDir,
@@ -387,6 +389,7 @@ impl McpStore {
     /// Puts the template back and forgets the last run's effects: under the running server
     /// when it is reused, else before a fresh process starts.
     fn start_from_template(&mut self) -> Result<(), McpError> {
+        self.finish_left_running();
         self.seen.get_mut().clear();
         self.history.set(0);
         self.calls_in_flight.set(0);
@@ -435,12 +438,75 @@ impl McpStore {
                 Some(result @ Said::Result(_)) => return Ok(result),
                 None => {
                     // It waits on a lock: let the schedule pick another call; when it lets
-                    // this one go on, look again.
+                    // this one go on, look again. A crash, or the run's end, stops it here
+                    // (the caller kills the server, or leaves the call to finish).
                     if !crate::sqlite::wait_for_lock(0) {
-                        self.server.borrow_mut().kill();
                         return Err(Interrupted::Crash(Crash { point: LOCK_WAIT }));
                     }
                 }
+            }
+        }
+    }
+
+    /// Lets call `id`, whose run has ended (pruned) while it waited on `question`, finish in
+    /// the server instead of killing the server, so that the next run need not start it
+    /// again: every crash point goes on, the clock reads `now_ms`. What it commits is not
+    /// taken (the database is put back before the next run); a call that waits on a lock
+    /// held by another paused call is ended the old way, with the server.
+    fn finish_abandoned(&self, id: u64, mut question: Question, now_ms: u64) {
+        loop {
+            if !self.server.borrow().is_running() {
+                return;
+            }
+            let answer = match question.ask {
+                Ask::Point(_) => Ok(0),
+                Ask::NowMs => Ok(now_ms),
+            };
+            if self.server.borrow_mut().reply(&question, answer).is_err() {
+                return;
+            }
+            match self.follow(id) {
+                Ok(Said::Asked(next)) => question = next,
+                Err(Interrupted::Crash(crash)) if crash.point == LOCK_WAIT => {
+                    return self.stop_waiting(id, true)
+                }
+                Ok(Said::Result(_)) | Err(_) => return,
+            }
+        }
+    }
+
+    /// Stops following call `id`, which waits on a lock: when its run has ended
+    /// (`abandoned`), the call is left to finish in the server once the paused call that
+    /// holds the lock is finished too, and the next run waits for it before it begins;
+    /// otherwise (a crash) the server is killed.
+    fn stop_waiting(&self, id: u64, abandoned: bool) {
+        if abandoned {
+            self.left_running.borrow_mut().push(id);
+        } else {
+            self.server.borrow_mut().kill();
+        }
+    }
+
+    /// Waits until every call left running by an ended run has finished in the server,
+    /// answering its crash points with "go on" (what they commit is put back with the
+    /// rest); a call that does not finish leaves the server to be killed.
+    fn finish_left_running(&mut self) {
+        let left: Vec<u64> = std::mem::take(self.left_running.get_mut());
+        // Nothing else is paused now: no look for lock waits, only the wait bound.
+        self.calls_in_flight.set(0);
+        for id in left {
+            if !self.server.get_mut().is_running() {
+                return;
+            }
+            let kept = self.waits.get_mut().questions.remove(&id);
+            let said = match kept {
+                Some(question) => Ok(Said::Asked(question)),
+                None => self.server.get_mut().next(id).map_err(Interrupted::Failed),
+            };
+            match said {
+                Ok(Said::Asked(question)) => self.finish_abandoned(id, question, 0),
+                Ok(Said::Result(_)) => {}
+                Err(_) => self.server.get_mut().kill(),
             }
         }
     }
@@ -847,6 +913,7 @@ impl StoreKind for OnMcp {
             history: Cell::new(0),
             calls_in_flight: Cell::new(0),
             waits: RefCell::new(LockWaits::default()),
+            left_running: RefCell::new(Vec::new()),
             _scratch: scratch,
             provider,
             seen: RefCell::new(Seen {
@@ -870,6 +937,7 @@ impl StoreKind for OnMcp {
         tell(&store.history, &"restart");
         store.calls_in_flight.set(0);
         *store.waits.get_mut() = LockWaits::default();
+        store.left_running.get_mut().clear();
         store.server.get_mut().kill();
         (store.database.get_mut().server_gone()).unwrap_or_else(|why| panic!("{why}"));
         store
@@ -1030,10 +1098,18 @@ impl System for OnMcp {
                          serves one call at a time must not say concurrent = true"
                     )
                 }
+                Err(Interrupted::Crash(crash)) if crash.point == LOCK_WAIT => {
+                    store.stop_waiting(id, ctx.abandoned());
+                    break Err(Interrupted::Crash(crash));
+                }
                 Err(interrupted) => break Err(interrupted),
                 Ok(Said::Asked(question)) => {
                     effects += store.take_effects(Some(id));
                     let answer = asker(ctx, &store.history)(&question.ask);
+                    if let (Err(crash), true) = (answer, ctx.abandoned()) {
+                        store.finish_abandoned(id, question, ctx.now_ms());
+                        break Err(Interrupted::Crash(crash));
+                    }
                     let replied = store.server.borrow_mut().reply(&question, answer);
                     if let Err(interrupted) = replied {
                         break Err(interrupted);

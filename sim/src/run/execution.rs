@@ -6,6 +6,7 @@ use super::checkpoint::{
 };
 use super::overlap::Invocation;
 use super::sleep::{SleepIds, SleepSet};
+use super::tasks::Go;
 use super::visited::{FaultBudget, Seen, Visit};
 use super::world::{Action, Actions, Body, ServerReply, Staleness, SymmetricPrint, World};
 use super::{Ctx, Points, Pruning, RunEnd, RunOutcome, Session};
@@ -162,13 +163,14 @@ impl<S: System> Execution<'_, '_, S> {
             }
             if self.world.steps >= self.points.bounds.steps_max {
                 if !self.tasks.is_empty() {
-                    self.end_invocations();
+                    // Judged and shown as they stand: stopped as a crash stops them.
+                    self.end_invocations(Go::Crash);
                     self.read_truth();
                 }
                 return RunEnd::StepLimit;
             }
             if self.seen_before() {
-                self.end_invocations();
+                self.end_invocations(Go::Abandon);
                 return RunEnd::Pruned;
             }
             self.checkpoint();
@@ -190,7 +192,7 @@ impl<S: System> Execution<'_, '_, S> {
             let asleep = self.asleep(&actions);
             if every_answer(asleep, actions.len()) {
                 // Everything ahead was explored along another order of the same steps.
-                self.end_invocations();
+                self.end_invocations(Go::Abandon);
                 return RunEnd::Pruned;
             }
             let answer = self.points.decider.choose_reduced(

@@ -331,7 +331,7 @@ impl<S: System> Execution<'_, '_, S> {
         let place = invocation
             .paused_at
             .map_or_else(|| "a lock wait".to_string(), |point| point.to_string());
-        invocation.task.wind_down(self.stacks);
+        invocation.task.wind_down(Go::Crash, self.stacks);
         let connection = invocation.task.into_connection();
         if connection.is_autocommit() {
             self.connections.push(connection);
@@ -367,22 +367,23 @@ impl<S: System> Execution<'_, '_, S> {
     /// The server crashes: every invocation in progress stops where it is, what its connection
     /// had not committed is rolled back, memory is lost, the server restarts.
     fn crash_server(&mut self, label: &dyn fmt::Display, crash: Crash) {
-        self.end_invocations();
+        self.end_invocations(Go::Crash);
         self.memory = S::Memory::default();
         self.system.restart(self.store);
         self.read_truth();
         self.note_crash(label, crash);
     }
 
-    /// Stops every invocation in progress (as a crash does) and rolls back what its
-    /// connection had not committed, as closing it would. The connections are kept for later
-    /// invocations, with their prepared statements (see [`crate::sqlite::HarnessDb::restart_server`]).
-    pub(super) fn end_invocations(&mut self) {
+    /// Stops every invocation in progress, as a crash does (`go` is [`Go::Crash`]) or as the
+    /// run's end does ([`Go::Abandon`]), and rolls back what its connection had not
+    /// committed, as closing it would. The connections are kept for later invocations, with
+    /// their prepared statements (see [`crate::sqlite::HarnessDb::restart_server`]).
+    pub(super) fn end_invocations(&mut self, go: Go) {
         if self.tasks.is_empty() {
             return;
         }
         for mut invocation in self.tasks.drain(..) {
-            invocation.task.wind_down(self.stacks);
+            invocation.task.wind_down(go, self.stacks);
             let connection = invocation.task.into_connection();
             // One whose rollback failed is closed instead, which rolls it back.
             if connection.is_autocommit() {
@@ -411,7 +412,7 @@ impl<S: System> Execution<'_, '_, S> {
             invariant: Invariant::NoDeadlock,
             detail,
         });
-        self.end_invocations();
+        self.end_invocations(Go::Crash);
         self.read_truth();
         RunEnd::Deadlock
     }

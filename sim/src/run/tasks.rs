@@ -36,6 +36,9 @@ pub(crate) enum Go {
     Continue,
     /// The server crashed: the crash point returns `Err(Crash)`, a lock wait gives up.
     Crash,
+    /// The run was pruned with the invocation paused (nothing ahead of it is judged): as
+    /// [`Go::Crash`], and the context says so ([`Ctx::abandoned`]).
+    Abandon,
     /// Carry on with the outside call it paused at, which comes to this.
     Call(Link),
 }
@@ -56,10 +59,18 @@ thread_local! {
     static RUNNING: Cell<*const TaskYielder> = const { Cell::new(ptr::null()) };
 }
 
+thread_local! {
+    /// Whether the invocation running on this thread was last resumed to be abandoned
+    /// ([`Go::Abandon`]): read by its context ([`Ctx::abandoned`]), whether the pause was a
+    /// crash point or a lock wait.
+    static ABANDONED: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Pauses the running invocation and returns how it goes on.
 fn pause(yielder: &TaskYielder, why: Pause) -> Go {
     let go = yielder.suspend(why);
     RUNNING.with(|running| running.set(yielder));
+    ABANDONED.with(|abandoned| abandoned.set(go == Go::Abandon));
     go
 }
 
@@ -89,7 +100,7 @@ impl CrashPoints for PausingPoints<'_> {
     fn at(&mut self, point: &'static str) -> Result<(), Crash> {
         match pause(self.yielder, Pause::Point(point)) {
             Go::Continue | Go::Call(_) => Ok(()),
-            Go::Crash => Err(Crash { point }),
+            Go::Crash | Go::Abandon => Err(Crash { point }),
         }
     }
 
@@ -97,8 +108,12 @@ impl CrashPoints for PausingPoints<'_> {
         match pause(self.yielder, Pause::Call(point)) {
             Go::Call(link) => Ok(link),
             Go::Continue => Ok(Link::Answered),
-            Go::Crash => Err(Crash { point }),
+            Go::Crash | Go::Abandon => Err(Crash { point }),
         }
+    }
+
+    fn abandoned(&self) -> bool {
+        ABANDONED.with(Cell::get)
     }
 }
 
@@ -168,8 +183,9 @@ impl<V> Task<V> {
         }
     }
 
-    /// Resumes a task the server's crash interrupted until its handler returns.
-    pub(crate) fn wind_down(&mut self, stacks: &mut Vec<DefaultStack>) {
+    /// Resumes a task the server's crash (`go` is [`Go::Crash`]) or the run's end
+    /// ([`Go::Abandon`]) interrupted until its handler returns.
+    pub(crate) fn wind_down(&mut self, go: Go, stacks: &mut Vec<DefaultStack>) {
         let mut resumptions = 0u32;
         while self.body.is_some() {
             resumptions += 1;
@@ -177,7 +193,7 @@ impl<V> Task<V> {
                 resumptions < 10_000,
                 "a handler keeps running after its crash point returned Err(Crash)"
             );
-            let _ = self.resume(Go::Crash, stacks);
+            let _ = self.resume(go, stacks);
         }
     }
 
