@@ -556,6 +556,16 @@ fn mcp_servers() {
     } else {
         println!("  (the TypeScript server left out: run `bash .ci/node` to install Node)");
     }
+    let psycopg = target.join("psycopg-venv/bin/python");
+    let postgres = psycopg.exists() && retrysim::postgres::bin_dir().is_ok();
+    if postgres {
+        std::env::set_var("RETRYSIM_PG_PYTHON", &psycopg);
+        servers.push(("PostgreSQL counter", "../http/counter_pg.toml"));
+    } else {
+        println!(
+            "  (the PostgreSQL service left out: run `bash .ci/postgres` and `bash .ci/psycopg`)"
+        );
+    }
     for (name, file) in servers {
         let scenario = Scenario::load(&std::path::Path::new(examples).join(file)).unwrap();
         let no_crashes = Bounds {
@@ -577,7 +587,7 @@ fn mcp_servers() {
             }
             let seconds = started.elapsed().as_secs_f64();
             println!(
-                "  {name:<17} {how:<22} {runs:>4} runs  {:>7.1} runs/s",
+                "  {name:<18} {how:<22} {runs:>4} runs  {:>7.1} runs/s",
                 runs as f64 / seconds
             );
         }
@@ -591,6 +601,36 @@ fn mcp_servers() {
     );
     println!(
         "  check of the stdlib receipt server at (1, 1, 2, 1): {} runs, {} violations, {:.1} s",
+        report.runs(),
+        report.violations.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if postgres {
+        postgres_race_check(examples);
+    }
+}
+
+/// The exhaustive check of the PostgreSQL race example (the key looked up under READ
+/// COMMITTED) at (2 clients, 1 intent, attempts 2, faults 1) on one thread, which stops at
+/// the race's fault level.
+fn postgres_race_check(examples: &str) {
+    use retrysim::mcp::{OnMcp, Scenario};
+    let path = std::path::Path::new(examples).join("../http/counter_pg_lookup.toml");
+    let race = Scenario::load(&path).unwrap();
+    let bounds = Bounds {
+        clients_max: 2,
+        intents_max: 1,
+        attempts_max: 2,
+        faults_max: 1,
+        ..race.bounds
+    };
+    let started = Instant::now();
+    let report = exhaust(
+        &mut Simulator::new(OnMcp(race.target.clone())),
+        &CheckOptions::new(bounds),
+    );
+    println!(
+        "  check of the PostgreSQL lookup race at (2, 1, 2, 1): {} runs, {} violations, {:.1} s",
         report.runs(),
         report.violations.len(),
         started.elapsed().as_secs_f64()

@@ -289,7 +289,9 @@ pub fn bin_dir() -> Result<PathBuf, PgError> {
             Ok(dir)
         } else {
             Err(PgError(format!(
-                "{PG_BIN_ENV}={} holds no initdb and postgres",
+                "{PG_BIN_ENV}={} holds no initdb and postgres: name the directory of \
+                 PostgreSQL's binaries, or unset it; install PostgreSQL (Debian: apt-get install \
+                 postgresql)",
                 dir.display()
             )))
         };
@@ -317,7 +319,8 @@ pub fn bin_dir() -> Result<PathBuf, PgError> {
     newest.map(|(_, dir)| dir).ok_or_else(|| {
         PgError(format!(
             "PostgreSQL's binaries (initdb, postgres) are not in ${PG_BIN_ENV}, pg_config \
-             --bindir or /usr/lib/postgresql/*/bin: install PostgreSQL (bash .ci/postgres)"
+             --bindir or /usr/lib/postgresql/*/bin: install PostgreSQL (Debian: apt-get install \
+             postgresql)"
         ))
     })
 }

@@ -52,6 +52,13 @@ impl Installed {
     /// and the report (stdout, then stderr); `None`, with a loud line, when it is missing
     /// and not required.
     pub(crate) fn check(&self, name: &str) -> Option<(i32, String)> {
+        self.run(&["mcp", &format!("examples/mcp/{name}")])
+    }
+
+    /// Runs the command line with `args` (paths relative to the crate's directory) and it,
+    /// and returns the exit status and the report (stdout, then stderr); `None`, with a loud
+    /// line, when it is missing and not required.
+    pub(crate) fn run(&self, args: &[&str]) -> Option<(i32, String)> {
         let Some(program) = self.find() else {
             let required = std::env::var(self.required_env).as_deref() == Ok("required");
             assert!(
@@ -62,17 +69,18 @@ impl Installed {
             // Straight to stderr, past the test harness's capture: loud even when it passes.
             let _ = writeln!(
                 std::io::stderr(),
-                "LEFT OUT: the check of {name}: {} is missing; run `bash {}` ({}=required \
-                 makes this a failure)",
+                "LEFT OUT: retrysim {}: {} is missing; run `bash {}` ({}=required makes \
+                 this a failure)",
+                args.join(" "),
                 self.what,
                 self.script,
                 self.required_env
             );
             return None;
         };
-        let scenario = format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"));
         let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-            .args(["mcp", &scenario])
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env(self.env, program)
             .output()
             .expect("the binary runs");

@@ -6,19 +6,25 @@
 use retrysim::postgres::{bin_dir, PgCluster};
 use std::io::Write as _;
 
+/// Whether PostgreSQL's binaries are here; where they are not (and not required), a loud
+/// line says that `test` is left out.
+pub(crate) fn postgres_installed(test: &str) -> bool {
+    let Err(missing) = bin_dir() else {
+        return true;
+    };
+    let required = std::env::var("RETRYSIM_POSTGRES").as_deref() == Ok("required");
+    assert!(!required, "{missing}");
+    // Straight to stderr, past the test harness's capture: loud even when it passes.
+    let _ = writeln!(
+        std::io::stderr(),
+        "LEFT OUT: {test}: {missing} (RETRYSIM_POSTGRES=required makes this a failure)"
+    );
+    false
+}
+
 /// A cluster, or `None` with a loud line where PostgreSQL is missing and not required.
 fn cluster(test: &str) -> Option<PgCluster> {
-    if let Err(missing) = bin_dir() {
-        let required = std::env::var("RETRYSIM_POSTGRES").as_deref() == Ok("required");
-        assert!(!required, "{missing}");
-        // Straight to stderr, past the test harness's capture: loud even when it passes.
-        let _ = writeln!(
-            std::io::stderr(),
-            "LEFT OUT: {test}: {missing} (RETRYSIM_POSTGRES=required makes this a failure)"
-        );
-        return None;
-    }
-    Some(PgCluster::start().unwrap_or_else(|error| panic!("{error}")))
+    postgres_installed(test).then(|| PgCluster::start().unwrap_or_else(|error| panic!("{error}")))
 }
 
 /// Whether the process `pid` is alive (a zombie, ended and not yet reaped, is not).

@@ -1,0 +1,203 @@
+//! `[database] kind = "postgres"`: a real HTTP service on a PostgreSQL database the harness
+//! runs (`examples/http/counter_pg.py`, psycopg 3), judged from triggers on its effect table,
+//! with two requests in flight on PostgreSQL's own locks.
+//!
+//! The service needs psycopg 3, which `.ci/psycopg` installs (from the Python registry) at
+//! `target/psycopg-venv`, or wherever `RETRYSIM_PG_PYTHON` names a Python that has it; and
+//! PostgreSQL's binaries (`.ci/postgres`). Without either these checks are left out with a
+//! loud line; `RETRYSIM_PSYCOPG=required` and `RETRYSIM_POSTGRES=required` (which `.ci/run`
+//! sets) make that a failure.
+
+use crate::mcp_sdk::Installed;
+use crate::postgres::postgres_installed;
+use std::process::Command;
+
+/// The Python that has psycopg 3.
+const PSYCOPG: Installed = Installed {
+    what: "psycopg 3",
+    env: "RETRYSIM_PG_PYTHON",
+    in_target: "psycopg-venv/bin/python",
+    script: ".ci/psycopg",
+    required_env: "RETRYSIM_PSYCOPG",
+};
+
+/// Runs the command line on the PostgreSQL service with `args`: its exit status and report,
+/// or `None` (with a loud line) where PostgreSQL or psycopg is missing.
+fn run(test: &str, args: &[&str]) -> Option<(i32, String)> {
+    if !postgres_installed(test) {
+        return None;
+    }
+    PSYCOPG.run(args)
+}
+
+#[test]
+fn the_read_committed_lookup_race_is_caught_with_no_fault() {
+    let scenario = "examples/http/counter_pg_lookup.toml";
+    let check = ["mcp", scenario, "--faults-max", "0"];
+    let Some((status, report)) = run("the lookup race", &check) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    // Two invocations of one request were in progress at once, and both added.
+    assert!(report.contains("pauses at after-lookup"), "{report}");
+    assert!(report.contains("faults 0"), "{report}");
+}
+
+#[test]
+fn on_conflict_waits_on_the_uncommitted_key_then_replays_it() {
+    let replay = [
+        "replay",
+        "--model",
+        "mcp",
+        "--handler",
+        "examples/http/counter_pg.toml",
+        "--tape",
+        "0,1,1,1,1,1",
+        "--faults-max",
+        "0",
+    ];
+    let Some((status, timeline)) = run("the on-conflict wait", &replay) else {
+        return;
+    };
+    assert_eq!(status, 0, "{timeline}");
+    // The retry claims the key its original holds uncommitted, paused at after-claim: it
+    // waits on PostgreSQL's lock, the original goes on and commits, and the retry replays.
+    assert!(
+        timeline.contains("(A#1) goes on from before-call -> waits: the database is"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains("(A#1) tries the lock again -> pauses at after-answer"),
+        "{timeline}"
+    );
+    assert!(timeline.contains("-> replayed 5"), "{timeline}");
+    assert!(timeline.contains("invariants: all hold"), "{timeline}");
+    // Every interleaving replays: the same tape gives the same timeline, byte for byte.
+    let (_, again) = run("the on-conflict wait", &replay).expect("ran once");
+    assert_eq!(timeline, again);
+}
+
+#[test]
+fn on_conflict_is_clean_over_the_whole_bound() {
+    let check = ["mcp", "examples/http/counter_pg.toml", "--intents", "1"];
+    let Some((status, report)) = run("the on-conflict check", &check) else {
+        return;
+    };
+    // Clean but for no-silent-key-reuse, which one intent per client cannot reuse (exit 3).
+    assert_eq!(status, 3, "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("no-silent-key-reuse      untested"),
+        "{report}"
+    );
+    assert!(report.contains("after-claim"), "{report}");
+    assert!(
+        !report.contains("crashes 0,"),
+        "crashes were explored: {report}"
+    );
+}
+
+#[test]
+fn the_key_in_a_second_transaction_is_caught_by_a_crash() {
+    let scenario = "examples/http/counter_pg_second_transaction.toml";
+    let check = ["mcp", scenario, "--intents", "1"];
+    let Some((status, report)) = run("the second-transaction check", &check) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(report.contains("CRASH at between-transactions"), "{report}");
+}
+
+/// Runs `retrysim mcp SCENARIO` with `env`; its exit status and standard error.
+fn check_with_env(scenario: &str, env: &[(&str, &str)]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(["mcp", scenario])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .envs(env.iter().copied())
+        .output()
+        .expect("the binary runs");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn missing_postgresql_binaries_are_one_line_saying_how_to_install_them() {
+    let scenario = "examples/http/counter_pg.toml";
+    let (status, message) = check_with_env(scenario, &[("RETRYSIM_PG_BIN", "/nonexistent")]);
+    assert_eq!(status, 2, "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("holds no initdb and postgres"),
+        "{message}"
+    );
+    assert!(message.contains("install PostgreSQL"), "{message}");
+}
+
+#[test]
+fn a_cluster_that_fails_to_start_says_what_its_log_ends_with() {
+    if !postgres_installed("a_cluster_that_fails_to_start_says_what_its_log_ends_with") {
+        return;
+    }
+    // Binaries that make a data directory, then a postgres that refuses to start.
+    let bin = crate::scratch_dir().join("broken-postgres-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let scripts = [
+        ("initdb", "#!/bin/sh\nmkdir -p \"$2\"\n"),
+        (
+            "postgres",
+            "#!/bin/sh\necho 'FATAL:  could not create shared memory segment: No space left on device' >&2\nexit 1\n",
+        ),
+    ];
+    for (name, script) in scripts {
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let scenario = "examples/http/counter_pg.toml";
+    let (status, message) = check_with_env(scenario, &[("RETRYSIM_PG_BIN", bin.to_str().unwrap())]);
+    assert_eq!(status, 2, "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(message.contains("postgres exited"), "{message}");
+    assert!(message.contains("No space left on device"), "{message}");
+}
+
+#[test]
+fn a_server_that_ignores_database_url_is_one_line() {
+    if !postgres_installed("a_server_that_ignores_database_url_is_one_line") {
+        return;
+    }
+    // The SQLite counter, told of a PostgreSQL database: it makes its tables elsewhere.
+    let scenario = crate::scratch_dir().join("ignores-database-url.toml");
+    let server = format!(
+        "{}/examples/http/counter_http.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::write(
+        &scenario,
+        format!(
+            "[server]\ntransport = \"http\"\ncommand = [\"python3\", {server:?}]\n\
+             env = {{ RETRYSIM_DB = \":memory:\", KEYED = \"1\" }}\n\n\
+             [database]\nkind = \"postgres\"\neffect_tables = [\"counter\"]\n\n\
+             [[client]]\ncalls = [{{ path = \"/add\", body = {{ amount = 5 }} }}]\n"
+        ),
+    )
+    .unwrap();
+    let (status, message) = check_with_env(scenario.to_str().unwrap(), &[]);
+    assert_eq!(status, 2, "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("effect table `counter` is not in the server's database"),
+        "{message}"
+    );
+    assert!(
+        message.contains("does the server read DATABASE_URL?"),
+        "{message}"
+    );
+}
