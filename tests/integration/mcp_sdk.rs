@@ -48,6 +48,29 @@ impl Installed {
         path.exists().then_some(path)
     }
 
+    /// Where it is; `None`, with a loud line saying that `what` is left out, when it is
+    /// missing and not required.
+    pub(crate) fn find_or_left_out(&self, what: &str) -> Option<PathBuf> {
+        if let Some(program) = self.find() {
+            return Some(program);
+        }
+        let required = std::env::var(self.required_env).as_deref() == Ok("required");
+        assert!(
+            !required,
+            "{} is missing: run `bash {}`, or name it in {}",
+            self.what, self.script, self.env
+        );
+        // Straight to stderr, past the test harness's capture: loud even when it passes.
+        let _ = writeln!(
+            std::io::stderr(),
+            "LEFT OUT: {what}: {} is missing; run `bash {}` ({}=required makes this a failure)",
+            self.what,
+            self.script,
+            self.required_env
+        );
+        None
+    }
+
     /// Checks the scenario `name` in `examples/mcp/` with it, and returns the exit status
     /// and the report (stdout, then stderr); `None`, with a loud line, when it is missing
     /// and not required.
@@ -59,25 +82,7 @@ impl Installed {
     /// and returns the exit status and the report (stdout, then stderr); `None`, with a loud
     /// line, when it is missing and not required.
     pub(crate) fn run(&self, args: &[&str]) -> Option<(i32, String)> {
-        let Some(program) = self.find() else {
-            let required = std::env::var(self.required_env).as_deref() == Ok("required");
-            assert!(
-                !required,
-                "{} is missing: run `bash {}`, or name it in {}",
-                self.what, self.script, self.env
-            );
-            // Straight to stderr, past the test harness's capture: loud even when it passes.
-            let _ = writeln!(
-                std::io::stderr(),
-                "LEFT OUT: retrysim {}: {} is missing; run `bash {}` ({}=required makes \
-                 this a failure)",
-                args.join(" "),
-                self.what,
-                self.script,
-                self.required_env
-            );
-            return None;
-        };
+        let program = self.find_or_left_out(&format!("retrysim {}", args.join(" ")))?;
         let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
             .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))

@@ -201,3 +201,91 @@ fn a_server_that_ignores_database_url_is_one_line() {
         "{message}"
     );
 }
+
+/// Processes whose command line mentions `text`.
+fn processes_mentioning(text: &str) -> Vec<String> {
+    let output = Command::new("pgrep")
+        .args(["-f", text])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Entries of `/tmp` and `/dev/shm` whose names start with `prefix`.
+fn scratch_entries(prefix: &str) -> usize {
+    [std::env::temp_dir(), "/dev/shm".into()]
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
+        .count()
+}
+
+/// SIGINT in the middle of a check on PostgreSQL ends the server, the cluster (every
+/// `postgres` process of it) and removes their directories before the command exits 130.
+#[test]
+fn sigint_mid_check_leaves_no_process_and_no_directory() {
+    if !postgres_installed("sigint_mid_check_leaves_no_process_and_no_directory") {
+        return;
+    }
+    let Some(python) = PSYCOPG.find_or_left_out("the SIGINT check") else {
+        return;
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(["mcp", "examples/http/counter_pg.toml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RETRYSIM_PG_PYTHON", python)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let pid = child.id();
+    let cluster = format!("retrysim-pg-{pid}-");
+    let servers = || {
+        let output = Command::new("pgrep")
+            .args(["-P", &pid.to_string()])
+            .output()
+            .expect("pgrep runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    // Waits (bounded, never raced: a slow machine only waits longer) until the check runs
+    // on its cluster, past the scenario's check at load: a store's database (the second
+    // made) has a backend, and a server runs under the command.
+    let store_database = format!("retrysim_{pid}_1 ");
+    for _ in 0..1200 {
+        if !processes_mentioning(&store_database).is_empty() && !servers().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!servers().is_empty(), "the server never started");
+    assert!(
+        !processes_mentioning(&store_database).is_empty(),
+        "no store's database"
+    );
+    let sent = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    assert_eq!(child.wait().expect("the command ends").code(), Some(130));
+    assert_eq!(
+        scratch_entries(&cluster),
+        0,
+        "the cluster's directory is left"
+    );
+    let stores = format!("retrysim-mcp-{pid}-");
+    assert_eq!(scratch_entries(&stores), 0, "a store's directory is left");
+    // Killed processes end soon after the signal, not as it is sent: waits, bounded.
+    for _ in 0..300 {
+        if processes_mentioning(&cluster).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(processes_mentioning(&cluster), Vec::<String>::new());
+}
