@@ -186,10 +186,15 @@ fn the_quick_commands_run_as_written() {
             if !["replay", "explore", "list"].contains(&args[1].as_str()) {
                 continue;
             }
-            let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
-                .args(&args[1..])
-                .output()
-                .expect("the binary runs");
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"));
+            if line.contains("examples/http/counter_pg") {
+                // The PostgreSQL service's needs: left out, loudly, where they are missing.
+                let Some(python) = crate::postgres_http::psycopg_python(line) else {
+                    continue;
+                };
+                command.env("RETRYSIM_PG_PYTHON", python);
+            }
+            let output = command.args(&args[1..]).output().expect("the binary runs");
             let status = output.status.code();
             assert!(
                 matches!(status, Some(0 | 1)),

@@ -21,6 +21,15 @@ const PSYCOPG: Installed = Installed {
     required_env: "RETRYSIM_PSYCOPG",
 };
 
+/// A Python with psycopg 3, where PostgreSQL is installed too; `None`, with a loud line
+/// saying that `what` is left out, where either is missing and not required.
+pub(crate) fn psycopg_python(what: &str) -> Option<std::path::PathBuf> {
+    if !postgres_installed(what) {
+        return None;
+    }
+    PSYCOPG.find_or_left_out(what)
+}
+
 /// Runs the command line on the PostgreSQL service with `args`: its exit status and report,
 /// or `None` (with a loud line) where PostgreSQL or psycopg is missing.
 fn run(test: &str, args: &[&str]) -> Option<(i32, String)> {
