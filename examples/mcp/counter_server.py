@@ -1,4 +1,5 @@
-"""A counter as an MCP tool server over stdio, with the standard library only.
+"""A counter as an MCP tool server over stdio (or Streamable HTTP when PORT is set: see
+stdio_mcp.py), with the standard library only.
 
 The tool `add` adds `amount` to a counter kept in SQLite (the file named by the environment
 variable RETRYSIM_DB) and answers the new total. With KEYED=1 it records each `request_id`

@@ -1,8 +1,11 @@
 """An automation editor's set_interval tool served with the official MCP Python SDK (`pip install "mcp>=2,<3"`).
 
 The tool is the one of interval_server.py (the same VARIANT, the same SQLite file named by
-RETRYSIM_DB); only the server around it differs: MCPServer (FastMCP before mcp 2) over stdio instead of the standard
-library's loop. A refusal raises, and the SDK answers it as a tool error (isError).
+RETRYSIM_DB); only the server around it differs: MCPServer (FastMCP before mcp 2) instead of the
+standard library's loop. A refusal raises, and the SDK answers it as a tool error (isError).
+
+It speaks MCP over stdio, or over Streamable HTTP on 127.0.0.1 when PORT names a port (the
+SDK's default: answers as an event stream, one session per client).
 """
 
 import os
@@ -33,4 +36,7 @@ def set_interval_tool(automation_id: int, expected_version: int, interval_minute
 
 
 if __name__ == "__main__":
-    server.run()
+    if "PORT" in os.environ:
+        server.run("streamable-http", port=int(os.environ["PORT"]))
+    else:
+        server.run()

@@ -1,7 +1,12 @@
-"""A tool server over MCP's stdio transport, with the standard library only.
+"""A tool server over MCP's stdio transport, or its Streamable HTTP, with the standard library only.
 
 Messages are newline-delimited JSON-RPC 2.0: `initialize`, `tools/list` and `tools/call` are
-answered; notifications are read and left unanswered. A tool is a function of its arguments
+answered; notifications are read and left unanswered. When the environment variable PORT
+names a port, the same server speaks Streamable HTTP instead, on 127.0.0.1 at that port: each
+message is POSTed to /mcp, a request answered as `application/json` (or, with
+ANSWER_AS=event-stream, as a `text/event-stream` of one event), a notification with 202; the
+handshake's answer names the session (Mcp-Session-Id), which every later request must carry.
+Over HTTP the one misbehaviour is `exit`, in the middle of a call. A tool is a function of its arguments
 that returns a dict (the call's structured content) or raises ToolError (a tool error,
 `isError: true`, which the client sees as a refusal).
 
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PROTOCOL_VERSION = "2025-06-18"
 
@@ -119,11 +125,15 @@ def respond(name, tools, request, capabilities):
 
 
 def serve(name, tools, capabilities=None, concurrent=False):
-    """Serves `tools` ({name: (description with inputSchema, function)}) on stdin/stdout.
+    """Serves `tools` ({name: (description with inputSchema, function)}) on stdin/stdout, or
+    over Streamable HTTP when PORT is set.
 
     With `concurrent`, each `tools/call` is served on a thread of its own, so that a call
     arriving while another is in progress (say, waiting at a crash point) is served at once.
     """
+    if "PORT" in os.environ:
+        serve_http(name, tools, capabilities or {}, concurrent)
+        return
     for line in sys.stdin:
         request = json.loads(line)
         if "id" not in request or misbehave(request):
@@ -133,3 +143,63 @@ def serve(name, tools, capabilities=None, concurrent=False):
                              args=(name, tools, request, capabilities or {})).start()
             continue
         respond(name, tools, request, capabilities or {})
+
+
+def serve_http(name, tools, capabilities, concurrent):
+    """Serves `tools` over MCP's Streamable HTTP at http://127.0.0.1:$PORT/mcp."""
+    one_at_a_time = threading.Lock()
+    sessions = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format, *args):
+            pass
+
+        def do_POST(self):
+            if self.path != "/mcp":
+                return self.reply(404, None)
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            request = json.loads(body)
+            session = self.headers.get("Mcp-Session-Id")
+            if request.get("method") != "initialize" and session not in sessions:
+                return self.reply(404 if session else 400, {"error": "no such session"})
+            if "id" not in request:
+                return self.reply(202, None)
+            if request.get("method") == "tools/call" and os.environ.get("RETRYSIM_MISBEHAVE") == "exit":
+                os._exit(3)
+            if request.get("method") == "tools/call" and not concurrent:
+                with one_at_a_time:
+                    return self.answer(request)
+            return self.answer(request)
+
+        def answer(self, request):
+            try:
+                message = {"jsonrpc": "2.0", "id": request["id"],
+                           "result": answer(name, tools, request, capabilities)}
+            except LookupError as error:
+                message = {"jsonrpc": "2.0", "id": request["id"],
+                           "error": {"code": -32601, "message": str(error)}}
+            headers = {}
+            if request.get("method") == "initialize":
+                sessions.append("session-%d" % (len(sessions) + 1))
+                headers["Mcp-Session-Id"] = sessions[-1]
+            self.reply(200, message, headers)
+
+        def reply(self, status, message, headers=None):
+            stream = os.environ.get("ANSWER_AS") == "event-stream"
+            if message is None:
+                body, kind = b"", "application/json"
+            elif stream:
+                body, kind = ("event: message\ndata: %s\n\n" % json.dumps(message)).encode(), "text/event-stream"
+            else:
+                body, kind = json.dumps(message).encode(), "application/json"
+            self.send_response(status)
+            for header, value in (headers or {}).items():
+                self.send_header(header, value)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()

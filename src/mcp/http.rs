@@ -151,7 +151,7 @@ impl HttpServer {
     }
 
     /// Stops the server for good (it failed the harness); its exit status and last words.
-    fn stop(&mut self) -> (String, Vec<String>) {
+    pub(super) fn stop(&mut self) -> (String, Vec<String>) {
         let Some(mut running) = self.running.take() else {
             return ("not running".to_string(), Vec::new());
         };
@@ -177,7 +177,7 @@ impl Transport for HttpServer {
 
     fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
         let running = self.running.as_ref().expect("a started server");
-        let request = request_bytes(params)?;
+        let request = request_bytes(params, running.port)?;
         let id = self.next_id;
         self.next_id += 1;
         let (generation, port, hearing) = (running.generation, running.port, self.hearing.clone());
@@ -278,8 +278,8 @@ fn tail_of(stderr: &Mutex<VecDeque<String>>) -> Vec<String> {
     kept.iter().take(STDERR_LINES_KEPT).cloned().collect()
 }
 
-/// The bytes of the HTTP/1.1 request `params` describes.
-fn request_bytes(params: &Value) -> Result<Vec<u8>, McpError> {
+/// The bytes of the HTTP/1.1 request `params` describes, to a server on `port`.
+fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, McpError> {
     let method = params["method"].as_str().unwrap_or("POST");
     let path = params["path"].as_str().unwrap_or("/");
     if !path.starts_with('/') || path.contains(char::is_whitespace) {
@@ -292,7 +292,7 @@ fn request_bytes(params: &Value) -> Result<Vec<u8>, McpError> {
         body => body.to_string().into_bytes(),
     };
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     if !body.is_empty() {

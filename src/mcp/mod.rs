@@ -5,8 +5,9 @@
 //! Every wait on the server is bounded ([`ServerCommand::answer_wait_ms`]), and every way a
 //! server can fail the harness (it does not start, exits, writes something that is not
 //! JSON-RPC, never answers, answers an error) is an [`McpError`] of one line that carries the
-//! last lines of its standard error. Other transports (MCP's Streamable HTTP, a plain HTTP
-//! endpoint with an `Idempotency-Key` header) implement the same trait.
+//! last lines of its standard error. The other transports, MCP's Streamable HTTP
+//! ([`StreamableHttpServer`]) and a plain HTTP endpoint with an `Idempotency-Key` header
+//! ([`HttpServer`]), implement the same trait, each in a file of its own.
 
 mod database;
 mod http;
@@ -14,6 +15,7 @@ mod provider;
 mod scenario;
 mod side_channel;
 mod stdio;
+mod streamable_http;
 mod system;
 
 pub use database::DatabaseKind;
@@ -22,6 +24,7 @@ pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;
 pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
+pub use streamable_http::{StreamableHttpServer, MCP_ENDPOINT_DEFAULT};
 pub use system::{
     Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, ServerTransport,
     StatusTool, AFTER_ANSWER, BEFORE_CALL, LOCK_WAIT,
@@ -206,6 +209,17 @@ pub enum McpError {
         /// Its message.
         message: String,
     },
+    /// The server closed a connection without a response (over HTTP), and was stopped.
+    Lost {
+        /// What went unanswered, e.g. `request 5`.
+        what: String,
+        /// How the connection ended.
+        why: String,
+        /// Its exit status once stopped (`signal: 9` when it still ran and was killed).
+        status: String,
+        /// The last lines of its standard error.
+        stderr: Vec<String>,
+    },
     /// The server's answer is JSON-RPC but not what MCP says (a handshake without a
     /// protocol version, a tool list without tools).
     Protocol(String),
@@ -233,6 +247,16 @@ impl fmt::Display for McpError {
             McpError::Rpc { code, message } => {
                 write!(f, "the server answered a JSON-RPC error {code}: {message}")
             }
+            McpError::Lost {
+                what,
+                why,
+                status,
+                stderr,
+            } => write!(
+                f,
+                "the server sent no response to {what} ({why}) and was stopped ({status}){}",
+                tail(stderr)
+            ),
             McpError::Protocol(what) => write!(f, "the server does not follow MCP: {what}"),
         }
     }

@@ -15,7 +15,9 @@
 //!                                              # 127.0.0.1 at the port in $PORT
 //!                                              # (port_env), each call { method,
 //!                                              # path, body }, its key in the
-//!                                              # Idempotency-Key header
+//!                                              # Idempotency-Key header; or
+//!                                              # "streamable-http": MCP POSTed to
+//!                                              # endpoint = "/mcp" at $PORT
 //!
 //! [database]                                   # the ground truth (and with a
 //!                                              # [provider], its charges' records;
@@ -115,6 +117,7 @@ struct ServerSection {
     #[serde(default)]
     transport: TransportFile,
     port_env: Option<String>,
+    endpoint: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
     answer_wait_ms: Option<u64>,
@@ -125,13 +128,27 @@ struct ServerSection {
 
 /// `transport` under `[server]`: how the harness speaks to the server.
 #[derive(Deserialize, Clone, Copy, Default, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 enum TransportFile {
     /// MCP over stdio.
     #[default]
     Stdio,
     /// Plain HTTP.
     Http,
+    /// MCP over Streamable HTTP.
+    StreamableHttp,
+}
+
+impl TransportFile {
+    /// Whether calls are MCP's `tools/call`s (else HTTP requests).
+    fn speaks_mcp(self) -> bool {
+        self != TransportFile::Http
+    }
+
+    /// Whether the server listens on a port the harness gives it.
+    fn listens(self) -> bool {
+        self != TransportFile::Stdio
+    }
 }
 
 /// `clock` under `[server]`: whose clock the server reads.
@@ -273,11 +290,11 @@ impl CallSection {
     /// what the transport does not take, or what it lacks.
     fn named(&self, transport: TransportFile) -> Result<(String, Value), String> {
         match transport {
-            TransportFile::Stdio => {
+            TransportFile::Stdio | TransportFile::StreamableHttp => {
                 if self.method.is_some() || self.path.is_some() || self.body.is_some() {
                     return Err(
-                        "method, path and body are an HTTP call's: over MCP's stdio a \
-                         call names its tool and arguments"
+                        "method, path and body are an HTTP call's: over MCP a call names \
+                         its tool and arguments"
                             .into(),
                     );
                 }
@@ -440,7 +457,7 @@ impl ScenarioFile {
                 ));
             }
         }
-        if self.server.transport == TransportFile::Http {
+        if self.server.transport.listens() {
             let port_env = self.server.port_env.as_deref().unwrap_or(PORT_ENV_DEFAULT);
             let database = self
                 .database
@@ -484,9 +501,10 @@ impl ScenarioFile {
                     .named(transport)
                     .map_err(|why| format!("{numbered}: {why}"))?;
                 let at = format!("{numbered} (`{name}`)");
-                let field = match transport {
-                    TransportFile::Stdio => "arguments",
-                    TransportFile::Http => "body",
+                let field = if transport.speaks_mcp() {
+                    "arguments"
+                } else {
+                    "body"
                 };
                 if !arguments.is_object() {
                     return Err(format!(
@@ -538,6 +556,11 @@ impl ScenarioFile {
             TransportFile::Http => ServerTransport::Http {
                 port_env: (self.server.port_env.clone()).unwrap_or_else(|| PORT_ENV_DEFAULT.into()),
             },
+            TransportFile::StreamableHttp => ServerTransport::StreamableHttp {
+                port_env: (self.server.port_env.clone()).unwrap_or_else(|| PORT_ENV_DEFAULT.into()),
+                endpoint: (self.server.endpoint.clone())
+                    .unwrap_or_else(|| super::MCP_ENDPOINT_DEFAULT.into()),
+            },
         }
     }
 
@@ -554,7 +577,7 @@ impl ScenarioFile {
             (Some(KeyPlacementFile::Header(name)), true) => KeyPlacement::Header(name.clone()),
             (Some(KeyPlacementFile::Header(_)), false) => {
                 return Err(
-                    "key = { header = ... } is HTTP's: over MCP's stdio a key goes in \
+                    "key = { header = ... } is plain HTTP's: over MCP a key goes in \
                      an argument, _meta or idempotencyKey"
                         .into(),
                 )
@@ -591,8 +614,29 @@ impl ScenarioFile {
                     .into(),
             );
         }
-        if self.server.transport == TransportFile::Stdio && self.server.port_env.is_some() {
-            return Err("server.port_env is an HTTP server's: say transport = \"http\" too".into());
+        if !self.server.transport.listens() && self.server.port_env.is_some() {
+            return Err(
+                "server.port_env is an HTTP server's: say transport = \"http\" or \
+                 \"streamable-http\" too"
+                    .into(),
+            );
+        }
+        match (&self.server.endpoint, self.server.transport) {
+            (Some(_), transport) if transport != TransportFile::StreamableHttp => {
+                return Err(
+                    "server.endpoint is a Streamable HTTP server's: say transport = \
+                     \"streamable-http\" too (a plain HTTP call names its own path)"
+                        .into(),
+                )
+            }
+            (Some(endpoint), _)
+                if !endpoint.starts_with('/') || endpoint.contains(char::is_whitespace) =>
+            {
+                return Err(format!(
+                    "server.endpoint = {endpoint:?} must start with / and hold no spaces"
+                ))
+            }
+            _ => {}
         }
         if let Some(port_env) = &self.server.port_env {
             env_name("server.port_env", port_env)?;

@@ -29,7 +29,7 @@ pub const STDERR_LINE_BYTES_MAX: usize = 1_000;
 pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
 
 /// The protocol version the harness asks for in the handshake.
-const PROTOCOL_VERSION: &str = "2025-06-18";
+pub(super) const PROTOCOL_VERSION: &str = "2025-06-18";
 
 /// How to run a server: its program, arguments and environment (beside the harness's own),
 /// and how long to wait for each answer.
@@ -97,7 +97,7 @@ pub struct StdioServer {
 }
 
 /// What a server answered a request: its result, or a JSON-RPC error.
-type Answer = Result<Value, McpError>;
+pub(super) type Answer = Result<Value, McpError>;
 
 /// A running server process and the lines it writes.
 struct Running {
@@ -244,28 +244,7 @@ impl StdioServer {
                 stderr: self.stop().1,
             });
         };
-        let Some(id) = message.get("id").and_then(Value::as_u64) else {
-            return Ok(None);
-        };
-        if message.get("method").is_some() {
-            return Ok(None);
-        }
-        if let Some(error) = message.get("error") {
-            let error = McpError::Rpc {
-                code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-            };
-            return Ok(Some((id, Err(error))));
-        }
-        message
-            .get("result")
-            .cloned()
-            .map(|result| Some((id, Ok(result))))
-            .ok_or_else(|| McpError::Protocol(format!("a response without a result: {line}")))
+        rpc_answer(&message)
     }
 
     /// The error for a server that is gone: its exit status and its last words.
@@ -296,44 +275,11 @@ impl Transport for StdioServer {
     fn start(&mut self) -> Result<Offer, McpError> {
         self.kill();
         self.running = Some(self.spawn()?);
-        let handshake = self.request(
-            "initialize",
-            &json!({
-                "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "retrysim", "version": env!("CARGO_PKG_VERSION")},
-            }),
-        )?;
-        if handshake.get("protocolVersion").is_none() {
-            return Err(McpError::Protocol(format!(
-                "its initialize answer names no protocolVersion: {handshake}"
-            )));
-        }
+        let handshake = self.request("initialize", &initialize_params())?;
+        check_handshake(&handshake)?;
         self.notify("notifications/initialized")?;
         let listed = self.request("tools/list", &json!({}))?;
-        let tools = listed
-            .get("tools")
-            .and_then(Value::as_array)
-            .ok_or_else(|| McpError::Protocol(format!("tools/list answered no tools: {listed}")))?;
-        let tools = tools
-            .iter()
-            .map(|tool| Tool {
-                name: tool
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                input_schema: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
-            })
-            .collect();
-        let capabilities = handshake
-            .get("capabilities")
-            .cloned()
-            .unwrap_or(Value::Null);
-        Ok(Offer {
-            tools,
-            capabilities,
-        })
+        offer(&handshake, &listed)
     }
 
     fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
@@ -428,6 +374,79 @@ impl Transport for StdioServer {
             let _ = running.child.wait();
         }
     }
+}
+
+/// The parameters of the harness's `initialize` request.
+pub(super) fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "retrysim", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// Checks a server's answer to `initialize`: it names the protocol version it speaks.
+pub(super) fn check_handshake(handshake: &Value) -> Result<(), McpError> {
+    if handshake.get("protocolVersion").is_none() {
+        return Err(McpError::Protocol(format!(
+            "its initialize answer names no protocolVersion: {handshake}"
+        )));
+    }
+    Ok(())
+}
+
+/// What a server offers: the tools it `listed`, and the capabilities of its `handshake`.
+pub(super) fn offer(handshake: &Value, listed: &Value) -> Result<Offer, McpError> {
+    let tools = listed
+        .get("tools")
+        .and_then(Value::as_array)
+        .ok_or_else(|| McpError::Protocol(format!("tools/list answered no tools: {listed}")))?;
+    let tools = tools
+        .iter()
+        .map(|tool| Tool {
+            name: tool
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            input_schema: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
+        })
+        .collect();
+    let capabilities = handshake
+        .get("capabilities")
+        .cloned()
+        .unwrap_or(Value::Null);
+    Ok(Offer {
+        tools,
+        capabilities,
+    })
+}
+
+/// The id and answer (a result, or a JSON-RPC error) of the JSON-RPC `message`; `None` for a
+/// message that is no response (a notification, a request of the server's).
+pub(super) fn rpc_answer(message: &Value) -> Result<Option<(u64, Answer)>, McpError> {
+    let Some(id) = message.get("id").and_then(Value::as_u64) else {
+        return Ok(None);
+    };
+    if message.get("method").is_some() {
+        return Ok(None);
+    }
+    if let Some(error) = message.get("error") {
+        let error = McpError::Rpc {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        };
+        return Ok(Some((id, Err(error))));
+    }
+    let result = message.get("result").cloned().ok_or_else(|| {
+        let text: String = message.to_string().chars().take(200).collect();
+        McpError::Protocol(format!("a response without a result: {text}"))
+    })?;
+    Ok(Some((id, Ok(result))))
 }
 
 /// Passes each message line the process of `generation` writes on `stdout` to `hearing`:

@@ -140,6 +140,11 @@ impl McpTarget {
             ServerTransport::Http { port_env } => Box::new(super::HttpServer::with_side_channel(
                 command, port_env, socket,
             )?),
+            ServerTransport::StreamableHttp { port_env, endpoint } => {
+                Box::new(super::StreamableHttpServer::with_side_channel(
+                    command, port_env, endpoint, socket,
+                )?)
+            }
         })
     }
 
@@ -229,6 +234,15 @@ pub enum ServerTransport {
     Http {
         /// The variable that names the port, e.g. `PORT`.
         port_env: String,
+    },
+    /// MCP's Streamable HTTP on 127.0.0.1, at a port the harness picks and gives the server
+    /// in the variable `port_env` ([`super::StreamableHttpServer`]); each call is a
+    /// `tools/call` of a tool, `POST`ed to `endpoint`.
+    StreamableHttp {
+        /// The variable that names the port, e.g. `PORT`.
+        port_env: String,
+        /// The path of the MCP endpoint, e.g. `/mcp`.
+        endpoint: String,
     },
 }
 

@@ -35,6 +35,7 @@ mod reservation;
 mod retry_after;
 mod storage_faults;
 mod store;
+mod streamable_http;
 mod tape;
 mod time;
 mod timelines;

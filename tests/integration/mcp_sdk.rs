@@ -1,6 +1,6 @@
 //! The seed's interval tool served with the official MCP Python SDK
 //! (`examples/mcp/interval_sdk_server.py`): the version-only variant is caught, the receipt
-//! variant is clean, as with the standard-library server.
+//! variant is clean, as with the standard-library server, over stdio and over Streamable HTTP.
 //!
 //! The SDK lives in a virtual environment that `.ci/mcp-sdk` makes (from the Python
 //! registry) at `target/mcp-sdk-venv`, or wherever `RETRYSIM_MCP_PYTHON` names its Python.
@@ -127,6 +127,33 @@ fn the_sdk_servers_receipt_variant_is_clean() {
         report.contains("no-silent-key-reuse      untested"),
         "{report}"
     );
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("after-update"),
+        "the helper's crash point was exercised: {report}"
+    );
+}
+
+#[test]
+fn the_sdk_servers_version_only_variant_is_caught_over_streamable_http() {
+    let Some((status, report)) = check("interval_sdk_http_version_only.toml") else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(
+        report.contains("outcome-agreement        VIOLATED"),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_sdk_servers_receipt_variant_is_clean_over_streamable_http() {
+    // The SDK answers each request as an event stream, under the session its handshake named.
+    let Some((status, report)) = check("interval_sdk_http_receipt.toml") else {
+        return;
+    };
+    assert_eq!(status, 3, "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(
         report.contains("after-update"),

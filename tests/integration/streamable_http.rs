@@ -1,0 +1,135 @@
+//! `retrysim mcp SCENARIO` over MCP's Streamable HTTP (`transport = "streamable-http"`): the
+//! standard-library counter server (`examples/mcp/counter_server.py`, told a port in `PORT`)
+//! answered as JSON and as an event stream, each message `POST`ed to `/mcp` under the session
+//! its handshake named; the same verdicts as over stdio, and each way a server can fail the
+//! harness is one line.
+
+use crate::cli::assert_bad_input;
+use crate::mcp_cli::expect;
+use std::path::PathBuf;
+
+/// The path of the shipped example `name` in `examples/mcp/`.
+fn shipped(name: &str) -> String {
+    format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A scenario file written beside the server for one test, removed when dropped.
+struct Written(PathBuf);
+
+impl Written {
+    /// The shipped scenario `base` with `from` replaced by `to`.
+    fn variant(base: &str, name: &str, from: &str, to: &str) -> Written {
+        let text = std::fs::read_to_string(shipped(base)).unwrap();
+        assert!(text.contains(from), "{from}");
+        let path = PathBuf::from(shipped(&format!(
+            "retrysim-test-streamable-{name}-{}.toml",
+            std::process::id()
+        )));
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+        Written(path)
+    }
+
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_keyless_server_over_streamable_http_is_caught_and_its_replay_reproduces() {
+    let report = expect(&["mcp", &shipped("counter_streamable_keyless.toml")], 1);
+    assert!(
+        report.contains("at-most-once-effect      VIOLATED"),
+        "{report}"
+    );
+    let line = report
+        .lines()
+        .find_map(|line| line.strip_prefix("reproduce: retrysim "))
+        .unwrap_or_else(|| panic!("{report}"));
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let replayed = expect(&args, 1);
+    assert_eq!(replayed, expect(&args, 1), "a replay is the same each time");
+    assert!(replayed.contains("2 committed effect(s)"), "{replayed}");
+}
+
+#[test]
+fn a_keyed_server_over_streamable_http_is_clean_with_crashes_at_its_points() {
+    // Its answers come as event streams (ANSWER_AS = "event-stream").
+    let report = expect(&["mcp", &shipped("counter_streamable.toml")], 3);
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("no-silent-key-reuse      untested"),
+        "{report}"
+    );
+    let crashes = report
+        .lines()
+        .find(|line| line.starts_with("coverage (runs):"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(!crashes.contains("crashes 0"), "{crashes}");
+    // Answered as JSON instead, the verdicts and the runs are the same.
+    let json = Written::variant(
+        "counter_streamable.toml",
+        "json",
+        r#", ANSWER_AS = "event-stream""#,
+        "",
+    );
+    let as_json = expect(&["mcp", &json.path()], 3);
+    let runs = |report: &str| {
+        let line = report
+            .lines()
+            .find(|line| line.starts_with("runs explored:"));
+        line.map(str::to_string)
+    };
+    assert_eq!(runs(&as_json), runs(&report), "{as_json}");
+}
+
+#[test]
+fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
+    for (name, from, to, says) in [
+        (
+            "endpoint",
+            r#"transport = "streamable-http""#,
+            "transport = \"streamable-http\"\nendpoint = \"/elsewhere\"",
+            "it answered request 1 with HTTP 404",
+        ),
+        (
+            "misbehave",
+            r#"KEYED = "1""#,
+            r#"KEYED = "1", RETRYSIM_MISBEHAVE = "exit""#,
+            "the server sent no response to request 5 (the connection closed without a response) and was stopped (exit status: 3)",
+        ),
+        (
+            "endpoint-path",
+            r#"transport = "streamable-http""#,
+            "transport = \"streamable-http\"\nendpoint = \"mcp\"",
+            r#"server.endpoint = "mcp" must start with / and hold no spaces"#,
+        ),
+        (
+            "endpoint-stdio",
+            r#"transport = "streamable-http""#,
+            "endpoint = \"/mcp\"",
+            "server.endpoint is a Streamable HTTP server's",
+        ),
+        (
+            "header",
+            r#"key = { argument = "request_id" }"#,
+            r#"key = { header = "Idempotency-Key" }"#,
+            "key = { header = ... } is plain HTTP's",
+        ),
+        (
+            "http-call",
+            r#"{ tool = "add", arguments = { amount = 5 } }"#,
+            r#"{ method = "POST", path = "/add", body = { amount = 5 } }"#,
+            "method, path and body are an HTTP call's: over MCP",
+        ),
+    ] {
+        let written = Written::variant("counter_streamable.toml", name, from, to);
+        assert_bad_input(&["mcp", &written.path()], says);
+    }
+}
