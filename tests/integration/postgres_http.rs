@@ -1,6 +1,11 @@
 //! `[database] kind = "postgres"`: a real HTTP service on a PostgreSQL database the harness
 //! runs (`examples/http/counter_pg.py`, psycopg 3), judged from triggers on its effect table,
-//! with two requests in flight on PostgreSQL's own locks.
+//! with two requests in flight on PostgreSQL's own locks; and the same service in Rust
+//! (`examples/axum_counter`: axum, tokio-postgres), caught and clean as the Python one is.
+//!
+//! The Rust service is built by `.ci/axum-counter` into `target/axum-counter`, or named in
+//! `RETRYSIM_AXUM_COUNTER`; without it its checks are left out with a loud line, and
+//! `RETRYSIM_AXUM=required` (which `.ci/run` sets) makes that a failure.
 //!
 //! The service needs psycopg 3, which `.ci/psycopg` installs (from the Python registry) at
 //! `target/psycopg-venv`, or wherever `RETRYSIM_PG_PYTHON` names a Python that has it; and
@@ -20,6 +25,24 @@ const PSYCOPG: Installed = Installed {
     script: ".ci/psycopg",
     required_env: "RETRYSIM_PSYCOPG",
 };
+
+/// The Rust service's binary.
+const AXUM: Installed = Installed {
+    what: "the axum service (examples/axum_counter)",
+    env: "RETRYSIM_AXUM_COUNTER",
+    in_target: "axum-counter/debug/axum_counter",
+    script: ".ci/axum-counter",
+    required_env: "RETRYSIM_AXUM",
+};
+
+/// Runs the command line on the Rust service with `args`: its exit status and report, or
+/// `None` (with a loud line) where PostgreSQL or the service's binary is missing.
+fn run_axum(test: &str, args: &[&str]) -> Option<(i32, String)> {
+    if !postgres_installed(test) {
+        return None;
+    }
+    AXUM.run(args)
+}
 
 /// A Python with psycopg 3, where PostgreSQL is installed too; `None`, with a loud line
 /// saying that `what` is left out, where either is missing and not required.
@@ -113,6 +136,49 @@ fn the_key_in_a_second_transaction_is_caught_by_a_crash() {
     let scenario = "examples/http/counter_pg_second_transaction.toml";
     let check = ["mcp", scenario, "--intents", "1"];
     let Some((status, report)) = run("the second-transaction check", &check) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(report.contains("CRASH at between-transactions"), "{report}");
+}
+
+#[test]
+fn the_rust_services_lookup_race_is_caught_with_no_fault() {
+    let scenario = "examples/http/counter_axum_lookup.toml";
+    let check = ["mcp", scenario, "--faults-max", "0", "--clients", "1"];
+    let check = [&check[..], &["--intents", "1"]].concat();
+    let Some((status, report)) = run_axum("the Rust service's lookup race", &check) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    // The retry went on beside its original, each paused after its lookup in its own task.
+    assert!(report.contains("pauses at after-lookup"), "{report}");
+    assert!(report.contains("faults 0"), "{report}");
+}
+
+#[test]
+fn the_rust_services_on_conflict_is_clean_over_the_whole_bound() {
+    let check = ["mcp", "examples/http/counter_axum.toml", "--intents", "1"];
+    let Some((status, report)) = run_axum("the Rust service's on-conflict check", &check) else {
+        return;
+    };
+    assert_eq!(status, 3, "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(report.contains("after-claim"), "{report}");
+    assert!(
+        !report.contains("crashes 0,"),
+        "crashes were explored: {report}"
+    );
+}
+
+#[test]
+fn the_rust_services_second_transaction_is_caught_by_a_crash() {
+    let scenario = "examples/http/counter_axum_second_transaction.toml";
+    let check = ["mcp", scenario, "--intents", "1"];
+    let Some((status, report)) = run_axum("the Rust service's second transaction", &check) else {
         return;
     };
     assert_eq!(status, 1, "{report}");
