@@ -525,7 +525,8 @@ fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckRepor
 /// `.ci/mcp-sdk` has installed the SDK) and the counter in TypeScript (when `.ci/node` has
 /// installed Node), with the server process
 /// reused from run to run and restarted for each run, without crashes and with them (each
-/// crash restarts the process: a Python start and the SDK's imports); then the exhaustive
+/// crash restarts the process: a Python start and the SDK's imports), and with a warm spare
+/// that forks each start (`spare = true`); then the exhaustive
 /// check of the seed's receipt server at (1 client, 1 intent, attempts 2, faults 1) on one
 /// thread.
 fn mcp_servers() {
@@ -572,14 +573,23 @@ fn mcp_servers() {
             crashes_max: 0,
             ..scenario.bounds
         };
+        // The spare forks each start from a process held at the Python helper's import (the
+        // TypeScript helper has no gate).
+        let forks = !name.starts_with("TS");
         let cases = [
-            ("reused, no crashes", true, no_crashes, 400),
-            ("restarted, no crashes", false, no_crashes, 40),
-            ("reused, crashes_max=2", true, scenario.bounds, 100),
+            ("reused, no crashes", true, no_crashes, 400, false),
+            ("restarted, no crashes", false, no_crashes, 40, false),
+            ("reused, crashes_max=2", true, scenario.bounds, 100, false),
+            ("restarted, spare", false, no_crashes, 400, true),
+            ("reused, crashes, spare", true, scenario.bounds, 400, true),
         ];
-        for (how, reuse, bounds, runs) in cases {
+        for (how, reuse, bounds, runs, spare) in cases {
+            if spare && !forks {
+                continue;
+            }
             let mut target = scenario.target.clone();
             target.reuse = reuse;
+            target.spare = spare;
             let mut simulator = Simulator::new(OnMcp(target));
             let started = Instant::now();
             for seed in 0..runs {

@@ -40,6 +40,8 @@ fn counter(keyed: bool) -> McpTarget {
         }]],
         status: None,
         reuse: true,
+        // Each restart starts Python afresh (a spare would need the helper's gate).
+        spare: false,
         concurrent: false,
         // It reads no clock: all the time it sees is the harness's.
         clock: ServerClock::Harness,

@@ -14,6 +14,13 @@ runs unchanged in production.
 
 Each thread asks on a connection of its own, so a server that serves calls on threads can
 have several calls waiting at crash points at once, each for its own answer.
+
+A scenario with `spare = true` has retrysim keep a warm spare of the server: a process that
+imports this module and waits here (RETRYSIM_SPARE names it), and forks a new server process
+for each start the check needs (after a crash, or for a fresh run), which goes on from here
+on pipes and a port of its own, with the database as the crash left it. Everything before the
+import is done once, ahead; so import this module after the server's heavy imports and before
+it opens its database or starts a thread.
 """
 
 import os
@@ -61,3 +68,84 @@ def now_ms():
         return int(time.time() * 1000)
     answer = _ask("now")
     return int(answer.split(" ", 1)[1])
+
+
+SPARE_ENV = "RETRYSIM_SPARE"
+
+
+def _serve_forks():
+    """The spare: says it is at the gate, then forks a server for each `fork` line retrysim
+    sends (with the new process's standard input, output and error, and its variables), and
+    answers `forked PID`; as each ends, it says `ended PID CODE`. Returns in the new process
+    only."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None)
+    spare = os.getpid()
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(os.environ[SIDE_CHANNEL_ENV])
+
+    def send(line):
+        # One line at a time: a child's end is not told in the middle of another line.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+        try:
+            connection.sendall((line + "\n").encode())
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def reap(*_):
+        try:
+            while True:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    return
+                send("ended %d %d" % (pid, os.waitstatus_to_exitcode(status)))
+        except (ChildProcessError, OSError):
+            pass
+
+    send("spare " + os.environ[SPARE_ENV])
+    signal.signal(signal.SIGCHLD, reap)
+    pending, fds = b"", []
+    while True:
+        data, received, _, _ = socket.recv_fds(connection, 65536, 3)
+        if not data:
+            os._exit(0)
+        pending += data
+        fds += received
+        if b"\n" not in pending:
+            continue
+        line, pending = pending.split(b"\n", 1)
+        words = line.decode().split("\t")
+        if words[0] != "fork" or len(fds) != 3:
+            os._exit(1)
+        pid = os.fork()
+        if pid == 0:
+            # Killed with the spare (PR_SET_PDEATHSIG): a server forked in the moment the
+            # harness ended is not left running.
+            libc.prctl(1, signal.SIGKILL)
+            if os.getppid() != spare:
+                os._exit(1)
+            connection.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setpgid(0, 0)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            for word in words[1:]:
+                name, value = word.split("=", 1)
+                os.environ[name] = value
+            del os.environ[SPARE_ENV]
+            return
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass  # the child has set it, or is gone already
+        for fd in fds:
+            os.close(fd)
+        fds = []
+        send("forked %d" % pid)
+
+
+if under_retrysim() and os.environ.get(SPARE_ENV):
+    _serve_forks()

@@ -49,8 +49,8 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
-from retrysim_points import point  # noqa: E402
 from stdio_mcp import ToolError, serve  # noqa: E402
+from retrysim_points import point  # noqa: E402
 
 KEYED = os.environ.get("KEYED", "0")
 KEY_FROM = os.environ.get("KEY_FROM", "argument")

@@ -22,8 +22,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
-from retrysim_points import point  # noqa: E402
 from stdio_mcp import ToolError, serve  # noqa: E402
+from retrysim_points import point  # noqa: E402
 
 TOOL = "set_interval.v1"
 VARIANT = os.environ.get("VARIANT", "receipt")

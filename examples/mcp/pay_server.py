@@ -21,8 +21,8 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
-from retrysim_points import point  # noqa: E402
 from stdio_mcp import serve  # noqa: E402
+from retrysim_points import point  # noqa: E402
 
 PROVIDER_KEY = os.environ.get("PROVIDER_KEY", "0")
 

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PROTOCOL_VERSION = "2025-06-18"
 
@@ -147,6 +146,8 @@ def serve(name, tools, capabilities=None, concurrent=False):
 
 def serve_http(name, tools, capabilities, concurrent):
     """Serves `tools` over MCP's Streamable HTTP at http://127.0.0.1:$PORT/mcp."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
     one_at_a_time = threading.Lock()
     sessions = []
 

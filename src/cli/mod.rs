@@ -542,6 +542,7 @@ where
         }
         Err(error) => Err(UsageError(one_line(&error.render().to_string()))),
     };
+    crate::process::wait_if_stopping();
     match result {
         Ok(printed) => write_out(printed),
         Err(UsageError(message)) => {

@@ -11,6 +11,7 @@
 //! the result `{"status": null, "lost": "why"}`: the client hears nothing.
 
 use super::side_channel::{answer_line, Heard, SideChannel};
+use super::spare::{self, ServerProcess, Spares};
 use super::stdio::{ServerCommand, MESSAGE_BYTES_MAX, STDERR_LINES_KEPT};
 use super::{receive_looking, Interrupted, McpError, Offer, Question, Said, Transport, Waited};
 use crate::Crash;
@@ -18,12 +19,16 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// How often the harness tries to connect to a server that does not listen yet.
+const LISTEN_POLL_EVERY: Duration = Duration::from_millis(1);
 
 /// The most bytes of a response's status line and headers the harness reads.
 const HEAD_BYTES_MAX: usize = 64 << 10;
@@ -41,11 +46,15 @@ pub struct HttpServer {
     side_channel: Option<SideChannel>,
     /// Results that came for a call other than the one followed, kept for it.
     kept_results: BTreeMap<u64, Value>,
+    /// Whether a spare is kept.
+    spares: Spares,
+    /// The spare process, held at the helper's gate, and its token.
+    spare: Option<(RunningHttp, u64)>,
 }
 
 /// A running server process.
 struct RunningHttp {
-    child: Child,
+    child: ServerProcess,
     generation: u64,
     port: u16,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -78,7 +87,16 @@ impl HttpServer {
             generation: 0,
             side_channel: Some(channel),
             kept_results: BTreeMap::new(),
+            spares: Spares::default(),
+            spare: None,
         })
+    }
+
+    /// Keeps a warm spare from now on: one more process of the server, started once and held
+    /// at the Python helper's gate (its import), from which each start is forked, on a port
+    /// of its own.
+    pub fn keep_spare(&mut self) {
+        self.spares.keep();
     }
 
     /// The port the running server listens on.
@@ -86,19 +104,79 @@ impl HttpServer {
         self.running.as_ref().map(|running| running.port)
     }
 
-    /// Runs the process on a free port and waits until it accepts connections.
+    /// The process to serve next, once it accepts connections: one forked by the spare when
+    /// one is kept (started first if need be), else a new process.
     fn spawn(&mut self) -> Result<RunningHttp, McpError> {
         while self.heard.try_recv().is_ok() {}
         self.kept_results.clear();
-        self.generation += 1;
-        let port = free_port().map_err(|error| McpError::Start {
+        let mut running = if self.spares.kept() {
+            if self.spare.is_none() {
+                self.spare = Some(self.launch(true)?);
+            }
+            self.fork().inspect_err(|_| self.spare = None)?
+        } else {
+            self.launch(false)?.0
+        };
+        self.wait_until_listening(&mut running)?;
+        Ok(running)
+    }
+
+    /// A port of 127.0.0.1 that no one listens on now.
+    fn free_port(&self) -> Result<u16, McpError> {
+        let no_port = |error: std::io::Error| McpError::Start {
             command: self.command.display(),
             error: format!("no free port on 127.0.0.1: {error}"),
-        })?;
+        };
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(no_port)?;
+        Ok(listener.local_addr().map_err(no_port)?.port())
+    }
+
+    /// A new process of the server forked by the spare, on a port of its own, its standard
+    /// input and output `/dev/null`.
+    fn fork(&mut self) -> Result<RunningHttp, McpError> {
+        let failed = |error: std::io::Error| McpError::Start {
+            command: self.command.display(),
+            error: format!("no files for its standard streams: {error}"),
+        };
+        let stdin = std::fs::File::open("/dev/null").map_err(failed)?;
+        let stdout = (std::fs::File::options().write(true))
+            .open("/dev/null")
+            .map_err(failed)?;
+        let (stderr_pipe, stderr_write) = crate::process::pipe().map_err(failed)?;
+        let fds = [
+            stdin.as_raw_fd(),
+            stdout.as_raw_fd(),
+            stderr_write.as_raw_fd(),
+        ];
+        let port = self.free_port()?;
+        let variables = [(self.port_env.clone(), port.to_string())];
+        let (template, token) = self.spare.as_mut().expect("a spare, started above");
+        let channel = self.side_channel.as_ref().expect("a spare has a gate");
+        let child = spare::fork(
+            channel,
+            *token,
+            &mut template.child,
+            &variables,
+            fds,
+            &self.command,
+            &template.stderr,
+        )?;
+        drop((stdin, stdout, stderr_write));
+        Ok(self.running(child, port, stderr_pipe))
+    }
+
+    /// Runs a new process on a free port, the spare (held at the helper's gate) when
+    /// `as_spare`; it, and its spare token (0 for none).
+    fn launch(&mut self, as_spare: bool) -> Result<(RunningHttp, u64), McpError> {
+        let port = self.free_port()?;
         let socket = self.side_channel.as_ref().map(SideChannel::path);
-        let mut child = self
-            .command
-            .process(socket)
+        let mut process = self.command.process(socket);
+        let token = if as_spare {
+            self.spares.mark(&mut process)
+        } else {
+            0
+        };
+        let mut child = process
             .env(&self.port_env, port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -109,18 +187,28 @@ impl HttpServer {
                 error: error.to_string(),
             })?;
         crate::process::track_group(child.id());
+        let pipe = child.stderr.take().expect("a piped stderr");
+        let running = self.running(ServerProcess::Spawned(child), port, pipe);
+        Ok((running, token))
+    }
+
+    /// The running `child` on `port`, with the thread that reads its standard error started.
+    fn running(
+        &mut self,
+        child: ServerProcess,
+        port: u16,
+        stderr_pipe: impl Read + Send + 'static,
+    ) -> RunningHttp {
+        self.generation += 1;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let kept = Arc::clone(&stderr);
-        let pipe = child.stderr.take().expect("a piped stderr");
-        thread::spawn(move || super::stdio::keep_stderr_tail(pipe, &kept));
-        let mut running = RunningHttp {
+        thread::spawn(move || super::stdio::keep_stderr_tail(stderr_pipe, &kept));
+        RunningHttp {
             child,
             generation: self.generation,
             port,
             stderr,
-        };
-        self.wait_until_listening(&mut running)?;
-        Ok(running)
+        }
     }
 
     /// Waits, within `answer_wait_ms`, until the server accepts a connection on its port.
@@ -129,9 +217,9 @@ impl HttpServer {
         let wait = Duration::from_millis(self.command.answer_wait_ms);
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, running.port));
         loop {
-            if let Ok(Some(status)) = running.child.try_wait() {
+            if let Some(status) = running.child.ended() {
                 return Err(McpError::Exited {
-                    status: status.to_string(),
+                    status,
                     stderr: tail_of(&running.stderr),
                 });
             }
@@ -139,14 +227,13 @@ impl HttpServer {
                 return Ok(());
             }
             if started.elapsed() > wait {
-                crate::process::kill_group(running.child.id());
-                let _ = running.child.wait();
+                running.child.kill();
                 return Err(McpError::Silent {
                     waited_ms: self.command.answer_wait_ms,
                     stderr: tail_of(&running.stderr),
                 });
             }
-            thread::sleep(Duration::from_millis(10));
+            thread::sleep(LISTEN_POLL_EVERY);
         }
     }
 
@@ -155,11 +242,7 @@ impl HttpServer {
         let Some(mut running) = self.running.take() else {
             return ("not running".to_string(), Vec::new());
         };
-        crate::process::kill_group(running.child.id());
-        let status = running
-            .child
-            .wait()
-            .map_or_else(|error| error.to_string(), |status| status.to_string());
+        let status = running.child.kill();
         (status, tail_of(&running.stderr))
     }
 }
@@ -249,8 +332,7 @@ impl Transport for HttpServer {
 
     fn kill(&mut self) {
         if let Some(mut running) = self.running.take() {
-            crate::process::kill_group(running.child.id());
-            let _ = running.child.wait();
+            running.child.kill();
         }
     }
 
@@ -262,14 +344,10 @@ impl Transport for HttpServer {
 impl Drop for HttpServer {
     fn drop(&mut self) {
         self.kill();
+        if let Some((mut spare, _)) = self.spare.take() {
+            spare.child.kill();
+        }
     }
-}
-
-/// A port of 127.0.0.1 that no one listens on now.
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// The last lines of a server's standard error.

@@ -14,6 +14,7 @@ mod http;
 mod provider;
 mod scenario;
 mod side_channel;
+mod spare;
 mod stdio;
 mod streamable_http;
 mod system;

@@ -6,6 +6,9 @@
 //! env = { KEYED = "1" }
 //! answer_wait_ms = 10000                       # the bound on every wait for the server
 //! reuse = true                                 # one process for run after run
+//! spare = false                                # true: a process started ahead, held
+//!                                              # at the helper's import until a
+//!                                              # crash needs it (fast restarts)
 //! concurrent = false                           # true: it serves calls at once, so
 //!                                              # two calls are in flight at once
 //!                                              # (invocations_max 2 unless set)
@@ -122,6 +125,7 @@ struct ServerSection {
     env: BTreeMap<String, String>,
     answer_wait_ms: Option<u64>,
     reuse: Option<bool>,
+    spare: Option<bool>,
     concurrent: Option<bool>,
     clock: Option<ClockFile>,
 }
@@ -695,6 +699,7 @@ impl ScenarioFile {
                 key_argument: status.key_argument.clone(),
             }),
             reuse: self.server.reuse.unwrap_or(database.is_some()),
+            spare: self.server.spare.unwrap_or(false),
             concurrent: self.server.concurrent.unwrap_or(false),
             clock: match self.server.clock {
                 Some(ClockFile::Harness) => ServerClock::Harness,

@@ -2,6 +2,7 @@
 //! its standard input or output.
 
 use super::side_channel::{answer_line, Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::spare::{self, ServerProcess, Spares};
 use super::{
     receive_looking, Interrupted, McpError, Offer, Question, Said, Tool, Transport, Waited,
 };
@@ -9,9 +10,10 @@ use crate::Crash;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -94,6 +96,10 @@ pub struct StdioServer {
     kept_results: BTreeMap<u64, Answer>,
     /// The ids of the requests sent to the running process and not answered yet.
     unanswered: BTreeSet<u64>,
+    /// Whether a spare is kept.
+    spares: Spares,
+    /// The spare process, held at the helper's gate, and its token.
+    spare: Option<(Running, u64)>,
 }
 
 /// What a server answered a request: its result, or a JSON-RPC error.
@@ -101,8 +107,8 @@ pub(super) type Answer = Result<Value, McpError>;
 
 /// A running server process and the lines it writes.
 struct Running {
-    child: Child,
-    stdin: ChildStdin,
+    child: ServerProcess,
+    stdin: Box<dyn Write + Send>,
     /// Which of the server's processes this is.
     generation: u64,
     /// The last lines of its standard error.
@@ -126,6 +132,17 @@ impl StdioServer {
             side_channel: None,
             kept_results: BTreeMap::new(),
             unanswered: BTreeSet::new(),
+            spares: Spares::default(),
+            spare: None,
+        }
+    }
+
+    /// Keeps a warm spare from now on: one more process of the server, started once and held
+    /// at the Python helper's gate (its import), from which each start is forked, on pipes
+    /// of its own. A server without a side channel has no gate, and keeps none.
+    pub fn keep_spare(&mut self) {
+        if self.side_channel.is_some() {
+            self.spares.keep();
         }
     }
 
@@ -152,18 +169,67 @@ impl StdioServer {
         self.request("tools/call", &json!({"name": tool, "arguments": arguments}))
     }
 
-    /// Runs the process and starts the threads that read its output.
+    /// The process to serve next, and the threads that read its output: one forked by the
+    /// spare when one is kept (started first if need be), else a new process.
     fn spawn(&mut self) -> Result<Running, McpError> {
         // Old news of an earlier process is dropped.
         while self.heard.try_recv().is_ok() {}
         self.kept_results.clear();
         self.unanswered.clear();
-        self.generation += 1;
-        let generation = self.generation;
+        if !self.spares.kept() {
+            return self.launch(false).map(|(running, _)| running);
+        }
+        if self.spare.is_none() {
+            self.spare = Some(self.launch(true)?);
+        }
+        self.fork().inspect_err(|_| self.spare = None)
+    }
+
+    /// A new process of the server forked by the spare, on pipes of its own.
+    fn fork(&mut self) -> Result<Running, McpError> {
+        let pipes = || crate::process::pipe().map_err(|error| self.no_pipe(&error));
+        let ((stdin_read, stdin), (stdout, stdout_write)) = (pipes()?, pipes()?);
+        let (stderr_pipe, stderr_write) = pipes()?;
+        let fds = [
+            stdin_read.as_raw_fd(),
+            stdout_write.as_raw_fd(),
+            stderr_write.as_raw_fd(),
+        ];
+        let (template, token) = self.spare.as_mut().expect("a spare, started above");
+        let channel = self.side_channel.as_ref().expect("a spare has a gate");
+        let child = spare::fork(
+            channel,
+            *token,
+            &mut template.child,
+            &[],
+            fds,
+            &self.command,
+            &template.stderr,
+        )?;
+        // The forked process has its own copies of its ends.
+        drop((stdin_read, stdout_write, stderr_write));
+        Ok(self.running(child, Box::new(stdin), stdout, stderr_pipe))
+    }
+
+    /// The error for pipes that cannot be made.
+    fn no_pipe(&self, error: &std::io::Error) -> McpError {
+        McpError::Start {
+            command: self.command.display(),
+            error: format!("no pipe for its standard streams: {error}"),
+        }
+    }
+
+    /// Runs a new process, the spare (held at the helper's gate) when `as_spare`; it, and its
+    /// spare token (0 for none).
+    fn launch(&mut self, as_spare: bool) -> Result<(Running, u64), McpError> {
         let socket = self.side_channel.as_ref().map(SideChannel::path);
-        let mut child = self
-            .command
-            .process(socket)
+        let mut process = self.command.process(socket);
+        let token = if as_spare {
+            self.spares.mark(&mut process)
+        } else {
+            0
+        };
+        let mut child = process
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -175,7 +241,25 @@ impl StdioServer {
         crate::process::track_group(child.id());
         let stdin = child.stdin.take().expect("a piped stdin");
         let stdout = child.stdout.take().expect("a piped stdout");
-        let stderr_pipe = child.stderr.take().expect("a piped stderr");
+        let stderr = child.stderr.take().expect("a piped stderr");
+        let process = ServerProcess::Spawned(child);
+        Ok((
+            self.running(process, Box::new(stdin), stdout, stderr),
+            token,
+        ))
+    }
+
+    /// The running `process`, written to on `stdin`, with the threads that read its
+    /// `stdout` and `stderr` started.
+    fn running(
+        &mut self,
+        child: ServerProcess,
+        stdin: Box<dyn Write + Send>,
+        stdout: impl Read + Send + 'static,
+        stderr_pipe: impl Read + Send + 'static,
+    ) -> Running {
+        self.generation += 1;
+        let generation = self.generation;
         let hearing = self.hearing.clone();
         thread::spawn(move || read_messages(stdout, generation, &hearing));
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
@@ -185,13 +269,13 @@ impl StdioServer {
             let _done = done;
             keep_stderr_tail(stderr_pipe, &kept);
         });
-        Ok(Running {
+        Running {
             child,
             stdin,
             generation,
             stderr,
             stderr_done,
-        })
+        }
     }
 
     /// Sends a request and waits for the answer with its id. The server's questions
@@ -257,11 +341,7 @@ impl StdioServer {
     /// returns its exit status and the last lines of its standard error, all of them read.
     fn stop(&mut self) -> (String, Vec<String>) {
         let mut running = self.running.take().expect("a started server");
-        crate::process::kill_group(running.child.id());
-        let status = running
-            .child
-            .wait()
-            .map_or_else(|error| error.to_string(), |status| status.to_string());
+        let status = running.child.kill();
         // Its standard error closes with it, and the reader takes in the last lines; a child
         // of its own that keeps the pipe open is not waited on past the wait bound.
         let wait = Duration::from_millis(self.command.answer_wait_ms);
@@ -370,8 +450,7 @@ impl Transport for StdioServer {
         if let Some(mut running) = self.running.take() {
             // SIGKILL to its whole group: neither it nor a child it started gets a chance to
             // write anything more.
-            crate::process::kill_group(running.child.id());
-            let _ = running.child.wait();
+            running.child.kill();
         }
     }
 }
@@ -511,5 +590,8 @@ pub(super) fn keep_stderr_tail(stderr: impl Read, kept: &Mutex<VecDeque<String>>
 impl Drop for StdioServer {
     fn drop(&mut self) {
         self.kill();
+        if let Some((mut spare, _)) = self.spare.take() {
+            spare.child.kill();
+        }
     }
 }

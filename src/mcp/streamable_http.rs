@@ -58,6 +58,11 @@ impl StreamableHttpServer {
         })
     }
 
+    /// Keeps a warm spare from now on ([`HttpServer::keep_spare`]).
+    pub fn keep_spare(&mut self) {
+        self.http.keep_spare();
+    }
+
     /// The session the running server named in its handshake.
     pub fn session(&self) -> Option<&str> {
         self.session.as_deref()

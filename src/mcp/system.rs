@@ -93,6 +93,11 @@ pub struct McpTarget {
     /// keeps state in its memory across runs is caught by the replay on a fresh process
     /// that every failure gets before it is reported.
     pub reuse: bool,
+    /// Whether the transport keeps a warm spare ([`super::StdioServer::keep_spare`]): a
+    /// process of the server started ahead and held at the helper's gate (its import),
+    /// swapped in at a crash or a fresh run's start. Far faster restarts, for a server that
+    /// imports the helper before it opens its database.
+    pub spare: bool,
 }
 
 /// How a tool's answer says "in progress, try later": the value at `pointer` in the answer
@@ -136,14 +141,28 @@ impl McpTarget {
         socket: &Path,
     ) -> Result<Box<dyn Transport>, McpError> {
         Ok(match &self.transport {
-            ServerTransport::Stdio => Box::new(StdioServer::with_side_channel(command, socket)?),
-            ServerTransport::Http { port_env } => Box::new(super::HttpServer::with_side_channel(
-                command, port_env, socket,
-            )?),
+            ServerTransport::Stdio => {
+                let mut server = StdioServer::with_side_channel(command, socket)?;
+                if self.spare {
+                    server.keep_spare();
+                }
+                Box::new(server)
+            }
+            ServerTransport::Http { port_env } => {
+                let mut server = super::HttpServer::with_side_channel(command, port_env, socket)?;
+                if self.spare {
+                    server.keep_spare();
+                }
+                Box::new(server)
+            }
             ServerTransport::StreamableHttp { port_env, endpoint } => {
-                Box::new(super::StreamableHttpServer::with_side_channel(
+                let mut server = super::StreamableHttpServer::with_side_channel(
                     command, port_env, endpoint, socket,
-                )?)
+                )?;
+                if self.spare {
+                    server.keep_spare();
+                }
+                Box::new(server)
             }
         })
     }

@@ -41,6 +41,24 @@ fn alive() -> std::sync::MutexGuard<'static, Alive> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A pipe: its reading end and its writing end, each closed on exec (a process that is to
+/// have one gets a copy of its own).
+pub(crate) fn pipe() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    let mut ends = [0; 2];
+    // SAFETY: `pipe2` writes two descriptors into `ends`, which has room for them.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just opened, and nothing else owns them.
+    Ok(unsafe {
+        (
+            std::fs::File::from_raw_fd(ends[0]),
+            std::fs::File::from_raw_fd(ends[1]),
+        )
+    })
+}
+
 /// Notes the process group `group` (a child started with `process_group(0)`: its id).
 pub fn track_group(group: u32) {
     if let Ok(group) = i32::try_from(group) {
@@ -138,6 +156,18 @@ fn quit_and_wait(pids: &BTreeSet<i32>) {
     }
 }
 
+/// Set once SIGINT or SIGTERM has come: every server is being ended, and the process exits
+/// with the signal's status.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Waits for ever once a signal is stopping this process ([`end_on_signal`]): what failed
+/// because its servers were ended is no verdict and no error, and the exit is the signal's.
+pub fn wait_if_stopping() {
+    while STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::park();
+    }
+}
+
 /// From now on, SIGINT and SIGTERM end every process group and scratch directory alive, then
 /// this process, with status 130 or 143 as a shell reports a process those signals ended.
 /// Called once by the command line before it starts a server.
@@ -148,6 +178,7 @@ pub fn end_on_signal() {
     };
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
+            STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
             end_all();
             eprintln!("retrysim: stopped by signal {signal}; every server it started is ended");
             std::process::exit(128 + signal);

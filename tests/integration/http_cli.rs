@@ -165,7 +165,7 @@ fn an_http_scenario_is_checked_at_load() {
     std::fs::write(&path, text).unwrap();
     assert_bad_input(
         &["mcp", &path.display().to_string()],
-        "key = { header = ... } is HTTP's",
+        "key = { header = ... } is plain HTTP's",
     );
     let _ = std::fs::remove_file(&path);
 }

@@ -33,6 +33,7 @@ mod readme;
 mod reductions;
 mod reservation;
 mod retry_after;
+mod spare;
 mod storage_faults;
 mod store;
 mod streamable_http;
@@ -103,4 +104,33 @@ pub fn assert_declarations(domain: &str, seeds: std::ops::Range<u64>) {
             ),
         }
     }
+}
+
+/// The live processes (not zombies) whose environment mentions `text`: every server a check
+/// started, itself or forked by its spare, has the check's scratch directory there (its side
+/// channel's socket).
+pub fn processes_with_environment(text: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|byte| byte.is_ascii_digit()) {
+            continue;
+        }
+        let environment = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        if !String::from_utf8_lossy(&environment).contains(text) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'));
+        if !stat.is_empty() && !zombie {
+            found.push(pid);
+        }
+    }
+    found
 }

@@ -917,8 +917,15 @@ fn a_signal_ends_the_server_and_its_files() {
         r#"KEYED = "1", RETRYSIM_MISBEHAVE = "hang""#,
     )
     .replace("[server]", "[server]\nanswer_wait_ms = 600000");
-    for (signal, status) in [("INT", 130), ("TERM", 143)] {
-        let path = scenario(&format!("signal-{signal}"), &hang);
+    // With a spare too: the server it forked is no child of the command's, and is ended.
+    let spare = hang.replace("[server]", "[server]\nspare = true");
+    let cases = [
+        ("INT", 130, &hang),
+        ("TERM", 143, &hang),
+        ("INT", 130, &spare),
+    ];
+    for (case, (signal, status, text)) in cases.into_iter().enumerate() {
+        let path = scenario(&format!("signal-{signal}-{case}"), text);
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
             .args(["mcp", &path])
             .stdout(std::process::Stdio::null())
@@ -989,6 +996,14 @@ fn a_signal_ends_the_server_and_its_files() {
             !running.iter().any(alive),
             "SIG{signal}: servers {running:?} left running"
         );
+        for _ in 0..100 {
+            if crate::processes_with_environment(&scratch_prefix).is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let left = crate::processes_with_environment(&scratch_prefix);
+        assert!(left.is_empty(), "SIG{signal}: {left:?} left running");
     }
 }
 

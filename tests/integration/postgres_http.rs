@@ -363,4 +363,16 @@ fn sigint_mid_check_leaves_no_process_and_no_directory() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert_eq!(processes_mentioning(&cluster), Vec::<String>::new());
+    // No server either, forked by its spare or not (its side channel is in the store's
+    // directory).
+    for _ in 0..100 {
+        if crate::processes_with_environment(&stores).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        crate::processes_with_environment(&stores),
+        Vec::<String>::new()
+    );
 }

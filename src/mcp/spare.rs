@@ -1,0 +1,171 @@
+//! A warm spare: a process of the server started once, held at the helper's gate (its
+//! import), from which each start the check needs is forked.
+//!
+//! A restart costs a process start (an interpreter and its imports: 0.1 s for a Python
+//! server on the standard library, 0.9 s for one on the MCP SDK). With `spare = true` the
+//! transport starts one process of the server with [`SPARE_ENV`] set: the helper, once
+//! imported, says so on the side channel and waits. At each start (after a crash, or for a
+//! fresh run) the harness has it fork: the new process gets pipes and variables (its port) of
+//! its own, and goes on from the import as a restart would, opening the database as the crash
+//! left it. What a server does before it imports the helper is done once, ahead, so it must
+//! not touch the database or start a thread.
+
+use super::side_channel::{Gates, SideChannel, SpareWait, SPARE_ENV};
+use super::stdio::ServerCommand;
+use super::McpError;
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the harness waits for a killed forked process to be gone, at most.
+const GONE_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether a transport keeps a spare, and the token of the next one.
+#[derive(Debug, Default)]
+pub(super) struct Spares {
+    keep: bool,
+    next_token: u64,
+}
+
+impl Spares {
+    /// Keeps a spare from now on.
+    pub(super) fn keep(&mut self) {
+        self.keep = true;
+    }
+
+    /// Whether a spare is kept.
+    pub(super) fn kept(&self) -> bool {
+        self.keep
+    }
+
+    /// Marks `command` as the spare's, held at the helper's gate; its token.
+    pub(super) fn mark(&mut self, command: &mut Command) -> u64 {
+        self.next_token += 1;
+        command.env(SPARE_ENV, self.next_token.to_string());
+        self.next_token
+    }
+}
+
+/// A process of the server: started by the harness, or forked by its spare (then in a
+/// process group of its own, whose id is its own, and reaped by the spare).
+pub(super) enum ServerProcess {
+    /// A child of the harness.
+    Spawned(Child),
+    /// A child of the spare, by its id, and what the spare says of how it ended.
+    Forked(u32, Arc<Gates>),
+}
+
+impl ServerProcess {
+    /// Its id, which is its process group's.
+    pub(super) fn id(&self) -> u32 {
+        match self {
+            ServerProcess::Spawned(child) => child.id(),
+            ServerProcess::Forked(pid, _) => *pid,
+        }
+    }
+
+    /// How it ended, if it has.
+    pub(super) fn ended(&mut self) -> Option<String> {
+        match self {
+            ServerProcess::Spawned(child) => match child.try_wait() {
+                Ok(Some(status)) => Some(status.to_string()),
+                Ok(None) => None,
+                Err(error) => Some(error.to_string()),
+            },
+            ServerProcess::Forked(pid, gates) => {
+                if let Some(said) = gates.ending(*pid, Duration::ZERO) {
+                    return Some(said);
+                }
+                if !is_gone(*pid) {
+                    return None;
+                }
+                // Its spare reaps it and says how it ended, soon after it is gone.
+                Some((gates.ending(*pid, GONE_WAIT)).unwrap_or_else(|| "ended".to_string()))
+            }
+        }
+    }
+
+    /// Kills its process group and waits until it is gone; how it ended.
+    pub(super) fn kill(&mut self) -> String {
+        crate::process::kill_group(self.id());
+        match self {
+            ServerProcess::Spawned(child) => child
+                .wait()
+                .map_or_else(|error| error.to_string(), |status| status.to_string()),
+            ServerProcess::Forked(pid, gates) => {
+                let started = Instant::now();
+                while !is_gone(*pid) && started.elapsed() < GONE_WAIT {
+                    std::thread::yield_now();
+                }
+                // Its spare reaps it and says how it ended, soon after it is gone.
+                (gates.ending(*pid, GONE_WAIT)).unwrap_or_else(|| "killed".to_string())
+            }
+        }
+    }
+}
+
+/// Whether the process `pid` is gone: no such process, or a zombie (its files closed, its
+/// locks let go) that its parent has not reaped yet.
+fn is_gone(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 only asks whether the process exists; it touches no memory.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return true;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command's name, which is in parentheses.
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+    matches!(state, None | Some(Some('Z' | 'X')))
+}
+
+/// Has the spare `template` (of `token`) fork a new process of the server, with `variables`
+/// set and `fds` as its standard input, output and error, within the wait bound. A spare that
+/// is gone, or never reaches the gate, is killed, and the error says why.
+pub(super) fn fork(
+    channel: &SideChannel,
+    token: u64,
+    template: &mut ServerProcess,
+    variables: &[(String, String)],
+    fds: [RawFd; 3],
+    command: &ServerCommand,
+    stderr: &Mutex<VecDeque<String>>,
+) -> Result<ServerProcess, McpError> {
+    let wait = Duration::from_millis(command.answer_wait_ms);
+    let forked = channel.fork_spare(token, variables, fds, wait, &mut || {
+        template.ended().is_none()
+    });
+    let why = match forked {
+        Ok(pid) => {
+            crate::process::track_group(pid);
+            return Ok(ServerProcess::Forked(pid, channel.gates()));
+        }
+        Err(why) => why,
+    };
+    let status = template.kill();
+    let stderr: Vec<String> = stderr
+        .lock()
+        .expect("the stderr tail")
+        .iter()
+        .cloned()
+        .collect();
+    Err(match why {
+        SpareWait::Gone => McpError::Exited { status, stderr },
+        SpareWait::Unsent(error) => McpError::Start {
+            command: command.display(),
+            error: format!("its spare could not be asked to fork: {error}"),
+        },
+        SpareWait::TimedOut => McpError::Start {
+            command: command.display(),
+            error: format!(
+                "server.spare = true, but its spare did not reach the helper's gate and fork \
+                 within {} ms (answer_wait_ms): a server checked with a spare imports the \
+                 Python helper (retrysim_points) before it opens its database",
+                command.answer_wait_ms
+            ),
+        },
+    })
+}
