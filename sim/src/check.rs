@@ -141,8 +141,8 @@ fn truthful_reply<R: Request, V: fmt::Display>(
             | Reply::Denied(_)
             | Reply::Unavailable(_)
             | Reply::RetryAfter { .. } => false,
-            // In progress, outcome not yet known: it claims neither.
-            Reply::Pending => return None,
+            // In progress, outcome not yet known, or nothing said: it claims neither.
+            Reply::Pending | Reply::Lost(_) => return None,
         };
         match (claims_applied, server.committed) {
             (false, true) => Some(format!(

@@ -67,7 +67,7 @@ pub(crate) fn reply_evidence<'v, V: PartialEq>(
     shared: bool,
 ) -> Option<Evidence<'v, V>> {
     match reply {
-        Reply::Pending => None,
+        Reply::Pending | Reply::Lost(_) => None,
         Reply::Applied(_) => (!committed).then_some(Evidence::UncommittedApplied),
         Reply::Replayed(value) if committed => Some(Evidence::Replayed(value, true)),
         Reply::Replayed(value) => match original {

@@ -271,6 +271,10 @@ pub enum Reply<V> {
     /// outside call got no answer): wait and reconcile, never resubmit blindly. It claims
     /// neither that something was applied nor that nothing was.
     Pending,
+    /// No reply at all: the server ended the connection without one (why, for timelines).
+    /// Nothing reaches the client, which times out as after a lost reply; it says nothing of
+    /// whether the operation was applied.
+    Lost(Cow<'static, str>),
 }
 
 /// The answer to a status lookup of a request.
@@ -315,6 +319,7 @@ impl<V: fmt::Display> fmt::Display for Reply<V> {
                 why,
             } => write!(f, "retry after {retry_after_ms} ms: {why}"),
             Reply::Pending => f.write_str("pending"),
+            Reply::Lost(why) => write!(f, "no reply: {why}"),
         }
     }
 }

@@ -8,7 +8,8 @@
 //! {"Idempotency-Key": "r1"}, "body": {...}}`; its result is `{"status": 200, "headers":
 //! {"retry-after": "2"}, "body": ...}` (header names in lower case; the body as JSON when it
 //! is JSON, else as text). A connection the server closes or resets without a response is
-//! the result `{"status": null, "lost": "why"}`: the client hears nothing.
+//! the result `{"status": null, "lost": "why"}`: the client hears nothing. What is no HTTP
+//! response, or passes a cap, is `{"status": null, "broken": "why"}`.
 
 use super::side_channel::{answer_line, Heard, SideChannel};
 use super::spare::{self, ServerProcess, Spares};
@@ -388,8 +389,18 @@ fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, McpError> {
     Ok(bytes)
 }
 
-/// Sends `request` on a new connection to `port` and reads the response: its result, or the
-/// result of a lost answer when the connection ends without one.
+/// Why no response could be read.
+enum Unread {
+    /// The connection ended (closed, reset) before a whole response came: the client hears
+    /// nothing.
+    Ended(String),
+    /// What came is no HTTP response, or passes a cap.
+    Broken(String),
+}
+
+/// Sends `request` on a new connection to `port` and reads the response: its result; the
+/// result of a lost answer (`{"status": null, "lost": why}`) when the connection ends without
+/// one, or of a broken one (`{"status": null, "broken": why}`) when what came is no response.
 fn exchange(port: u16, request: &[u8]) -> Value {
     let lost = |why: String| json!({"status": null, "lost": why});
     let mut stream = match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
@@ -401,34 +412,40 @@ fn exchange(port: u16, request: &[u8]) -> Value {
     }
     match read_response(BufReader::new(stream)) {
         Ok(result) => result,
-        Err(why) => lost(why),
+        Err(Unread::Ended(why)) => lost(why),
+        Err(Unread::Broken(why)) => json!({"status": null, "broken": why}),
     }
 }
 
 /// Reads one HTTP/1.1 response: status, headers, and a body by `Content-Length`, chunked, or
 /// to the end of the connection, each capped.
-fn read_response(mut reader: impl BufRead) -> Result<Value, String> {
+fn read_response(mut reader: impl BufRead) -> Result<Value, Unread> {
     let mut head = Vec::new();
     loop {
         let before = head.len();
         let read = (&mut reader)
             .take((HEAD_BYTES_MAX - before) as u64)
             .read_until(b'\n', &mut head)
-            .map_err(|error| format!("the connection ended: {error}"))?;
+            .map_err(|error| Unread::Ended(format!("the connection ended: {error}")))?;
         if read == 0 {
-            return Err("the connection closed without a response".to_string());
+            return Err(Unread::Ended(
+                "the connection closed without a response".to_string(),
+            ));
         }
         if before == 0 && !head.starts_with(b"HTTP/1.") {
             let line: String = String::from_utf8_lossy(&head).chars().take(200).collect();
-            return Err(format!("not an HTTP status line: {:?}", line.trim_end()));
+            return Err(Unread::Broken(format!(
+                "not an HTTP status line: {:?}",
+                line.trim_end()
+            )));
         }
         if head[before..] == *b"\r\n" || head[before..] == *b"\n" {
             break;
         }
         if head.len() >= HEAD_BYTES_MAX {
-            return Err(format!(
+            return Err(Unread::Broken(format!(
                 "a response head longer than {HEAD_BYTES_MAX} bytes"
-            ));
+            )));
         }
     }
     let head = String::from_utf8_lossy(&head);
@@ -438,7 +455,7 @@ fn read_response(mut reader: impl BufRead) -> Result<Value, String> {
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .ok_or_else(|| format!("not an HTTP status line: {status_line:?}"))?;
+        .ok_or_else(|| Unread::Broken(format!("not an HTTP status line: {status_line:?}")))?;
     let mut headers = Map::new();
     for line in lines {
         if let Some((name, value)) = line.split_once(':') {
@@ -452,8 +469,12 @@ fn read_response(mut reader: impl BufRead) -> Result<Value, String> {
 }
 
 /// The body of a response with `headers`, capped at [`MESSAGE_BYTES_MAX`].
-fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<Vec<u8>, String> {
-    let too_long = || format!("a response body longer than {MESSAGE_BYTES_MAX} bytes");
+fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<Vec<u8>, Unread> {
+    let too_long = || {
+        Unread::Broken(format!(
+            "a response body longer than {MESSAGE_BYTES_MAX} bytes"
+        ))
+    };
     let header = |name: &str| headers.get(name).and_then(Value::as_str);
     let mut body = Vec::new();
     if header("transfer-encoding").is_some_and(|coding| coding.eq_ignore_ascii_case("chunked")) {
@@ -462,10 +483,12 @@ fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<
             (&mut *reader)
                 .take(1024)
                 .read_line(&mut size_line)
-                .map_err(|error| format!("the connection ended in the body: {error}"))?;
+                .map_err(|error| {
+                    Unread::Ended(format!("the connection ended in the body: {error}"))
+                })?;
             let size_text = size_line.trim().split(';').next().unwrap_or("");
             let size = usize::from_str_radix(size_text, 16)
-                .map_err(|_| format!("not a chunk size: {size_line:?}"))?;
+                .map_err(|_| Unread::Broken(format!("not a chunk size: {size_line:?}")))?;
             if size == 0 {
                 return Ok(body);
             }
@@ -474,32 +497,32 @@ fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<
             }
             let start = body.len();
             body.resize(start + size, 0);
-            reader
-                .read_exact(&mut body[start..])
-                .map_err(|error| format!("the connection ended in the body: {error}"))?;
+            reader.read_exact(&mut body[start..]).map_err(|error| {
+                Unread::Ended(format!("the connection ended in the body: {error}"))
+            })?;
             let mut end = [0u8; 2];
-            reader
-                .read_exact(&mut end)
-                .map_err(|error| format!("the connection ended in the body: {error}"))?;
+            reader.read_exact(&mut end).map_err(|error| {
+                Unread::Ended(format!("the connection ended in the body: {error}"))
+            })?;
         }
     }
     if let Some(length) = header("content-length") {
         let length: usize = length
             .parse()
-            .map_err(|_| format!("not a Content-Length: {length:?}"))?;
+            .map_err(|_| Unread::Broken(format!("not a Content-Length: {length:?}")))?;
         if length > MESSAGE_BYTES_MAX {
             return Err(too_long());
         }
         body.resize(length, 0);
         reader
             .read_exact(&mut body)
-            .map_err(|error| format!("the connection ended in the body: {error}"))?;
+            .map_err(|error| Unread::Ended(format!("the connection ended in the body: {error}")))?;
         return Ok(body);
     }
     reader
         .take(MESSAGE_BYTES_MAX as u64 + 1)
         .read_to_end(&mut body)
-        .map_err(|error| format!("the connection ended in the body: {error}"))?;
+        .map_err(|error| Unread::Ended(format!("the connection ended in the body: {error}")))?;
     if body.len() > MESSAGE_BYTES_MAX {
         return Err(too_long());
     }

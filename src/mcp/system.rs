@@ -677,15 +677,17 @@ impl OnMcp {
 
     /// What an HTTP response says: 2xx answered (applied or replayed by the harness's record,
     /// never by the body), 409 in progress (*retry after* its `Retry-After` seconds when it
-    /// names them), 5xx unavailable (or *retry after*), other statuses refused. A response
-    /// that could not be read (the connection ended without one, or it broke HTTP or a cap)
-    /// ends the check: what the client should conclude of it is not judged yet.
+    /// names them), 5xx unavailable (or *retry after*), other statuses refused. A connection
+    /// that ends without a response is no reply: the client hears nothing, and times out. A
+    /// response that broke HTTP or a cap ends the check.
     fn http_reply(&self, result: &Value, committed: bool) -> Reply<String> {
+        if let Some(why) = result["lost"].as_str() {
+            return Reply::Lost(why.to_string().into());
+        }
         let Some(status) = result["status"].as_u64() else {
             panic!(
-                "no response could be read from the server: {} (a connection that ends without \
-                 one is not judged yet)",
-                result["lost"].as_str().unwrap_or("lost")
+                "no response could be read from the server: {}",
+                result["broken"].as_str().unwrap_or("broken")
             )
         };
         let retry_after_ms = result["headers"]["retry-after"]

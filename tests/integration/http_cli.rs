@@ -199,9 +199,10 @@ fn an_endpoint_that_answers_409_for_ever_is_caught() {
 
 /// Each way a response can be odd: read where HTTP allows it (chunked, no `Content-Length`),
 /// a refusal where it is no success (a redirect, here after the addition committed: caught),
-/// and one line of bad input (exit 2) where no
-/// response can be read (the connection cut mid-head, a chunk size that is no number, a body
-/// past the cap, no status line).
+/// no reply where the connection ends without a response (cut mid-head: the client times
+/// out, and a server that never answers is caught by `eventual-verdict`), and one line of bad
+/// input (exit 2) where what came is no response (a chunk size that is no number, a body past
+/// the cap, no status line).
 #[test]
 fn odd_responses_are_read_or_one_line() {
     let quick = ["--faults-max", "0", "--intents", "1"];
@@ -233,8 +234,21 @@ fn odd_responses_are_read_or_one_line() {
     let refused = expect(&args, 1);
     assert!(refused.contains("VIOLATED truthful-reply"), "{refused}");
     assert!(refused.contains("refused: HTTP 302"), "{refused}");
+    // The connection cut in the middle of the head: no reply reaches the client, which
+    // times out and retries into the same; the server answers none of its sends.
+    let (_close, args) = misbehaving("close");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let unanswered = expect(&args, 1);
+    assert!(
+        unanswered.contains("VIOLATED eventual-verdict"),
+        "{unanswered}"
+    );
+    assert!(
+        unanswered.contains("-> no reply: the connection closed without a response"),
+        "{unanswered}"
+    );
+    assert!(unanswered.contains("timeout on A#1"), "{unanswered}");
     for (how, says) in [
-        ("close", "the connection closed without a response"),
         ("chunked-garbage", "not a chunk size"),
         ("huge", "a response body longer than 16777216 bytes"),
         ("http09", "not an HTTP status line"),

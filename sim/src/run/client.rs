@@ -328,6 +328,7 @@ impl<S: System> Execution<'_, '_, S> {
                 return;
             }
             Reply::Pending => Verdict::Pending,
+            Reply::Lost(_) => unreachable!("a lost reply is never put in flight"),
             Reply::Unavailable(why) => {
                 let what = format_args!("{intent}#{attempt} unavailable ({why})");
                 if self.answers_latest_send(client, attempt, what) {

@@ -720,6 +720,10 @@ impl<S: System> Execution<'_, '_, S> {
         reply: Reply<S::Value>,
         committed: bool,
     ) {
+        // A reply that never leaves the server reaches no client, and tells nothing to judge.
+        if let Reply::Lost(_) = reply {
+            return;
+        }
         // The invocation answering has left `tasks`: any there of its intent is another.
         let beside_own = self.tasks.iter().any(|task| task.intent() == intent);
         let state = self.world.intent_mut(intent);
