@@ -19,6 +19,9 @@ VARIANT says how the key is kept, the three ways people write it:
   between the two (the crash point `between-transactions`) loses the key, and the retry adds
   again.
 
+COUNTER_KEY=none makes the counter's table without a primary key (the harness's triggers
+and its template need none).
+
 The crash points (`after-lookup`, `after-claim`, `between-transactions`) are asked through
 helpers/retrysim_points.py; outside retrysim they do nothing.
 """
@@ -42,11 +45,14 @@ POOL = queue.Queue()
 
 def make_schema(connection):
     unique = "PRIMARY KEY" if VARIANT == "on-conflict" else ""
+    counter_key = "" if os.environ.get("COUNTER_KEY") == "none" else "PRIMARY KEY"
     with connection.transaction():
         connection.execute(
-            "CREATE TABLE IF NOT EXISTS counter (id integer PRIMARY KEY, total integer NOT NULL)"
+            f"CREATE TABLE IF NOT EXISTS counter (id integer {counter_key}, total integer NOT NULL)"
         )
-        connection.execute("INSERT INTO counter VALUES (1, 0) ON CONFLICT DO NOTHING")
+        connection.execute(
+            "INSERT INTO counter SELECT 1, 0 WHERE NOT EXISTS (SELECT 1 FROM counter WHERE id = 1)"
+        )
         connection.execute(
             f"CREATE TABLE IF NOT EXISTS idempotency_keys (key text {unique}, amount integer, "
             "total integer)"

@@ -258,3 +258,55 @@ fn odd_responses_are_read_or_one_line() {
         assert_bad_input(&args, says);
     }
 }
+
+/// The lines of a check's report that give each invariant's verdict.
+pub(crate) fn verdicts(report: &str) -> Vec<&str> {
+    report
+        .lines()
+        .skip_while(|line| *line != "invariants:")
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .collect()
+}
+
+/// The reductions give plain enumeration's verdicts on real HTTP servers too: clean, caught
+/// by a crash between two commits, and caught by `eventual-verdict` after a claim a crash left.
+#[test]
+fn reductions_give_plain_enumerations_verdicts_on_an_http_server() {
+    for scenario in ["counter.toml", "counter_split.toml", "counter_claim.toml"] {
+        let path = shipped(scenario);
+        let check = |reduction: &str| {
+            let args = ["mcp", &path, "--intents", "1", "--reduction", reduction];
+            let output = crate::cli::retrysim(&args);
+            String::from_utf8(output.stdout).unwrap()
+        };
+        let (plain, reduced) = (check("none"), check("all"));
+        assert_eq!(verdicts(&plain), verdicts(&reduced), "{scenario}");
+        assert_eq!(verdicts(&plain).len(), 7, "{scenario}: {plain}");
+    }
+}
+
+/// A port someone else listens on: the server cannot listen where it was told, exits, and
+/// the check says so in one line with the server's last words.
+#[test]
+fn a_port_already_taken_is_one_line() {
+    let taken = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = taken.local_addr().unwrap().port();
+    // The server told another port than the harness's, started afresh (no spare, whose
+    // forks the harness tells their port itself).
+    let written = variant(
+        "port-taken",
+        r#"command = ["python3", "counter_http.py"]
+spare = true"#,
+        &format!(
+            r#"command = ["sh", "-c", "PORT={port} exec python3 counter_http.py"]
+spare = false"#
+        ),
+    );
+    assert_bad_input(&["mcp", &written.path()], "Address already in use");
+    assert_bad_input(
+        &["mcp", &written.path()],
+        "the server exited (exit status: 1)",
+    );
+    drop(taken);
+}

@@ -186,6 +186,72 @@ fn the_rust_services_second_transaction_is_caught_by_a_crash() {
     assert!(report.contains("CRASH at between-transactions"), "{report}");
 }
 
+/// The reductions give plain enumeration's verdicts on PostgreSQL's race too: two calls in
+/// flight on the database's own locks, no fault.
+#[test]
+fn reductions_give_plain_enumerations_verdicts_on_the_lookup_race() {
+    let scenario = "examples/http/counter_pg_lookup.toml";
+    let check = |reduction: &str| {
+        let args = ["mcp", scenario, "--intents", "1", "--faults-max", "0"];
+        run(
+            "the lookup race without reductions",
+            &[&args[..], &["--reduction", reduction]].concat(),
+        )
+    };
+    let (Some((plain_status, plain)), Some((status, reduced))) = (check("none"), check("all"))
+    else {
+        return;
+    };
+    assert_eq!((plain_status, status), (1, 1), "{plain}");
+    let verdicts = crate::http_cli::verdicts;
+    assert_eq!(verdicts(&plain), verdicts(&reduced));
+    assert!(
+        verdicts(&plain).contains(&"  at-most-once-effect      VIOLATED (0 fault(s))"),
+        "{plain}"
+    );
+}
+
+/// An effect table without a primary key is judged as any other (the triggers record each
+/// change, and the template is copied back whole): the race caught, on-conflict clean.
+#[test]
+fn an_effect_table_without_a_primary_key_is_judged_as_any_other() {
+    // Clean but for no-silent-key-reuse, which one intent cannot reuse (exit 3).
+    for (variant, status) in [("lookup", 1), ("on-conflict", 3)] {
+        let base = format!(
+            "examples/http/counter_pg{}.toml",
+            if status == 1 { "_lookup" } else { "" }
+        );
+        let text = std::fs::read_to_string(&base).unwrap();
+        let from = format!(r#"env = {{ VARIANT = "{variant}" }}"#);
+        assert!(text.contains(&from), "{base}");
+        let to = format!(r#"env = {{ VARIANT = "{variant}", COUNTER_KEY = "none" }}"#);
+        let path = format!(
+            "examples/http/retrysim-test-no-key-{variant}-{}.toml",
+            std::process::id()
+        );
+        std::fs::write(&path, text.replace(&from, &to)).unwrap();
+        let check = ["mcp", path.as_str(), "--intents", "1", "--clients", "1"];
+        let ran = run(
+            "a table without a primary key",
+            &[&check[..], &["--faults-max", "0"]].concat(),
+        );
+        let _ = std::fs::remove_file(&path);
+        let Some((got, report)) = ran else {
+            return;
+        };
+        assert_eq!(got, status, "{variant}: {report}");
+        assert_eq!(
+            report.contains("VIOLATED at-most-once-effect"),
+            status == 1,
+            "{variant}: {report}"
+        );
+        assert!(
+            status == 1 || report.contains("bound: exhausted"),
+            "{variant}: {report}"
+        );
+    }
+}
+
 /// Runs `retrysim mcp SCENARIO` with `env`; its exit status and standard error.
 fn check_with_env(scenario: &str, env: &[(&str, &str)]) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
