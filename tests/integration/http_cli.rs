@@ -4,7 +4,7 @@
 
 use crate::cli::assert_bad_input;
 use crate::mcp_cli::expect;
-use std::path::PathBuf;
+use crate::ScenarioVariant;
 
 /// The path of the shipped example `name`.
 fn shipped(name: &str) -> String {
@@ -22,37 +22,14 @@ pub(crate) const CRASHES_ONLY: [&str; 6] = [
 ];
 
 /// The shipped `counter.toml` with `from` replaced by `to`, written beside the server as a
-/// scenario of its own (removed by the caller's [`Written`]).
-fn variant(name: &str, from: &str, to: &str) -> Written {
+/// scenario of its own, removed when dropped.
+fn variant(name: &str, from: &str, to: &str) -> ScenarioVariant {
     variant_of("counter.toml", name, from, to)
 }
 
-/// The shipped scenario `base` with `from` replaced by `to`, written beside the server as a
-/// scenario of its own.
-fn variant_of(base: &str, name: &str, from: &str, to: &str) -> Written {
-    let text = std::fs::read_to_string(shipped(base)).unwrap();
-    assert!(text.contains(from), "{from}");
-    let path = PathBuf::from(shipped(&format!(
-        "retrysim-test-{name}-{}.toml",
-        std::process::id()
-    )));
-    std::fs::write(&path, text.replace(from, to)).unwrap();
-    Written(path)
-}
-
-/// A scenario file written for one test, removed when dropped.
-struct Written(PathBuf);
-
-impl Written {
-    fn path(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for Written {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+/// The shipped scenario `base` in `examples/http/` with `from` replaced by `to`.
+fn variant_of(base: &str, name: &str, from: &str, to: &str) -> ScenarioVariant {
+    ScenarioVariant::of(&format!("http/{base}"), name, from, to)
 }
 
 #[test]
@@ -66,6 +43,12 @@ fn an_endpoint_without_a_key_is_caught_and_its_replay_reproduces() {
         report.contains(r#"send A#2: r1: POST /add {"amount":5}"#),
         "{report}"
     );
+    assert_replays_a_double_effect(&report);
+}
+
+/// Runs the reproduction line of `report` twice: the same timeline each time, with the
+/// intent's two committed effects.
+pub(crate) fn assert_replays_a_double_effect(report: &str) {
     let line = report
         .lines()
         .find_map(|line| line.strip_prefix("reproduce: retrysim "))

@@ -134,3 +134,36 @@ pub fn processes_with_environment(text: &str) -> Vec<String> {
     }
     found
 }
+
+/// A shipped scenario (`examples/BASE`) with one piece of its text replaced, written beside
+/// it (so that its relative command runs as written) for one test, and removed when dropped.
+pub struct ScenarioVariant(std::path::PathBuf);
+
+impl ScenarioVariant {
+    /// `examples/base` with `from` (which must be there) replaced by `to`, under a name of
+    /// its own made of the base's, `name` and this process's id (the suite's tests may run
+    /// on threads of one process).
+    pub fn of(base: &str, name: &str, from: &str, to: &str) -> ScenarioVariant {
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(base);
+        let text = std::fs::read_to_string(&shipped).unwrap();
+        assert!(text.contains(from), "{base}: {from}");
+        let stem = shipped.file_stem().unwrap().to_string_lossy();
+        let file = format!("retrysim-test-{stem}-{name}-{}.toml", std::process::id());
+        let path = shipped.with_file_name(file);
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+        ScenarioVariant(path)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for ScenarioVariant {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -62,6 +62,30 @@ fn run(test: &str, args: &[&str]) -> Option<(i32, String)> {
     PSYCOPG.run(args)
 }
 
+/// The on-conflict variant's check: clean over the whole bound but for no-silent-key-reuse,
+/// which one intent per client cannot reuse (exit 3), with crashes at its crash point.
+fn assert_clean_with_crashes(status: i32, report: &str) {
+    assert_eq!(status, 3, "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("no-silent-key-reuse      untested"),
+        "{report}"
+    );
+    assert!(report.contains("after-claim"), "{report}");
+    assert!(
+        !report.contains("crashes 0,"),
+        "crashes were explored: {report}"
+    );
+}
+
+/// The second-transaction variant's check: caught by a crash between the transactions.
+fn assert_caught_by_crash(status: i32, report: &str) {
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(report.contains("CRASH at between-transactions"), "{report}");
+}
+
 #[test]
 fn the_read_committed_lookup_race_is_caught_with_no_fault() {
     let scenario = "examples/http/counter_pg_lookup.toml";
@@ -116,19 +140,7 @@ fn on_conflict_is_clean_over_the_whole_bound() {
     let Some((status, report)) = run("the on-conflict check", &check) else {
         return;
     };
-    // Clean but for no-silent-key-reuse, which one intent per client cannot reuse (exit 3).
-    assert_eq!(status, 3, "{report}");
-    assert!(!report.contains("VIOLATED"), "{report}");
-    assert!(report.contains("bound: exhausted"), "{report}");
-    assert!(
-        report.contains("no-silent-key-reuse      untested"),
-        "{report}"
-    );
-    assert!(report.contains("after-claim"), "{report}");
-    assert!(
-        !report.contains("crashes 0,"),
-        "crashes were explored: {report}"
-    );
+    assert_clean_with_crashes(status, &report);
 }
 
 #[test]
@@ -138,9 +150,7 @@ fn the_key_in_a_second_transaction_is_caught_by_a_crash() {
     let Some((status, report)) = run("the second-transaction check", &check) else {
         return;
     };
-    assert_eq!(status, 1, "{report}");
-    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
-    assert!(report.contains("CRASH at between-transactions"), "{report}");
+    assert_caught_by_crash(status, &report);
 }
 
 #[test]
@@ -164,14 +174,7 @@ fn the_rust_services_on_conflict_is_clean_over_the_whole_bound() {
     let Some((status, report)) = run_axum("the Rust service's on-conflict check", &check) else {
         return;
     };
-    assert_eq!(status, 3, "{report}");
-    assert!(!report.contains("VIOLATED"), "{report}");
-    assert!(report.contains("bound: exhausted"), "{report}");
-    assert!(report.contains("after-claim"), "{report}");
-    assert!(
-        !report.contains("crashes 0,"),
-        "crashes were explored: {report}"
-    );
+    assert_clean_with_crashes(status, &report);
 }
 
 #[test]
@@ -181,9 +184,7 @@ fn the_rust_services_second_transaction_is_caught_by_a_crash() {
     let Some((status, report)) = run_axum("the Rust service's second transaction", &check) else {
         return;
     };
-    assert_eq!(status, 1, "{report}");
-    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
-    assert!(report.contains("CRASH at between-transactions"), "{report}");
+    assert_caught_by_crash(status, &report);
 }
 
 /// The reductions give plain enumeration's verdicts on PostgreSQL's race too: two calls in

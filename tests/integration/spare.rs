@@ -6,36 +6,11 @@
 
 use crate::cli::assert_bad_input;
 use crate::mcp_cli::expect;
-use std::path::PathBuf;
+use crate::ScenarioVariant;
 
 /// The path of the shipped example `name` (under `examples/`).
 fn shipped(name: &str) -> String {
     format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The shipped scenario `base` with `from` replaced by `to`, written beside it for one test
-/// and removed when dropped.
-struct Variant(PathBuf);
-
-impl Variant {
-    fn of(base: &str, name: &str, from: &str, to: &str) -> Variant {
-        let text = std::fs::read_to_string(shipped(base)).unwrap();
-        assert!(text.contains(from), "{base}: {from}");
-        let file = format!("retrysim-test-spare-{name}-{}.toml", std::process::id());
-        let path = PathBuf::from(shipped(base)).with_file_name(file);
-        std::fs::write(&path, text.replace(from, to)).unwrap();
-        Variant(path)
-    }
-
-    fn path(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for Variant {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// `report` without the line that tells the time it took, the scenario's file named
@@ -61,7 +36,7 @@ fn same_with_and_without(base: &str, status: i32) -> String {
         .lines()
         .find(|line| line.starts_with(spare_line))
         .unwrap_or_else(|| panic!("{base} keeps a spare"));
-    let without = Variant::of(base, "off", line, "spare = false");
+    let without = ScenarioVariant::of(base, "off", line, "spare = false");
     let with_spare = expect(&["mcp", &shipped(base), "--threads", "1"], status);
     let without_spare = expect(&["mcp", &without.path(), "--threads", "1"], status);
     let names = [shipped(base), without.path()];
@@ -95,7 +70,7 @@ fn a_spare_changes_nothing_but_the_time_over_every_transport() {
 #[test]
 fn a_server_that_never_reaches_the_gate_is_one_line_at_load() {
     // A server that does not import the helper: its spare never says it is at the gate.
-    let variant = Variant::of(
+    let variant = ScenarioVariant::of(
         "mcp/counter.toml",
         "no-gate",
         r#"command = ["python3", "counter_server.py"]"#,
@@ -110,7 +85,7 @@ fn a_server_that_never_reaches_the_gate_is_one_line_at_load() {
 
 #[test]
 fn a_forked_server_that_exits_says_its_exit_status() {
-    let variant = Variant::of(
+    let variant = ScenarioVariant::of(
         "mcp/counter.toml",
         "exit",
         r#"env = { KEYED = "1" }"#,

@@ -6,38 +6,11 @@
 
 use crate::cli::assert_bad_input;
 use crate::mcp_cli::expect;
-use std::path::PathBuf;
+use crate::ScenarioVariant;
 
 /// The path of the shipped example `name` in `examples/mcp/`.
 fn shipped(name: &str) -> String {
     format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A scenario file written beside the server for one test, removed when dropped.
-struct Written(PathBuf);
-
-impl Written {
-    /// The shipped scenario `base` with `from` replaced by `to`.
-    fn variant(base: &str, name: &str, from: &str, to: &str) -> Written {
-        let text = std::fs::read_to_string(shipped(base)).unwrap();
-        assert!(text.contains(from), "{from}");
-        let path = PathBuf::from(shipped(&format!(
-            "retrysim-test-streamable-{name}-{}.toml",
-            std::process::id()
-        )));
-        std::fs::write(&path, text.replace(from, to)).unwrap();
-        Written(path)
-    }
-
-    fn path(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for Written {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 #[test]
@@ -47,14 +20,7 @@ fn a_keyless_server_over_streamable_http_is_caught_and_its_replay_reproduces() {
         report.contains("at-most-once-effect      VIOLATED"),
         "{report}"
     );
-    let line = report
-        .lines()
-        .find_map(|line| line.strip_prefix("reproduce: retrysim "))
-        .unwrap_or_else(|| panic!("{report}"));
-    let args: Vec<&str> = line.split_whitespace().collect();
-    let replayed = expect(&args, 1);
-    assert_eq!(replayed, expect(&args, 1), "a replay is the same each time");
-    assert!(replayed.contains("2 committed effect(s)"), "{replayed}");
+    crate::http_cli::assert_replays_a_double_effect(&report);
 }
 
 #[test]
@@ -73,8 +39,8 @@ fn a_keyed_server_over_streamable_http_is_clean_with_crashes_at_its_points() {
         .unwrap_or_else(|| panic!("{report}"));
     assert!(!crashes.contains("crashes 0"), "{crashes}");
     // Answered as JSON instead, the verdicts and the runs are the same.
-    let json = Written::variant(
-        "counter_streamable.toml",
+    let json = ScenarioVariant::of(
+        "mcp/counter_streamable.toml",
         "json",
         r#", ANSWER_AS = "event-stream""#,
         "",
@@ -129,7 +95,7 @@ fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
             "method, path and body are an HTTP call's: over MCP",
         ),
     ] {
-        let written = Written::variant("counter_streamable.toml", name, from, to);
+        let written = ScenarioVariant::of("mcp/counter_streamable.toml", name, from, to);
         assert_bad_input(&["mcp", &written.path()], says);
     }
 }
