@@ -11,9 +11,10 @@
 //! the result `{"status": null, "lost": "why"}`: the client hears nothing. What is no HTTP
 //! response, or passes a cap, is `{"status": null, "broken": "why"}`.
 
+use super::command::{ServerCommand, STDERR_LINES_KEPT};
 use super::side_channel::{answer_line, Heard, SideChannel};
 use super::spare::{self, ServerProcess, Spares};
-use super::stdio::{ServerCommand, MESSAGE_BYTES_MAX, STDERR_LINES_KEPT};
+use super::stdio::MESSAGE_BYTES_MAX;
 use super::{receive_looking, Interrupted, McpError, Offer, Question, Said, Transport, Waited};
 use crate::Crash;
 use serde_json::{json, Map, Value};
@@ -203,7 +204,7 @@ impl HttpServer {
         self.generation += 1;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let kept = Arc::clone(&stderr);
-        thread::spawn(move || super::stdio::keep_stderr_tail(stderr_pipe, &kept));
+        thread::spawn(move || super::command::keep_stderr_tail(stderr_pipe, &kept));
         RunningHttp {
             child,
             generation: self.generation,

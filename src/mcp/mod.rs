@@ -9,6 +9,7 @@
 //! ([`StreamableHttpServer`]) and a plain HTTP endpoint with an `Idempotency-Key` header
 //! ([`HttpServer`]), implement the same trait, each in a file of its own.
 
+mod command;
 mod database;
 mod http;
 mod provider;
@@ -19,12 +20,13 @@ mod stdio;
 mod streamable_http;
 mod system;
 
+pub use command::{ServerCommand, STDERR_LINES_KEPT};
 pub use database::DatabaseKind;
 pub use http::HttpServer;
 pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;
-pub use stdio::{ServerCommand, StdioServer, STDERR_LINES_KEPT};
+pub use stdio::StdioServer;
 pub use streamable_http::{StreamableHttpServer, MCP_ENDPOINT_DEFAULT};
 pub use system::{
     Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, ServerTransport,

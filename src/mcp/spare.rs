@@ -10,8 +10,8 @@
 //! left it. What a server does before it imports the helper is done once, ahead, so it must
 //! not touch the database or start a thread.
 
+use super::command::ServerCommand;
 use super::side_channel::{Gates, SideChannel, SpareWait, SPARE_ENV};
-use super::stdio::ServerCommand;
 use super::McpError;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;

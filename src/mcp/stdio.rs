@@ -1,7 +1,8 @@
 //! MCP's stdio transport: the server is a child process; each message is one line of JSON on
 //! its standard input or output.
 
-use super::side_channel::{answer_line, Heard, SideChannel, SIDE_CHANNEL_ENV};
+use super::command::{keep_stderr_tail, ServerCommand};
+use super::side_channel::{answer_line, Heard, SideChannel};
 use super::spare::{self, ServerProcess, Spares};
 use super::{
     receive_looking, Interrupted, McpError, Offer, Question, Said, Tool, Transport, Waited,
@@ -11,20 +12,12 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
-
-/// How many of the last lines of a server's standard error an error carries.
-pub const STDERR_LINES_KEPT: usize = 5;
-
-/// The most bytes of one line of a server's standard error that the harness keeps (the rest
-/// of the line is read and dropped, so the server never blocks on a full pipe).
-pub const STDERR_LINE_BYTES_MAX: usize = 1_000;
 
 /// The longest message line a server may write, in bytes: a longer one is a protocol error,
 /// and the harness never holds more than this of it.
@@ -32,51 +25,6 @@ pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
 
 /// The protocol version the harness asks for in the handshake.
 pub(super) const PROTOCOL_VERSION: &str = "2025-06-18";
-
-/// How to run a server: its program, arguments and environment (beside the harness's own),
-/// and how long to wait for each answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerCommand {
-    /// The program, e.g. `python3`.
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables set in its environment, in order.
-    pub env: Vec<(String, String)>,
-    /// The directory it runs in; `None` for the harness's own.
-    pub working_dir: Option<PathBuf>,
-    /// How long the harness waits for any one answer, in milliseconds of real time: a
-    /// server that takes longer is reported silent, never waited on for ever.
-    pub answer_wait_ms: u64,
-}
-
-impl ServerCommand {
-    /// The process to start: the program with its arguments, environment and directory, the
-    /// side channel's socket in [`SIDE_CHANNEL_ENV`] when there is one, in a process group of
-    /// its own (so that a crash kills the server's children with it).
-    pub(super) fn process(&self, side_channel: Option<&Path>) -> Command {
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.args)
-            .envs(self.env.iter().map(|(name, value)| (name, value)));
-        if let Some(socket) = side_channel {
-            command.env(SIDE_CHANNEL_ENV, socket);
-        }
-        if let Some(directory) = &self.working_dir {
-            command.current_dir(directory);
-        }
-        command.process_group(0);
-        command
-    }
-
-    /// The command line, for messages.
-    pub fn display(&self) -> String {
-        std::iter::once(self.program.as_str())
-            .chain(self.args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
 
 /// A server run as a child process, spoken to over stdio.
 pub struct StdioServer {
@@ -148,7 +96,7 @@ impl StdioServer {
 
     /// A server to run with `command` that may ask the harness at crash points and for the
     /// time over a side channel, a Unix socket at `socket` whose path it finds in
-    /// [`SIDE_CHANNEL_ENV`].
+    /// [`super::SIDE_CHANNEL_ENV`].
     pub fn with_side_channel(command: ServerCommand, socket: &Path) -> Result<Self, McpError> {
         let mut server = StdioServer::new(command);
         let channel =
@@ -563,28 +511,6 @@ fn read_messages(stdout: impl Read, generation: u64, hearing: &Sender<Heard>) {
         }
     }
     let _ = hearing.send(Heard::Closed(generation));
-}
-
-/// Keeps the last [`STDERR_LINES_KEPT`] lines of a server's standard error in `kept`, each
-/// cut at [`STDERR_LINE_BYTES_MAX`] and read as bytes (any that are not UTF-8 replaced), until
-/// it closes: the pipe is always drained, whatever the server writes.
-pub(super) fn keep_stderr_tail(stderr: impl Read, kept: &Mutex<VecDeque<String>>) {
-    let mut reader = BufReader::new(stderr);
-    while let Ok(Some(line)) = crate::process::read_line_capped(&mut reader, STDERR_LINE_BYTES_MAX)
-    {
-        let mut text = line.lossy();
-        if line.over_cap {
-            text.push_str(" [cut]");
-            if crate::process::skip_line(&mut reader).is_err() {
-                break;
-            }
-        }
-        let mut kept = kept.lock().expect("the stderr tail");
-        if kept.len() == STDERR_LINES_KEPT {
-            kept.pop_front();
-        }
-        kept.push_back(text);
-    }
 }
 
 impl Drop for StdioServer {

@@ -11,9 +11,10 @@
 //! on a connection of its own, so that the harness hears the side channel while a call is
 //! in the server, and calls of a server that serves them concurrently overlap.
 
+use super::command::ServerCommand;
 use super::http::HttpServer;
+use super::stdio::PROTOCOL_VERSION;
 use super::stdio::{check_handshake, initialize_params, offer, rpc_answer, Answer};
-use super::stdio::{ServerCommand, PROTOCOL_VERSION};
 use super::{Interrupted, McpError, Offer, Question, Said, Transport};
 use crate::Crash;
 use serde_json::{json, Value};
