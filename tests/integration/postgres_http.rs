@@ -268,6 +268,60 @@ fn check_with_env(scenario: &str, env: &[(&str, &str)]) -> (i32, String) {
     )
 }
 
+/// A small file system mounted for one test (root only), unmounted and removed when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    /// A tmpfs of `size` (e.g. `1m`) that anyone may write in; `None` where it cannot be
+    /// mounted (not root, or no right to mount).
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let path = crate::scratch_dir().join(format!("small-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&path).ok()?;
+        let options = format!("size={size},mode=1777");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
+            .arg(&path)
+            .stderr(std::process::Stdio::null())
+            .status();
+        if !mounted.is_ok_and(|status| status.success()) {
+            let _ = std::fs::remove_dir(&path);
+            return None;
+        }
+        Some(SmallDisk(path))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// A data directory on a full disk: the cluster cannot be made, and the check says so in one
+/// line that names what PostgreSQL could not write, and leaves nothing on the disk.
+#[test]
+fn a_full_disk_under_the_data_directory_is_one_line() {
+    if !postgres_installed("a_full_disk_under_the_data_directory_is_one_line") {
+        return;
+    }
+    let Some(disk) = SmallDisk::mount("1m") else {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "LEFT OUT: the full-disk check: mounting a tmpfs needs root and the right to mount"
+        );
+        return;
+    };
+    let temp = disk.0.display().to_string();
+    let (status, error) = check_with_env("examples/http/counter_pg.toml", &[("TMPDIR", &temp)]);
+    assert_eq!(status, 2, "{error}");
+    assert_eq!(error.lines().count(), 1, "{error}");
+    assert!(error.contains("No space left on device"), "{error}");
+    let left: Vec<_> = std::fs::read_dir(&disk.0).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn missing_postgresql_binaries_are_one_line_saying_how_to_install_them() {
     let scenario = "examples/http/counter_pg.toml";
