@@ -19,6 +19,9 @@ VARIANT says how the key is kept, the three ways people write it:
   between the two (the crash point `between-transactions`) loses the key, and the retry adds
   again.
 
+ISOLATION=serializable runs every transaction SERIALIZABLE: a transaction that raced another
+fails with a serialization failure (40001), answered 503, and the client sends again.
+
 COUNTER_KEY=none makes the counter's table without a primary key (the harness's triggers
 and its template need none).
 
@@ -39,6 +42,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
 from retrysim_points import point  # noqa: E402
 
 VARIANT = os.environ.get("VARIANT", "on-conflict")
+ISOLATION = os.environ.get("ISOLATION", "read-committed")
 POOL_SIZE = 4
 POOL = queue.Queue()
 
@@ -148,7 +152,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         connection = POOL.get()
         try:
-            status, body = HANDLERS[VARIANT](connection, key, amount)
+            try:
+                status, body = HANDLERS[VARIANT](connection, key, amount)
+            except psycopg.errors.SerializationFailure as error:
+                # SERIALIZABLE's answer to a transaction that raced another: nothing of it
+                # committed, and the client may send again.
+                status, body = 503, {"error": "serialization failure: " + str(error).strip()}
         finally:
             POOL.put(connection)
         self.answer(status, body)
@@ -168,7 +177,10 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     url = os.environ["DATABASE_URL"]
     for _ in range(POOL_SIZE):
-        POOL.put(psycopg.connect(url, autocommit=True))
+        connection = psycopg.connect(url, autocommit=True)
+        if ISOLATION == "serializable":
+            connection.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+        POOL.put(connection)
     make_schema(POOL.queue[0])
     server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
     server.daemon_threads = True

@@ -212,6 +212,31 @@ fn reductions_give_plain_enumerations_verdicts_on_the_lookup_race() {
     );
 }
 
+/// Under SERIALIZABLE the lookup race is no double effect: the retry that raced its original
+/// fails with a serialization failure (40001), which the server answers 503 and the client
+/// reads as *unavailable*. What is left is liveness: that retry spent the client's last
+/// attempt, which gives up with its outcome unknown in a run with no fault.
+#[test]
+fn serializable_turns_the_race_into_a_serialization_failure_the_client_hears() {
+    let variant = crate::ScenarioVariant::of(
+        "http/counter_pg_lookup.toml",
+        "serializable",
+        r#"env = { VARIANT = "lookup" }"#,
+        r#"env = { VARIANT = "lookup", ISOLATION = "serializable" }"#,
+    );
+    let path = variant.path();
+    let check = ["mcp", path.as_str(), "--intents", "1", "--clients", "1"];
+    let check = [&check[..], &["--faults-max", "0"]].concat();
+    let Some((status, report)) = run("the lookup race under SERIALIZABLE", &check) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(!report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(report.contains("VIOLATED eventual-verdict"), "{report}");
+    assert!(report.contains("unavailable: HTTP 503"), "{report}");
+    assert!(report.contains("serialization failure"), "{report}");
+}
+
 /// An effect table without a primary key is judged as any other (the triggers record each
 /// change, and the template is copied back whole): the race caught, on-conflict clean.
 #[test]
