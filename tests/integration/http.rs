@@ -158,6 +158,30 @@ fn a_server_that_fails_the_harness_is_one_line() {
     assert_eq!(error.to_string().lines().count(), 1);
 }
 
+/// A server that listens late, within the bound, is waited for: the harness's probes of its
+/// port go on until it accepts one, and its first request is answered.
+#[test]
+fn a_server_that_listens_late_is_waited_for() {
+    let scratch = Scratch::new("late");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/http/counter_http.py");
+    let database = scratch.0.join("server.db").display().to_string();
+    let command = ServerCommand {
+        program: "sh".into(),
+        args: vec!["-c".into(), format!("sleep 0.5; exec python3 {script}")],
+        env: vec![
+            ("RETRYSIM_DB".into(), database),
+            ("KEYED".into(), "1".into()),
+        ],
+        working_dir: None,
+        answer_wait_ms: 30_000,
+    };
+    let mut late =
+        HttpServer::with_side_channel(command, "PORT", &scratch.0.join("late.sock")).unwrap();
+    late.start().expect("it listens within the bound");
+    let (_, answered) = call(&mut late, &add(5, Some("r1")), None);
+    assert_eq!(answered.unwrap()["body"], json!({"total": 5}));
+}
+
 #[path = "../../helpers/retrysim_points.rs"]
 mod retrysim_points;
 
