@@ -5,7 +5,8 @@ answered; notifications are read and left unanswered. When the environment varia
 names a port, the same server speaks Streamable HTTP instead, on 127.0.0.1 at that port: each
 message is POSTed to /mcp, a request answered as `application/json` (or, with
 ANSWER_AS=event-stream, as a `text/event-stream` of one event), a notification with 202; the
-handshake's answer names the session (Mcp-Session-Id), which every later request must carry.
+handshake's answer names the session (Mcp-Session-Id), which every later request must carry
+until a DELETE ends it.
 Over HTTP the one misbehaviour is `exit`, in the middle of a call. A tool is a function of its arguments
 that returns a dict (the call's structured content) or raises ToolError (a tool error,
 `isError: true`, which the client sees as a refusal).
@@ -150,6 +151,7 @@ def serve_http(name, tools, capabilities, concurrent):
 
     one_at_a_time = threading.Lock()
     sessions = []
+    opened = [0]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -174,6 +176,13 @@ def serve_http(name, tools, capabilities, concurrent):
                     return self.answer(request)
             return self.answer(request)
 
+        def do_DELETE(self):
+            session = self.headers.get("Mcp-Session-Id")
+            if self.path != "/mcp" or session not in sessions:
+                return self.reply(404, None)
+            sessions.remove(session)
+            self.reply(200, None)
+
         def answer(self, request):
             try:
                 message = {"jsonrpc": "2.0", "id": request["id"],
@@ -183,7 +192,8 @@ def serve_http(name, tools, capabilities, concurrent):
                            "error": {"code": -32601, "message": str(error)}}
             headers = {}
             if request.get("method") == "initialize":
-                sessions.append("session-%d" % (len(sessions) + 1))
+                opened[0] += 1
+                sessions.append("session-%d" % opened[0])
                 headers["Mcp-Session-Id"] = sessions[-1]
             self.reply(200, message, headers)
 

@@ -105,6 +105,21 @@ pub trait Transport {
         }
     }
 
+    /// The calls sent from now on are client `client`'s, in its session `generation` (one
+    /// more after each reconnect). Over a transport with sessions (MCP's Streamable HTTP)
+    /// each has a session of its own, opened with a handshake at its first call; elsewhere
+    /// this does nothing.
+    fn in_session(&mut self, client: u32, generation: u32) -> Result<(), McpError> {
+        let _ = (client, generation);
+        Ok(())
+    }
+
+    /// Ends the clients' sessions (a new run begins on the same process); elsewhere than over
+    /// a transport with sessions, nothing.
+    fn end_sessions(&mut self) -> Result<(), McpError> {
+        Ok(())
+    }
+
     /// Kills the server at once, as a crash does: what it has not written is lost.
     fn kill(&mut self);
 

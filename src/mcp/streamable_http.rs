@@ -7,7 +7,9 @@
 //! notification it takes with `202 Accepted`.
 //!
 //! The handshake's answer names the session (`Mcp-Session-Id`), which every later request
-//! carries with the protocol version; a restarted server is a new session. Each message goes
+//! carries with the protocol version. Each client has a session of its own, opened at its
+//! first call; a reconnect opens a new one, a run's end closes them (`DELETE`), and a
+//! restarted server has none until each client opens its own again. Each message goes
 //! on a connection of its own, so that the harness hears the side channel while a call is
 //! in the server, and calls of a server that serves them concurrently overlap.
 
@@ -30,9 +32,12 @@ pub struct StreamableHttpServer {
     http: HttpServer,
     /// The path of its MCP endpoint.
     endpoint: String,
-    /// The running server's session, as its handshake named it (`None` before, and for a
-    /// server that names none).
+    /// The session the next message goes in, as its handshake named it (`None` before, and
+    /// for a server that names none).
     session: Option<String>,
+    /// Each client's session (by client and its session's generation) on the running
+    /// server, opened at its first call.
+    sessions: BTreeMap<(u32, u32), Option<String>>,
     /// The id of the next JSON-RPC request, counting on across restarts.
     next_id: u64,
     /// The HTTP exchange of each JSON-RPC request sent and not answered yet, by the
@@ -54,6 +59,7 @@ impl StreamableHttpServer {
             http: HttpServer::with_side_channel(command, port_env, socket)?,
             endpoint: endpoint.to_string(),
             session: None,
+            sessions: BTreeMap::new(),
             next_id: 1,
             exchanges: BTreeMap::new(),
         })
@@ -185,19 +191,64 @@ impl StreamableHttpServer {
     }
 }
 
-impl Transport for StreamableHttpServer {
-    fn start(&mut self) -> Result<Offer, McpError> {
-        self.http.start()?;
+impl StreamableHttpServer {
+    /// Opens a session with the handshake: `initialize`, whose answer names the session, then
+    /// `notifications/initialized` in it; the handshake's answer. Later messages go in it.
+    fn open_session(&mut self) -> Result<Value, McpError> {
         self.session = None;
-        self.exchanges.clear();
         let (handshake, response) = self.request("initialize", &initialize_params())?;
         check_handshake(&handshake)?;
         self.session = response["headers"]["mcp-session-id"]
             .as_str()
             .map(str::to_string);
         self.notify("notifications/initialized")?;
+        Ok(handshake)
+    }
+
+    /// Ends `session` on the server (`DELETE` of the endpoint in it), whatever it answers.
+    fn close_session(&mut self, session: &str) -> Result<(), McpError> {
+        let headers = json!({"Mcp-Session-Id": session, "MCP-Protocol-Version": PROTOCOL_VERSION});
+        let request = json!({"method": "DELETE", "path": self.endpoint, "headers": headers});
+        let exchange = self.http.send_call(&request)?;
+        loop {
+            match self.http.next(exchange)? {
+                Said::Result(_) => return Ok(()),
+                Said::Asked(question) => {
+                    let _ = self.http.reply(&question, Ok(0));
+                }
+            }
+        }
+    }
+}
+
+impl Transport for StreamableHttpServer {
+    fn start(&mut self) -> Result<Offer, McpError> {
+        self.http.start()?;
+        self.sessions.clear();
+        self.exchanges.clear();
+        let handshake = self.open_session()?;
         let (listed, _) = self.request("tools/list", &json!({}))?;
         offer(&handshake, &listed)
+    }
+
+    /// Each client's session is its own, and a reconnect opens a new one.
+    fn in_session(&mut self, client: u32, generation: u32) -> Result<(), McpError> {
+        if let Some(session) = self.sessions.get(&(client, generation)) {
+            self.session = session.clone();
+            return Ok(());
+        }
+        self.open_session()?;
+        self.sessions
+            .insert((client, generation), self.session.clone());
+        Ok(())
+    }
+
+    fn end_sessions(&mut self) -> Result<(), McpError> {
+        let sessions = std::mem::take(&mut self.sessions);
+        for session in sessions.into_values().flatten() {
+            self.close_session(&session)?;
+        }
+        Ok(())
     }
 
     fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {

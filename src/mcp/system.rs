@@ -433,6 +433,7 @@ impl McpStore {
         let database = self.database.get_mut();
         let server = self.server.get_mut();
         if self.reuse && server.is_running() {
+            server.end_sessions()?;
             database
                 .restore_under_server()
                 .unwrap_or_else(|why| panic!("{why}"));
@@ -1094,10 +1095,10 @@ impl System for OnMcp {
         ctx.point(BEFORE_CALL)?;
         let params = self.call_params(request);
         tell(&store.history, &params.to_string());
-        let answer = store
-            .server
-            .get_mut()
-            .call(&params, &mut asker(ctx, &store.history));
+        let session = ctx.session();
+        let server = store.server.get_mut();
+        (server.in_session(session.client, session.generation)).unwrap_or_else(|e| failed(&e));
+        let answer = server.call(&params, &mut asker(ctx, &store.history));
         let committed = store.take_effects(None) > 0;
         let reply = self.answered(answer, committed)?;
         ctx.point(AFTER_ANSWER)?;
@@ -1118,7 +1119,11 @@ impl System for OnMcp {
         let params = self.call_params(request);
         tell(&store.history, &params.to_string());
         let mut effects = 0;
-        let sent = store.server.borrow_mut().send_call(&params);
+        let session = ctx.session();
+        let mut server = store.server.borrow_mut();
+        (server.in_session(session.client, session.generation)).unwrap_or_else(|e| failed(&e));
+        let sent = server.send_call(&params);
+        drop(server);
         let id = sent.unwrap_or_else(|error| failed(&error));
         let in_flight = &store.calls_in_flight;
         in_flight.set(in_flight.get() + 1);
@@ -1202,10 +1207,10 @@ impl System for OnMcp {
             "arguments": { status.key_argument.as_str(): request.id },
         });
         tell(&store.history, &params.to_string());
-        let answer = store
-            .server
-            .get_mut()
-            .call(&params, &mut asker(ctx, &store.history));
+        let session = ctx.session();
+        let server = store.server.get_mut();
+        (server.in_session(session.client, session.generation)).unwrap_or_else(|e| failed(&e));
+        let answer = server.call(&params, &mut asker(ctx, &store.history));
         store.take_effects(None);
         match answer {
             Ok(result) => Ok(self.status(&result)),

@@ -68,7 +68,7 @@ fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
             "misbehave",
             r#"KEYED = "1""#,
             r#"KEYED = "1", RETRYSIM_MISBEHAVE = "exit""#,
-            "the server sent no response to request 5 (the connection closed without a response) and was stopped (exit status: 3)",
+            "(the connection closed without a response) and was stopped (exit status: 3)",
         ),
         (
             "endpoint-path",
@@ -98,4 +98,58 @@ fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
         let written = ScenarioVariant::of("mcp/counter_streamable.toml", name, from, to);
         assert_bad_input(&["mcp", &written.path()], says);
     }
+}
+
+/// Each client's session is its own, and a reconnect (the session's next generation) opens a
+/// new one with a handshake; the calls of each go in it, and ending the sessions closes them.
+#[test]
+fn each_client_and_each_reconnect_has_a_session_of_its_own() {
+    use retrysim::mcp::{ServerCommand, StreamableHttpServer, Transport};
+    let directory = crate::scratch_dir().join(format!("streamable-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let command = ServerCommand {
+        program: "python3".into(),
+        args: vec![shipped("counter_server.py")],
+        env: vec![
+            (
+                "RETRYSIM_DB".into(),
+                directory.join("server.db").display().to_string(),
+            ),
+            ("KEYED".into(), "1".into()),
+        ],
+        working_dir: None,
+        answer_wait_ms: 30_000,
+    };
+    let socket = directory.join("points.sock");
+    let mut server =
+        StreamableHttpServer::with_side_channel(command, "PORT", "/mcp", &socket).unwrap();
+    server.start().expect("it starts");
+    let session_of = |server: &mut StreamableHttpServer, client, generation| {
+        server.in_session(client, generation).unwrap();
+        let params = serde_json::json!({
+            "name": "add",
+            "arguments": {"amount": 1, "request_id": format!("r{client}-{generation}")},
+        });
+        let answered = server.call(&params, &mut |_| Ok(0)).unwrap();
+        assert!(
+            answered["structuredContent"]["total"].is_number(),
+            "{answered}"
+        );
+        server.session().map(str::to_string)
+    };
+    let first = session_of(&mut server, 0, 0);
+    let second = session_of(&mut server, 1, 0);
+    let reconnected = session_of(&mut server, 0, 1);
+    // The start's own session is the first; each client's next.
+    assert_eq!(first.as_deref(), Some("session-2"));
+    assert_eq!(second.as_deref(), Some("session-3"));
+    assert_eq!(reconnected.as_deref(), Some("session-4"));
+    assert_eq!(
+        session_of(&mut server, 0, 0),
+        first,
+        "a session is kept for its client"
+    );
+    server.end_sessions().expect("the sessions end");
+    assert_eq!(session_of(&mut server, 0, 0).as_deref(), Some("session-5"));
+    let _ = std::fs::remove_dir_all(&directory);
 }
