@@ -22,6 +22,10 @@ use std::time::{Duration, Instant};
 /// How long the harness waits for a killed forked process to be gone, at most.
 const GONE_WAIT: Duration = Duration::from_secs(10);
 
+/// How often the harness looks whether a killed forked process is gone (it is not its
+/// child, so it cannot wait on it): a sleep, not a spin, on a busy machine.
+const GONE_POLL_EVERY: Duration = Duration::from_micros(200);
+
 /// Whether a transport keeps a spare, and the token of the next one.
 #[derive(Debug, Default)]
 pub(super) struct Spares {
@@ -97,7 +101,7 @@ impl ServerProcess {
             ServerProcess::Forked(pid, gates) => {
                 let started = Instant::now();
                 while !is_gone(*pid) && started.elapsed() < GONE_WAIT {
-                    std::thread::yield_now();
+                    std::thread::sleep(GONE_POLL_EVERY);
                 }
                 // Its spare reaps it and says how it ended, soon after it is gone.
                 (gates.ending(*pid, GONE_WAIT)).unwrap_or_else(|| "killed".to_string())
