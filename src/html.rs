@@ -187,7 +187,7 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
 
 /// The events as a table: a column per lane, a row per event, each row carrying what the
 /// clients know and what the store holds then.
-fn table(timeline: &Timeline) -> String {
+pub(crate) fn table(timeline: &Timeline) -> String {
     let lanes = lanes(timeline);
     let mut out = String::from("<table>\n<thead><tr><th>step</th><th>t (ms)</th>");
     for lane in &lanes {

@@ -137,6 +137,7 @@ pub mod diagram;
 pub mod html;
 pub mod mcp;
 pub mod merge;
+pub mod play;
 pub mod postgres;
 pub mod process;
 pub mod property;
@@ -149,14 +150,15 @@ pub use retrysim_models as models;
 pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
     check_determinism, check_replays, exhaust, exhaust_on, exhaust_on_reporting, explore,
-    explore_with_progress, fingerprint_of, replay, run_seed, shrink, shrink_by, workload_answers,
-    AdminSql, Bounds, BoundsError, Charge, ChargeId, Charged, CheckOptions, CheckReport,
-    ChoiceKind, Choices, ClientPolicy, Clock, Counterexample, Coverage, Crash, Ctx, Deadline,
-    Decider, Enumeration, Exploration, Failure, FaultCounts, FaultsSpent, Intent, IntentId,
-    IntentSummary, IntentTag, Invariant, Keyed, Lane, Ledger, Level, Link, NoAnswer, NoEvent, Odds,
-    OnSql, Paths, Progress, Provider, Reduction, Reply, Request, Rounds, Row, RunEnd, RunOutcome,
-    Sandbox, SeededChoices, Session, SetAside, Shard, Shrunk, Simulator, Situation, SituationRuns,
-    SqlHandler, SqlStore, StateHasher, Status, Stop, StopAt, Stopped, StoreCopy, StoreKind,
-    Subject, SubjectFactory, System, Tape, TapeChoices, TapeError, Timeline, Timeouts, Violation,
-    Visited, Workload, WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,
+    explore_with_progress, fingerprint_of, goal_met, play, replay, run_seed, shortest_breaking,
+    shrink, shrink_by, workload_answers, AdminSql, Asked, Bounds, BoundsError, Charge, ChargeId,
+    Charged, CheckOptions, CheckReport, ChoiceKind, Choices, ClientPolicy, Clock, Counterexample,
+    Coverage, Crash, Ctx, Deadline, Decider, Enumeration, Exploration, Failure, FaultCounts,
+    FaultsSpent, Intent, IntentId, IntentSummary, IntentTag, Invariant, Keyed, Lane, Ledger, Level,
+    Link, NoAnswer, NoEvent, Odds, OnSql, Paths, PlayError, Played, Progress, Provider, Reduction,
+    Reply, Request, Rounds, Row, RunEnd, RunOutcome, Sandbox, SeededChoices, Session, SetAside,
+    Shard, Shrunk, Simulator, Situation, SituationRuns, SqlHandler, SqlStore, StateHasher, Status,
+    Stop, StopAt, Stopped, StoreCopy, StoreKind, Subject, SubjectFactory, System, Tape,
+    TapeChoices, TapeError, Timeline, Timeouts, Told, Violation, Visited, Workload, WorkloadLimits,
+    CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX, THREADS_MAX,
 };

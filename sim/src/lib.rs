@@ -24,6 +24,7 @@ mod intent;
 mod invariant;
 mod mermaid;
 mod phases;
+mod play;
 mod policy;
 mod progress;
 mod provider;
@@ -49,7 +50,7 @@ pub use check_report::{
 pub use checker::{exhaust, exhaust_on, exhaust_on_reporting};
 pub use choices::{
     ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds, Paths,
-    SeededChoices, SetAside, Tape, TapeChoices, TapeError,
+    SeededChoices, SetAside, Tape, TapeChoices, TapeError, Told,
 };
 pub use clock::{Clock, Deadline, Timeouts};
 pub use ctx::{Crash, Ctx, Link, Session};
@@ -58,6 +59,7 @@ pub use explore::{
     explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
 };
 pub use invariant::{Invariant, Violation};
+pub use play::{goal_met, play, shortest_breaking, Asked, PlayError, Played};
 pub use policy::ClientPolicy;
 pub use progress::Progress;
 pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};

@@ -95,6 +95,10 @@ pub struct Timeline {
     pub store: String,
     /// The invariants the run broke.
     pub violations: Vec<Violation>,
+    /// The messages still in flight at the end (a run stopped by `steps_max` may leave
+    /// some), described: `request A#2 to the server: e1 +5`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<String>,
 }
 
 /// The narrowest a lane column is made when the table is fitted to a width.

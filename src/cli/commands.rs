@@ -574,3 +574,61 @@ fn replay_on(
     }
     Ok(out.ending(exit_for(outcome.violations.is_empty())))
 }
+
+/// Serves the play page for `target` until the process is stopped.
+pub(super) fn run_play(
+    target: &Target,
+    (port, tape, seed): (u16, Option<Tape>, u64),
+    (goal, goal_faults): (Option<String>, u32),
+    bounds: &BoundsArgs,
+) -> Result<Printed, UsageError> {
+    use crate::play::{Goal, PlayServer, PlayTarget};
+    let resolved = resolve(target, true)?;
+    let bounds = bounds.bounds(&resolved)?;
+    let goal = match goal {
+        Some(name) => Some(Goal {
+            invariant: Invariant::from_name(&name).ok_or_else(|| {
+                UsageError(format!(
+                    "--goal {name}: no invariant is named so (retrysim list names them)"
+                ))
+            })?,
+            faults_most: goal_faults,
+        }),
+        None => None,
+    };
+    let start = resolved.guarded(|| {
+        let mut subject = resolved.subject();
+        let start = match &tape {
+            Some(tape) => tape.answers().to_vec(),
+            None => workload_answers(&mut *subject, &Tape::default(), &bounds)?,
+        };
+        crate::play(&mut *subject, &start, &bounds, seed).map_err(|error| {
+            UsageError(format!("--tape: the tape does not fit this run: {error}"))
+        })?;
+        Ok(start)
+    })?;
+    let server = PlayServer::bind(port)
+        .map_err(|error| UsageError(format!("cannot serve on 127.0.0.1:{port}: {error}")))?;
+    let entry = resolved.entry;
+    let play_target = PlayTarget {
+        title: format!("{}/{}", entry.domain, entry.handler),
+        bounds,
+        seed,
+        start,
+        goal,
+        replay: Box::new(move |tape, bounds| {
+            report::replay_command(entry, bounds, &Schedule::Tape(tape.clone()))
+        }),
+    };
+    println!(
+        "retrysim play: {}/{} on http://127.0.0.1:{}/ (Ctrl-C to stop)",
+        entry.domain,
+        entry.handler,
+        server.port()
+    );
+    let _ = std::io::stdout().flush();
+    server
+        .serve(&*resolved.build, &play_target)
+        .map_err(|error| UsageError(format!("the play server stopped: {error}")))?;
+    Ok(Printed::new())
+}

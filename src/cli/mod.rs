@@ -9,7 +9,7 @@ mod report_dir;
 mod target;
 
 use crate::mcp::MCP_MODEL;
-use commands::{list, run_check, run_explore, run_merge, run_replay};
+use commands::{list, run_check, run_explore, run_merge, run_play, run_replay};
 use output::{note, one_line, standard_output_closed, write_out, Printed};
 use report_dir::{run_matrix, run_report_dir};
 use target::{resolve, Resolved, Unconfirmed};
@@ -35,6 +35,9 @@ use std::ops::Range;
 use std::process::ExitCode;
 
 use std::time::Instant;
+
+/// The port `retrysim play` serves on by default (failure pages link to it).
+pub const PLAY_PORT: u16 = 7878;
 
 /// Seeds the no-argument run explores per handler.
 pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
@@ -158,6 +161,31 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        bounds: BoundsArgs,
+    },
+    /// Serve a page on 127.0.0.1 on which to play a run by hand, choice by choice: the lanes
+    /// so far, the choices enabled now, the invariants judged as it goes, undo, the tape and
+    /// the replay command of what is on the screen. Runs until stopped (Ctrl-C).
+    Play {
+        #[command(flatten)]
+        target: Target,
+        /// The port on 127.0.0.1 to serve on; 0 takes any free port (the port is printed).
+        #[arg(long, default_value_t = PLAY_PORT)]
+        port: u16,
+        /// Start from this tape (a failure's, say) instead of the smallest workload.
+        #[arg(long, value_parser = parse_tape)]
+        tape: Option<Tape>,
+        /// The seed whose pick the page marks at each choice.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// A goal: break this invariant (e.g. at-most-once-effect); the page says when it is
+        /// broken and then shows the shortest run the exhaustive check knows.
+        #[arg(long, value_name = "INVARIANT")]
+        goal: Option<String>,
+        /// The most faults the goal's run may spend.
+        #[arg(long, default_value_t = 1)]
+        goal_faults: u32,
         #[command(flatten)]
         bounds: BoundsArgs,
     },
@@ -504,7 +532,8 @@ where
     let resolved = match &cli.command {
         Some(Command::Explore { target, bounds, .. })
         | Some(Command::Check { target, bounds, .. })
-        | Some(Command::Replay { target, bounds, .. }) => Some((target, bounds)),
+        | Some(Command::Replay { target, bounds, .. })
+        | Some(Command::Play { target, bounds, .. }) => Some((target, bounds)),
         Some(Command::Mcp {
             scenario, bounds, ..
         }) => {
@@ -565,6 +594,7 @@ where
             Command::Explore { bounds, .. }
             | Command::Check { bounds, .. }
             | Command::Mcp { bounds, .. }
+            | Command::Play { bounds, .. }
             | Command::Replay { bounds, .. },
         ),
         Some((_, command_matches)),
@@ -630,5 +660,14 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
             format,
             bounds,
         }) => run_replay(&target, &schedule, format, (&bounds, width_chars)),
+        Some(Command::Play {
+            target,
+            port,
+            tape,
+            seed,
+            goal,
+            goal_faults,
+            bounds,
+        }) => run_play(&target, (port, tape, seed), (goal, goal_faults), &bounds),
     }
 }

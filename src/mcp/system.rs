@@ -836,6 +836,12 @@ fn drawn(template: &Value, decider: &mut Decider<'_>) -> Value {
             if let (1, Some(Value::Array(values))) = (object.len(), object.get("one_of")) {
                 if !values.is_empty() {
                     let options = u32::try_from(values.len()).unwrap_or(u32::MAX);
+                    decider.tell(options, || {
+                        values
+                            .iter()
+                            .map(|value| format!("the call takes {value}"))
+                            .collect()
+                    });
                     let chosen = decider.choose(ChoiceKind::Workload, options);
                     return drawn(&values[chosen as usize], decider);
                 }

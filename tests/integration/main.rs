@@ -26,6 +26,7 @@ mod overlap;
 mod own_capabilities;
 mod own_handler;
 mod payment;
+mod play;
 mod postgres;
 mod postgres_http;
 mod property;

@@ -107,21 +107,37 @@ pub const WORKLOAD_LIMITS: WorkloadLimits = WorkloadLimits {
 /// events (at most `intents_max`) from [`EVENTS`] (no event twice in a run). The all-zero answer is one client
 /// sending e1 +5.
 pub fn workload(decider: &mut Decider<'_>, bounds: &Bounds) -> Workload<CounterRequest, NoEvent> {
-    let clients = 1 + decider.choose(ChoiceKind::Workload, CLIENTS_MAX.min(bounds.clients_max));
+    let clients_most = CLIENTS_MAX.min(bounds.clients_max);
+    decider.tell(clients_most, || {
+        (1..=clients_most)
+            .map(|clients| format!("the workload has {clients} client(s)"))
+            .collect()
+    });
+    let clients = 1 + decider.choose(ChoiceKind::Workload, clients_most);
     let mut pool: Vec<CounterRequest> = EVENTS.to_vec();
     let mut workload = Workload {
         clients: Vec::with_capacity(clients as usize),
         events: Vec::new(),
         setup: Vec::new(),
     };
-    for _ in 0..clients {
+    for client in 1..=clients {
         let intents_max = INTENTS_PER_CLIENT_MAX.min(bounds.intents_max);
+        decider.tell(intents_max, || {
+            (1..=intents_max)
+                .map(|intents| format!("c{client} has {intents} intent(s)"))
+                .collect()
+        });
         let intents = 1 + decider.choose(ChoiceKind::Workload, intents_max);
         let mut requests = Vec::with_capacity(intents as usize);
         for _ in 0..intents {
             if pool.is_empty() {
                 break;
             }
+            decider.tell(pool.len() as u32, || {
+                (pool.iter())
+                    .map(|request| format!("c{client} sends {}", request.describe()))
+                    .collect()
+            });
             let pick = decider.choose(ChoiceKind::Workload, pool.len() as u32);
             requests.push(Intent::new(pool.remove(pick as usize)));
         }

@@ -82,6 +82,13 @@ pub fn workload(
     } else {
         0
     };
+    decider.tell(follow_up_choices + 1, || {
+        let mut words = vec!["alice makes one edit".to_string()];
+        words.extend(
+            (follow_ups.iter()).map(|intent| format!("alice then: {}", intent.request.describe())),
+        );
+        words
+    });
     let follow_up = decider.choose(ChoiceKind::Workload, follow_up_choices + 1);
     if let Some(request) = follow_up.checked_sub(1) {
         alice.push(follow_ups[request as usize].clone());
@@ -93,11 +100,23 @@ pub fn workload(
     } else {
         0
     };
+    decider.tell(second_client + 1, || {
+        let mut words = vec!["no second caller".to_string()];
+        words.extend(
+            (others.iter()).map(|request| format!("a second caller: {}", request.describe())),
+        );
+        words
+    });
     let other = decider.choose(ChoiceKind::Workload, second_client + 1);
     if let Some(request) = other.checked_sub(1) {
         clients.push(vec![Intent::new(others[request as usize].clone())]);
     }
     let events = admin_events();
+    decider.tell(events.len() as u32 + 1, || {
+        let mut words = vec!["the admin does nothing".to_string()];
+        words.extend(events.iter().map(|event| format!("the admin may: {event}")));
+        words
+    });
     let event = decider.choose(ChoiceKind::Workload, events.len() as u32 + 1);
     Workload {
         clients,

@@ -32,6 +32,13 @@ pub fn workload(
         TENANT_A, REQUEST_ID, "slot-A",
     ))];
     let follow_ups = if bounds.intents_max >= 2 { 3 } else { 1 };
+    decider.tell(follow_ups, || {
+        vec![
+            "tenant-a reserves slot-A once".into(),
+            "tenant-a then reuses its request id for slot-B".into(),
+            "tenant-a then reserves slot-A again with a new request id".into(),
+        ]
+    });
     match decider.choose(ChoiceKind::Workload, follow_ups) {
         1 => first.push(Intent::new(ReservationRequest::new(
             TENANT_A, REQUEST_ID, "slot-B",
@@ -42,11 +49,23 @@ pub fn workload(
         _ => {}
     }
     let mut clients = vec![first];
+    decider.tell(bounds.clients_max.min(2), || {
+        vec![
+            "tenant-b stays away".into(),
+            "tenant-b reserves slot-A with the same request id".into(),
+        ]
+    });
     if decider.choose(ChoiceKind::Workload, bounds.clients_max.min(2)) == 1 {
         clients.push(vec![Intent::new(ReservationRequest::new(
             TENANT_B, REQUEST_ID, "slot-A",
         ))]);
     }
+    decider.tell(2, || {
+        vec![
+            "the store starts empty".into(),
+            "the store starts with tenant-a's reservation pending".into(),
+        ]
+    });
     let setup = match decider.choose(ChoiceKind::Workload, 2) {
         1 => vec![Fixture::Pending {
             tenant: TENANT_A,

@@ -14,6 +14,8 @@ pub use seeded::{Odds, SeededChoices};
 pub use tape::{Tape, TapeChoices, TapeError};
 
 use serde::Serialize;
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// What a choice decides. Sources may weigh answers by kind (a seeded source makes faults rare).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -52,6 +54,35 @@ pub trait Choices {
         let _ = faults;
         self.choose_reduced(kind, options, redundant)
     }
+
+    /// Whether the source is told, before each choice, what its answers mean and where in
+    /// the run it is asked ([`Choices::told`]). A source that plays runs by hand is; the
+    /// others are not, and the engine then spends nothing on words. The default is `false`.
+    fn wants_words(&self) -> bool {
+        false
+    }
+
+    /// Called just before each choice is asked, when [`Choices::wants_words`]: what each
+    /// answer does, and where the run is.
+    fn told(&mut self, question: Told) {
+        let _ = question;
+    }
+}
+
+/// What a choice about to be asked means, for a source that [`Choices::wants_words`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Told {
+    /// What each answer does, in words a student reads (`deliver request A#1 to the
+    /// server`, `crash the server at after-commit`); `None` where the asker gave none (a
+    /// workload's choices may not).
+    pub words: Option<Vec<String>>,
+    /// Scheduler steps begun so far.
+    pub steps: u32,
+    /// Whether the choice is asked inside the step begun last (a delivery's fate, a crash
+    /// point, a reconnect), not between two steps.
+    pub within_step: bool,
+    /// Timeline rows noted so far, in a traced run (0 otherwise).
+    pub rows: usize,
 }
 
 /// Asks a [`Choices`] source and records every answer: the run's tape.
@@ -61,20 +92,71 @@ pub trait Choices {
 pub struct Decider<'s> {
     source: &'s mut dyn Choices,
     answers: Vec<u32>,
+    /// Whether the source wants each choice told ([`Choices::wants_words`]).
+    telling: bool,
+    /// The words of the choice about to be asked, when told.
+    words: Option<Vec<String>>,
+    /// Scheduler steps begun so far, and whether a step is going on.
+    steps: (u32, bool),
+    /// The rows a traced run has noted, counted as they are.
+    rows: Option<Rc<Cell<usize>>>,
 }
 
 impl<'s> Decider<'s> {
     /// Wraps `source`, starting an empty tape.
     pub fn new(source: &'s mut dyn Choices) -> Self {
-        Decider {
-            source,
-            answers: Vec::with_capacity(32),
-        }
+        Self::resumed(source, Vec::with_capacity(32))
     }
 
     /// Wraps `source` for a run that resumes after `answers`, given before.
     pub(crate) fn resumed(source: &'s mut dyn Choices, answers: Vec<u32>) -> Self {
-        Decider { source, answers }
+        Decider {
+            telling: source.wants_words(),
+            source,
+            answers,
+            words: None,
+            steps: (0, false),
+            rows: None,
+        }
+    }
+
+    /// Says what each answer of the next choice (of `options`) does, for a source that wants
+    /// words ([`Choices::wants_words`]); `words` is called only then, and only when the
+    /// choice is a real one (`options >= 2`).
+    pub fn tell(&mut self, options: u32, words: impl FnOnce() -> Vec<String>) {
+        if self.telling && options > 1 {
+            self.words = Some(words());
+        }
+    }
+
+    /// Whether the source wants words; a caller whose words take work to gather may ask
+    /// before it gathers them.
+    pub fn telling(&self) -> bool {
+        self.telling
+    }
+
+    /// The run has begun `steps` scheduler steps; `within_step` while the last is going on.
+    pub(crate) fn at_step(&mut self, steps: u32, within_step: bool) {
+        self.steps = (steps, within_step);
+    }
+
+    /// Counts rows from `rows`, the count a traced run keeps.
+    pub(crate) fn count_rows(&mut self, rows: Rc<Cell<usize>>) {
+        self.rows = Some(rows);
+    }
+
+    /// Tells the source about the choice about to be asked, when it wants words.
+    fn ask(&mut self) {
+        if !self.telling {
+            return;
+        }
+        let (steps, within_step) = self.steps;
+        self.source.told(Told {
+            words: self.words.take(),
+            steps,
+            within_step,
+            rows: self.rows.as_ref().map_or(0, |rows| rows.get()),
+        });
     }
 
     /// Answers a choice among `options` alternatives; 0 when there is no alternative.
@@ -82,6 +164,7 @@ impl<'s> Decider<'s> {
         if options <= 1 {
             return 0;
         }
+        self.ask();
         let answer = self.source.choose(kind, options);
         assert!(
             answer < options,
@@ -102,6 +185,7 @@ impl<'s> Decider<'s> {
             options > 32 || redundant != u32::MAX >> (32 - options),
             "some answer is not redundant"
         );
+        self.ask();
         let answer = self.source.choose_reduced(kind, options, redundant);
         assert!(
             answer < options,
@@ -125,6 +209,7 @@ impl<'s> Decider<'s> {
             return 0;
         }
         debug_assert_eq!(faults & 1, 0, "answer 0 spends no fault");
+        self.ask();
         let answer = self.source.choose_fault(kind, options, redundant, faults);
         assert!(
             answer < options,

@@ -98,6 +98,9 @@ impl<S: System> Execution<'_, '_, S> {
             return;
         }
         // Answer 1, a reconnect, spends a fault.
+        points
+            .decider
+            .tell(2, || super::words::reconnect_words(client));
         if points.decider.choose_fault(ChoiceKind::Fault, 2, 0, 0b10) == 0 {
             return;
         }
@@ -165,7 +168,11 @@ impl<S: System> Execution<'_, '_, S> {
         let jitter_ms = match bounds.backoff_jitter_ms {
             0 => 0,
             _ if !jittered => 0,
-            jitter_ms => u64::from(self.points.decider.choose(ChoiceKind::Schedule, 2)) * jitter_ms,
+            jitter_ms => {
+                let decider = &mut self.points.decider;
+                decider.tell(2, || super::words::jitter_words(client, jitter_ms));
+                u64::from(decider.choose(ChoiceKind::Schedule, 2)) * jitter_ms
+            }
         };
         let world = &self.world;
         let retry_at_ms = later_ms(world.now_ms, backoff_ms + jitter_ms);

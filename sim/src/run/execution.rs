@@ -90,8 +90,9 @@ impl StoreReads {
     }
 }
 
+/// What becomes of a message the schedule delivers.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Delivery {
+pub(super) enum Delivery {
     Deliver,
     Drop,
     Duplicate,
@@ -195,6 +196,11 @@ impl<S: System> Execution<'_, '_, S> {
                 self.end_invocations(Go::Abandon);
                 return RunEnd::Pruned;
             }
+            self.points.decider.at_step(self.world.steps, false);
+            if self.points.decider.telling() {
+                let words = self.schedule_words(&actions);
+                self.points.decider.tell(actions.len() as u32, || words);
+            }
             let answer = self.points.decider.choose_reduced(
                 ChoiceKind::Schedule,
                 actions.len() as u32,
@@ -202,6 +208,7 @@ impl<S: System> Execution<'_, '_, S> {
             );
             let chosen = self.choosing(&actions, answer as usize, asleep);
             self.world.steps += 1;
+            self.points.decider.at_step(self.world.steps, true);
             match actions[answer as usize] {
                 Action::Resume(index) => self.resume(index),
                 Action::Deliver(index) => self.deliver(index),
@@ -560,7 +567,7 @@ impl<S: System> Execution<'_, '_, S> {
             .collect()
     }
 
-    fn delivery_kind(&mut self, is_request: bool) -> Delivery {
+    fn delivery_kind(&mut self, index: usize, is_request: bool) -> Delivery {
         let mut kinds = [Delivery::Deliver; 3];
         let mut options = 1;
         // The answers that spend a fault counted toward the budget, one bit each.
@@ -581,6 +588,10 @@ impl<S: System> Execution<'_, '_, S> {
                 options += 1;
             }
         }
+        if self.points.decider.telling() {
+            let words = self.fate_words(index, &kinds[..options]);
+            self.points.decider.tell(options as u32, || words);
+        }
         let answer = self
             .points
             .decider
@@ -593,7 +604,7 @@ impl<S: System> Execution<'_, '_, S> {
             *self.world.network[index].body,
             Body::Request(..) | Body::Lookup(..)
         );
-        let kind = self.delivery_kind(to_server);
+        let kind = self.delivery_kind(index, to_server);
         let message = match kind {
             Delivery::Duplicate => {
                 debug_assert!(to_server, "only requests and lookups are duplicated");

@@ -9,6 +9,7 @@ mod sleep;
 pub(crate) mod tasks;
 mod time;
 mod visited;
+mod words;
 pub(crate) mod world;
 
 pub use visited::Visited;
@@ -29,6 +30,7 @@ use execution::{Execution, StoreReads};
 use serde::Serialize;
 use sleep::SleepSet;
 use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use world::World;
@@ -430,6 +432,9 @@ impl<S: System> Simulator<S> {
                 format!("at start: {}", system.describe_store(store))
             });
         }
+        if let Some(noted) = &world.rows_noted {
+            decider.count_rows(Rc::clone(noted));
+        }
         self.world = Some(world);
         let state = RunState {
             memory: S::Memory::default(),
@@ -654,6 +659,7 @@ impl Points<'_, '_> {
         } else {
             0
         };
+        self.decider.tell(options, words::link_words);
         let fate = match self
             .decider
             .choose_fault(ChoiceKind::Fault, options, 0, faults)
@@ -703,6 +709,8 @@ impl CrashPoints for Points<'_, '_> {
         let redundant = if covered { 0b10 } else { 0 };
         // Every answer but 0 (a crash, a storage fault) spends a fault.
         let faults = (1 << options) - 2;
+        self.decider
+            .tell(options, || words::crash_point_words(point, crash, storage));
         let answer = self
             .decider
             .choose_fault(ChoiceKind::Crash, options, redundant, faults);

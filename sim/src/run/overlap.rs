@@ -230,6 +230,16 @@ impl<S: System> Execution<'_, '_, S> {
         self.take_turn(index, Begins::Start, Go::Continue);
     }
 
+    /// The words of letting the invocation at `index` go on.
+    pub(super) fn resume_words(&self, index: usize) -> String {
+        let invocation = &self.tasks[index];
+        let label = invocation.label();
+        match invocation.paused_at {
+            Some(point) => format!("{label} goes on from {point}"),
+            None => format!("{label} tries its lock again"),
+        }
+    }
+
     /// Lets the invocation at `index` go on: past its crash point (where the server may crash
     /// instead), or to try its lock again.
     pub(super) fn resume(&mut self, index: usize) {

@@ -37,7 +37,7 @@ impl<S: System> Execution<'_, '_, S> {
     /// The earliest deadline ahead: a waiting client's timeout, a backoff's end, the platform's
     /// limit on an invocation in progress, or one of the store's (read only while no
     /// invocation is in progress).
-    fn next_deadline(&self) -> Option<u64> {
+    pub(super) fn next_deadline(&self) -> Option<u64> {
         let now_ms = self.world.now_ms;
         let clients = self
             .world

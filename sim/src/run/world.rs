@@ -186,6 +186,9 @@ pub(crate) struct World<R, V, E> {
     pub(crate) now_ms: u64,
     pub(crate) steps: u32,
     pub(crate) rows: Option<Vec<Row>>,
+    /// In a traced run, how many rows have been noted, shared with the run's decider so that
+    /// a source told of each choice knows where on the timeline it is asked.
+    pub(crate) rows_noted: Option<Rc<Cell<usize>>>,
 }
 
 impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
@@ -201,6 +204,7 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
             now_ms: self.now_ms,
             steps: self.steps,
             rows: self.rows.clone(),
+            rows_noted: self.rows_noted.clone(),
         }
     }
 
@@ -219,6 +223,7 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
             now_ms,
             steps,
             rows,
+            rows_noted,
         } = source;
         self.fixed_print = *fixed_print;
         self.intents.clone_from(intents);
@@ -230,6 +235,7 @@ impl<R: Clone, V: Clone, E: Clone> Clone for World<R, V, E> {
         self.now_ms = *now_ms;
         self.steps = *steps;
         self.rows.clone_from(rows);
+        self.rows_noted.clone_from(rows_noted);
     }
 }
 
@@ -327,6 +333,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             now_ms: 0,
             steps: 0,
             rows: trace.then(Vec::new),
+            rows_noted: trace.then(Rc::default),
         }
     }
 
@@ -534,6 +541,22 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
         reached
     }
 
+    /// A message in flight, described: whom it goes to and what it says.
+    pub(crate) fn in_flight_words(&self, message: &Message<R, V>) -> String
+    where
+        R: Request,
+        V: fmt::Display,
+    {
+        let client = self.intent(message.intent).client + 1;
+        let label = message.label();
+        match &*message.body {
+            Body::Request(request, _) => format!("{label} to the server: {}", request.describe()),
+            Body::Lookup(..) => format!("{label} to the server"),
+            Body::Response(reply) => format!("{label} to c{client}: {reply}"),
+            Body::Status(status) => format!("{label} to c{client}: {status}"),
+        }
+    }
+
     /// Puts a message in flight, sent now.
     pub(crate) fn put_in_flight(&mut self, intent: IntentId, attempt: u32, body: Body<R, V>)
     where
@@ -680,7 +703,11 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             text: text(self),
             knows: self.knows(),
         };
-        self.rows.as_mut().expect("tracing").push(row);
+        let rows = self.rows.as_mut().expect("tracing");
+        rows.push(row);
+        if let Some(noted) = &self.rows_noted {
+            noted.set(rows.len());
+        }
     }
 
     /// What each client knows about its current (or last) intent.
@@ -738,6 +765,11 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             intents,
             store,
             violations: Vec::new(),
+            in_flight: self
+                .network
+                .iter()
+                .map(|m| self.in_flight_words(m))
+                .collect(),
         })
     }
 }

@@ -1,0 +1,157 @@
+//! `retrysim play`: a page on 127.0.0.1 where a learner plays a run by hand, choice by choice
+//! (see [`retrysim_sim::play`]), with the lanes of the failure pages, the state now, the
+//! invariants judged so far, undo, the tape and the replay command of what is on the screen.
+//!
+//! The server keeps nothing between requests but the subject: every request carries the
+//! answers given so far, and every answer is computed from them alone. Two tabs, or two
+//! browsers, never disturb each other. The page ships inside the binary (no build step, no
+//! network). Requests are read on threads of their own, their lines capped; the runs are
+//! made on the thread that serves.
+
+mod api;
+mod page;
+
+pub use api::{Goal, PlayTarget, ReplayCommand};
+
+use crate::process::read_line_capped;
+use crate::Subject;
+use std::io::{self, BufReader, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest request line or header line read, in bytes; a longer one is refused.
+pub const REQUEST_LINE_BYTES_MAX: usize = 16 * 1024;
+/// The most header lines read of one request.
+pub const HEADER_LINES_MAX: usize = 100;
+/// The most connections read at once; more are closed at once.
+pub const CONNECTIONS_MAX: usize = 64;
+/// How long a connection may take to send its request, in real time; a silent one is closed
+/// then. It bounds only waiting on a browser, never a run.
+pub const REQUEST_WAIT: Duration = Duration::from_secs(10);
+
+/// A play server bound to its port on 127.0.0.1, not yet serving.
+pub struct PlayServer {
+    listener: TcpListener,
+}
+
+impl PlayServer {
+    /// Binds 127.0.0.1:`port` (0: a free port).
+    pub fn bind(port: u16) -> io::Result<PlayServer> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        Ok(PlayServer { listener })
+    }
+
+    /// The port it is bound to.
+    pub fn port(&self) -> u16 {
+        self.listener
+            .local_addr()
+            .map_or(0, |address| address.port())
+    }
+
+    /// Serves the page and its answers for ever, the runs on this thread. `build` makes the
+    /// subject, and makes it again after a run failed (a real server that failed the
+    /// harness); the failure is answered as one line, and the next request gets a fresh
+    /// subject.
+    pub fn serve(
+        self,
+        build: &dyn Fn() -> Box<dyn Subject>,
+        target: &PlayTarget,
+    ) -> io::Result<()> {
+        let (requests, incoming) = mpsc::channel::<(String, TcpStream)>();
+        let listener = self.listener.try_clone()?;
+        std::thread::spawn(move || accept(listener, requests));
+        let mut server = api::Server::new(build, target);
+        for (path, mut stream) in incoming {
+            let (status, kind, body) = server.answer(&path);
+            let _ = respond(&mut stream, status, kind, body.as_bytes());
+        }
+        Ok(())
+    }
+}
+
+/// Accepts connections, each read on a thread of its own, and hands each request's path to
+/// the serving thread.
+fn accept(listener: TcpListener, requests: mpsc::Sender<(String, TcpStream)>) {
+    let reading = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        if reading.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
+            let _ = respond(&mut stream, 503, TEXT, b"too many connections at once\n");
+            continue;
+        }
+        reading.fetch_add(1, Ordering::SeqCst);
+        let (reading, requests) = (Arc::clone(&reading), requests.clone());
+        std::thread::spawn(move || {
+            let read = read_request(&stream);
+            reading.fetch_sub(1, Ordering::SeqCst);
+            match read {
+                Ok(path) => {
+                    let _ = requests.send((path, stream));
+                }
+                Err(why) => {
+                    let _ = respond(&mut stream, 400, TEXT, format!("{why}\n").as_bytes());
+                }
+            }
+        });
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Reads a request's head, every line capped: the path (with its query) of a `GET`.
+fn read_request(stream: &TcpStream) -> Result<String, String> {
+    stream
+        .set_read_timeout(Some(REQUEST_WAIT))
+        .map_err(|error| error.to_string())?;
+    let mut reader = BufReader::new(stream);
+    let mut line = || -> Result<String, String> {
+        let line = read_line_capped(&mut reader, REQUEST_LINE_BYTES_MAX)
+            .map_err(|error| format!("the request could not be read: {error}"))?
+            .ok_or("the request ended before its head did")?;
+        if line.over_cap {
+            return Err(format!(
+                "a line of the request is longer than {REQUEST_LINE_BYTES_MAX} bytes"
+            ));
+        }
+        Ok(line.lossy().trim_end_matches('\r').to_string())
+    };
+    let request_line = line()?;
+    let mut parts = request_line.split(' ');
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return Err(format!("only GET is served, not {method:?}"));
+    }
+    for _ in 0..HEADER_LINES_MAX {
+        if line()?.is_empty() {
+            return Ok(path.to_string());
+        }
+    }
+    Err(format!(
+        "the request has more than {HEADER_LINES_MAX} header lines"
+    ))
+}
+
+/// Writes one response and closes the connection.
+fn respond(stream: &mut TcpStream, status: u16, kind: &str, body: &[u8]) -> io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        409 => "Conflict",
+        500 => "Internal Server Error",
+        _ => "Service Unavailable",
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    let _ = stream.shutdown(Shutdown::Write);
+    Ok(())
+}

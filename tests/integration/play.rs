@@ -1,0 +1,245 @@
+//! Playing a run by hand ([`retrysim::play`]): the choices offered in words, the run judged
+//! as it goes, and every position the replay of its tape.
+
+use crate::subject;
+use retrysim::{
+    goal_met, play, replay, shortest_breaking, workload_answers, Bounds, ChoiceKind, ClientPolicy,
+    Invariant, PlayError, Played, Subject, Tape,
+};
+
+/// Plays as a student with a plan: at each choice, the answer whose words hold the plan's
+/// next phrase when one does (the plan then moves on), else the uneventful first answer;
+/// from the smallest workload until the run judged so far breaks `invariant` (or is over,
+/// or 80 choices were made). Returns the choices made and every position passed.
+pub fn play_by_plan(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    plan: &[&str],
+    invariant: Invariant,
+) -> (usize, Vec<Played>) {
+    let mut answers = workload_answers(subject, &Tape::default(), bounds).unwrap();
+    let mut plan = plan.iter().peekable();
+    let mut positions = Vec::new();
+    for clicks in 0..80 {
+        let played = play(subject, &answers, bounds, 0).unwrap();
+        let broken = played.judged.violates(invariant);
+        let Some(now) = played.now().cloned() else {
+            positions.push(played);
+            return (clicks, positions);
+        };
+        positions.push(played);
+        if broken {
+            return (clicks, positions);
+        }
+        let planned = plan
+            .peek()
+            .and_then(|phrase| now.words.iter().position(|words| words.contains(*phrase)));
+        if planned.is_some() {
+            plan.next();
+        }
+        answers.push(planned.unwrap_or(0) as u32);
+    }
+    panic!("80 choices and {invariant} still holds");
+}
+
+/// The lessons: a domain, handler and client, the student's plan, what it breaks, and in how
+/// many choices from the smallest workload.
+const LESSONS: [(&str, &str, ClientPolicy, &[&str], Invariant, usize); 3] = [
+    (
+        "counter",
+        "naive",
+        ClientPolicy::Faithful,
+        &["lose reply A#1"],
+        Invariant::AtMostOnceEffect,
+        11,
+    ),
+    (
+        "interval",
+        "version-only",
+        ClientPolicy::Faithful,
+        &["lose reply A#1"],
+        Invariant::OutcomeAgreement,
+        18,
+    ),
+    // Without the status lookup: after the reconnect the client makes a new request id.
+    (
+        "reservation",
+        "action-record",
+        ClientPolicy::FreshId,
+        &["lose reply A#1", "reconnects"],
+        Invariant::AtMostOnceEffect,
+        17,
+    ),
+];
+
+#[test]
+fn each_lesson_breaks_its_invariant_by_choosing_in_the_choices_counted() {
+    for (domain, handler, client, plan, invariant, clicks_expected) in LESSONS {
+        let mut subject = subject(domain, handler);
+        let bounds = Bounds {
+            client,
+            ..Bounds::default()
+        };
+        let (clicks, positions) = play_by_plan(&mut *subject, &bounds, plan, invariant);
+        let last = positions.last().unwrap();
+        assert!(last.judged.violates(invariant), "{domain}/{handler}");
+        assert_eq!(clicks, clicks_expected, "{domain}/{handler}");
+        // The faults are the plan's, no more.
+        assert_eq!(
+            last.judged.faults.total() as usize,
+            plan.len(),
+            "{domain}/{handler}"
+        );
+        // Before the last choice, the invariant still held.
+        let before = &positions[positions.len() - 2];
+        assert!(!before.judged.violates(invariant), "{domain}/{handler}");
+    }
+}
+
+#[test]
+fn every_position_is_the_replay_of_its_tape() {
+    for (domain, handler, client, plan, invariant, _) in LESSONS {
+        let mut subject = subject(domain, handler);
+        let bounds = Bounds {
+            client,
+            ..Bounds::default()
+        };
+        let (_, positions) = play_by_plan(&mut *subject, &bounds, plan, invariant);
+        for played in &positions {
+            let judged_bounds = played.judged_bounds(&bounds);
+            let replayed = replay(&mut *subject, &played.judged.tape, &judged_bounds).unwrap();
+            assert_eq!(
+                replayed.timeline, played.judged.timeline,
+                "{domain}/{handler}"
+            );
+            assert_eq!(replayed.violations, played.judged.violations);
+            // The same answers again: the same position, choices and words.
+            let again = play(&mut *subject, &played.answers(), &bounds, 0).unwrap();
+            assert_eq!(again.asked, played.asked);
+            assert_eq!(again.rows, played.rows);
+            assert_eq!(again.judged.timeline, played.judged.timeline);
+        }
+    }
+}
+
+#[test]
+fn the_choices_are_the_engines_in_words_with_the_seeds_pick_marked() {
+    let mut subject = subject("counter", "naive");
+    let bounds = Bounds::default();
+    let start = workload_answers(&mut *subject, &Tape::default(), &bounds).unwrap();
+    let played = play(&mut *subject, &start, &bounds, 0).unwrap();
+    let workload = &played.asked[0];
+    assert_eq!(workload.kind, ChoiceKind::Workload);
+    assert_eq!(workload.words[1], "the workload has 2 client(s)");
+    let now = played.now().unwrap();
+    assert_eq!(now.kind, ChoiceKind::Schedule);
+    assert_eq!(
+        now.words,
+        [
+            "deliver request A#1 to the server: e1 +5",
+            "let time pass to 1000 ms: c1's timeout on A#1"
+        ]
+    );
+    assert!(!now.within_step);
+    // c1's send was step 1: nothing else happened yet, and nothing is broken.
+    assert_eq!(played.rows.len(), 1);
+    assert_eq!(played.stopped_after_steps, Some(1));
+    assert!(played.judged.violations.is_empty());
+    // Delivering it asks its fate inside step 2: the run is judged after step 1.
+    let mut answers = start.clone();
+    answers.push(0);
+    let played = play(&mut *subject, &answers, &bounds, 0).unwrap();
+    let now = played.now().unwrap();
+    assert_eq!(now.kind, ChoiceKind::Fault);
+    assert!(now.within_step);
+    assert_eq!(now.words[1], "lose request A#1 on the way (a drop)");
+    assert_eq!(played.stopped_after_steps, Some(1));
+    // The seed's pick is the seeded source's answer: seed 0 answers the fate 0.
+    assert_eq!(now.seeded, 0);
+    let seeded = retrysim::run_seed(&mut *subject, 0, &bounds, false);
+    let by_seed = play(&mut *subject, seeded.tape.answers(), &bounds, 0).unwrap();
+    for asked in by_seed.asked.iter().filter(|asked| asked.answer.is_some()) {
+        assert_eq!(
+            Some(asked.seeded),
+            asked.answer,
+            "the seed's own run takes its picks"
+        );
+    }
+}
+
+#[test]
+fn answers_that_do_not_fit_are_refused_in_one_line() {
+    let mut subject = subject("counter", "naive");
+    let bounds = Bounds::default();
+    let error = play(&mut *subject, &[5], &bounds, 0).unwrap_err();
+    assert_eq!(
+        error,
+        PlayError::Misfit {
+            choice: 1,
+            answer: 5,
+            options: 2
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "answer 5 to choice 1 does not fit: that choice has answers 0 to 1"
+    );
+    let too_many = vec![0; 300];
+    let error = play(&mut *subject, &too_many, &bounds, 0).unwrap_err();
+    assert!(
+        matches!(error, PlayError::PastEnd { given: 300, .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_run_played_to_its_end_says_its_verdict() {
+    let mut subject = subject("counter", "keyed-sqlite");
+    let bounds = Bounds::default();
+    let mut answers = workload_answers(&mut *subject, &Tape::default(), &bounds).unwrap();
+    let played = loop {
+        let played = play(&mut *subject, &answers, &bounds, 0).unwrap();
+        if played.now().is_none() {
+            break played;
+        }
+        answers.push(0);
+    };
+    assert_eq!(played.stopped_after_steps, None);
+    assert_eq!(played.judged.end, retrysim::RunEnd::Completed);
+    assert!(played.judged.violations.is_empty());
+    assert_eq!(played.rows, played.judged.timeline.as_ref().unwrap().rows);
+}
+
+#[test]
+fn a_goal_is_met_and_compared_with_the_shortest_counterexample() {
+    let mut naive = subject("counter", "naive");
+    let bounds = Bounds::default();
+    let (_, positions) = play_by_plan(
+        &mut *naive,
+        &bounds,
+        &["lose reply A#1"],
+        Invariant::AtMostOnceEffect,
+    );
+    let last = positions.last().unwrap();
+    assert!(goal_met(&last.judged, Invariant::AtMostOnceEffect, 1));
+    assert!(!goal_met(&last.judged, Invariant::AtMostOnceEffect, 0));
+    let workload = workload_answers(&mut *naive, &Tape::default(), &bounds).unwrap();
+    let shortest = shortest_breaking(
+        &mut *naive,
+        &bounds,
+        workload,
+        (Invariant::AtMostOnceEffect, 1),
+    )
+    .expect("counter/naive breaks at-most-once-effect with one fault");
+    assert!(shortest.outcome.violates(Invariant::AtMostOnceEffect));
+    assert!(shortest.outcome.faults.total() <= 1);
+    // A correct handler has none.
+    let mut correct = subject("counter", "keyed-sqlite");
+    assert!(shortest_breaking(
+        &mut *correct,
+        &bounds,
+        Vec::new(),
+        (Invariant::AtMostOnceEffect, 1)
+    )
+    .is_none());
+}
