@@ -42,52 +42,69 @@ pub fn play_by_plan(
     panic!("80 choices and {invariant} still holds");
 }
 
-/// The lessons: a domain, handler and client, the student's plan, what it breaks, and in how
+/// A lesson: a domain, handler and client, the student's plan, what it breaks, and in how
 /// many choices from the smallest workload.
-const LESSONS: [(&str, &str, ClientPolicy, &[&str], Invariant, usize); 3] = [
-    (
-        "counter",
-        "naive",
-        ClientPolicy::Faithful,
-        &["lose reply A#1"],
-        Invariant::AtMostOnceEffect,
-        11,
-    ),
-    (
-        "interval",
-        "version-only",
-        ClientPolicy::Faithful,
-        &["lose reply A#1"],
-        Invariant::OutcomeAgreement,
-        18,
-    ),
+pub struct Lesson {
+    pub domain: &'static str,
+    pub handler: &'static str,
+    pub client: ClientPolicy,
+    pub plan: &'static [&'static str],
+    pub breaks: Invariant,
+    pub clicks: usize,
+}
+
+impl Lesson {
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            client: self.client,
+            ..Bounds::default()
+        }
+    }
+}
+
+/// The three lessons of docs/teaching.md.
+pub const LESSONS: [Lesson; 3] = [
+    Lesson {
+        domain: "counter",
+        handler: "naive",
+        client: ClientPolicy::Faithful,
+        plan: &["lose reply A#1"],
+        breaks: Invariant::AtMostOnceEffect,
+        clicks: 11,
+    },
+    Lesson {
+        domain: "interval",
+        handler: "version-only",
+        client: ClientPolicy::Faithful,
+        plan: &["lose reply A#1"],
+        breaks: Invariant::OutcomeAgreement,
+        clicks: 18,
+    },
     // Without the status lookup: after the reconnect the client makes a new request id.
-    (
-        "reservation",
-        "action-record",
-        ClientPolicy::FreshId,
-        &["lose reply A#1", "reconnects"],
-        Invariant::AtMostOnceEffect,
-        17,
-    ),
+    Lesson {
+        domain: "reservation",
+        handler: "action-record",
+        client: ClientPolicy::FreshId,
+        plan: &["lose reply A#1", "reconnects"],
+        breaks: Invariant::AtMostOnceEffect,
+        clicks: 17,
+    },
 ];
 
 #[test]
 fn each_lesson_breaks_its_invariant_by_choosing_in_the_choices_counted() {
-    for (domain, handler, client, plan, invariant, clicks_expected) in LESSONS {
+    for lesson in &LESSONS {
+        let (domain, handler, invariant) = (lesson.domain, lesson.handler, lesson.breaks);
         let mut subject = subject(domain, handler);
-        let bounds = Bounds {
-            client,
-            ..Bounds::default()
-        };
-        let (clicks, positions) = play_by_plan(&mut *subject, &bounds, plan, invariant);
+        let bounds = lesson.bounds();
+        let (clicks, positions) = play_by_plan(&mut *subject, &bounds, lesson.plan, invariant);
         let last = positions.last().unwrap();
         assert!(last.judged.violates(invariant), "{domain}/{handler}");
-        assert_eq!(clicks, clicks_expected, "{domain}/{handler}");
+        assert_eq!(clicks, lesson.clicks, "{domain}/{handler}");
         // The faults are the plan's, no more.
         assert_eq!(
             last.judged.faults.total() as usize,
-            plan.len(),
+            lesson.plan.len(),
             "{domain}/{handler}"
         );
         // Before the last choice, the invariant still held.
@@ -98,13 +115,11 @@ fn each_lesson_breaks_its_invariant_by_choosing_in_the_choices_counted() {
 
 #[test]
 fn every_position_is_the_replay_of_its_tape() {
-    for (domain, handler, client, plan, invariant, _) in LESSONS {
+    for lesson in &LESSONS {
+        let (domain, handler) = (lesson.domain, lesson.handler);
         let mut subject = subject(domain, handler);
-        let bounds = Bounds {
-            client,
-            ..Bounds::default()
-        };
-        let (_, positions) = play_by_plan(&mut *subject, &bounds, plan, invariant);
+        let bounds = lesson.bounds();
+        let (_, positions) = play_by_plan(&mut *subject, &bounds, lesson.plan, lesson.breaks);
         for played in &positions {
             let judged_bounds = played.judged_bounds(&bounds);
             let replayed = replay(&mut *subject, &played.judged.tape, &judged_bounds).unwrap();
