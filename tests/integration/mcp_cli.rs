@@ -8,7 +8,7 @@ use crate::cli::{assert_bad_input, retrysim, stderr, stdout};
 use std::path::PathBuf;
 
 /// A scenario shipped in `examples/mcp/`.
-fn shipped(name: &str) -> String {
+pub fn shipped(name: &str) -> String {
     format!("{}/examples/mcp/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 

@@ -1,0 +1,346 @@
+//! `retrysim play` as a process: its page and answers over HTTP, bad input answered in one
+//! line without wedging it, two tabs apart, a real MCP server played, and every process gone
+//! after a signal.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+/// A `retrysim play` process on a free port, its process group ended when dropped.
+pub struct PlayProcess {
+    child: Child,
+    /// The port it serves on.
+    pub port: u16,
+}
+
+impl PlayProcess {
+    /// Starts `retrysim play ARGS --port 0` and reads the port it prints.
+    pub fn start(args: &[&str]) -> PlayProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .arg("play")
+            .args(args)
+            .args(["--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("the binary runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .split("http://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        PlayProcess { child, port }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The status and body of `GET path`.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        self.raw(&format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+    }
+
+    /// The status and JSON of `GET path`.
+    pub fn json(&self, path: &str) -> (u16, Value) {
+        let (status, body) = self.get(path);
+        let value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+        (status, value)
+    }
+
+    /// The status and body of the response to `request`, sent as it is.
+    pub fn raw(&self, request: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {response:?}"));
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        (status, body.to_string())
+    }
+
+    /// Sends `signal` and waits for the process; its exit code.
+    pub fn stop(mut self, signal: &str) -> Option<i32> {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        self.child.wait().unwrap().code()
+    }
+}
+
+impl Drop for PlayProcess {
+    fn drop(&mut self) {
+        // SAFETY: signals the process group the child leads; touches no memory.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Plays by a plan over HTTP, as the page does: at each choice, the one whose words hold
+/// the plan's next phrase, else the first; until `invariant` is broken (at most 80 choices).
+/// Returns the choices made and the last state.
+pub fn play_over_http(
+    server: &PlayProcess,
+    query: &str,
+    plan: &[&str],
+    invariant: &str,
+) -> (usize, Value) {
+    let (status, mut state) = server.json(&format!("/state?{query}"));
+    assert_eq!(status, 200, "{state}");
+    let mut plan = plan.iter().peekable();
+    for clicks in 0..80 {
+        if broken(&state, invariant) {
+            return (clicks, state);
+        }
+        let choices = state["now"]["choices"].as_array().expect("a choice now");
+        let planned = plan.peek().and_then(|phrase| {
+            choices
+                .iter()
+                .position(|c| c["words"].as_str().unwrap().contains(*phrase))
+        });
+        if planned.is_some() {
+            plan.next();
+        }
+        let path = format!(
+            "/choose?{query}&answers={}&at={}&choice={}",
+            answers(&state),
+            state["at"],
+            planned.unwrap_or(0)
+        );
+        let (status, next) = server.json(&path);
+        assert_eq!(status, 200, "{next}");
+        state = next;
+    }
+    panic!("80 choices and {invariant} still holds");
+}
+
+/// Whether the state's run judged so far breaks `invariant`.
+pub fn broken(state: &Value, invariant: &str) -> bool {
+    state["judged"]["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["invariant"] == invariant)
+}
+
+/// The state's answers as a query value.
+pub fn answers(state: &Value) -> String {
+    let answers = state["answers"].as_array().unwrap();
+    let answers: Vec<String> = answers.iter().map(|a| a.to_string()).collect();
+    answers.join(",")
+}
+
+#[test]
+fn bad_input_is_one_line_and_the_server_goes_on() {
+    let server = PlayProcess::start(&["--model", "counter", "--handler", "naive"]);
+    let (status, page) = server.get("/");
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>retrysim play</title>"), "{page}");
+    let (status, start) = server.json("/state");
+    assert_eq!(status, 200);
+    assert_eq!(start["answers"], serde_json::json!([0, 0, 0]));
+    let cases: [(&str, u16, &str); 7] = [
+        (
+            "/choose?answers=0,0,0&at=3&choice=7",
+            400,
+            "unknown choice 7: choice 4 has answers 0 to 1",
+        ),
+        (
+            "/choose?answers=0,0,0&at=2&choice=0",
+            409,
+            "stale step: this click answers choice 3 but the run is at choice 4",
+        ),
+        (
+            "/state?answers=0,5",
+            400,
+            "the tape does not fit this run: answer 5 to choice 2 does not fit",
+        ),
+        (
+            "/start?tape=1,x",
+            400,
+            "tape \"1,x\": tape answer 2 is \"x\"",
+        ),
+        ("/state?answers=a", 400, "is not a comma-separated list"),
+        (
+            "/state?goal=fast",
+            400,
+            "goal: no invariant is named \"fast\"",
+        ),
+        ("/nowhere", 404, "nothing is served at /nowhere"),
+    ];
+    for (path, status_expected, message) in cases {
+        let (status, body) = server.json(path);
+        assert_eq!(status, status_expected, "{path}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.contains(message), "{path}: {error}");
+        assert!(!error.contains('\n'), "{path}: {error}");
+    }
+    let (status, body) = server.raw("POST /state HTTP/1.1\r\n\r\n");
+    assert_eq!(status, 400);
+    assert!(body.contains("only GET is served"), "{body}");
+    let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(20_000));
+    let (status, body) = server.raw(&long);
+    assert_eq!(status, 400);
+    assert!(body.contains("longer than 16384 bytes"), "{body}");
+    // A connection that sends nothing does not hold up the others.
+    let _silent = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let (status, again) = server.json("/state?answers=0,0,0");
+    assert_eq!(status, 200);
+    assert_eq!(again, start);
+}
+
+#[test]
+fn two_tabs_do_not_disturb_each_other() {
+    let server = PlayProcess::start(&["--model", "counter", "--handler", "naive"]);
+    // Tab one plays on; tab two, between its choices, goes its own way.
+    let (_, mut one) = server.json("/state");
+    let (_, mut two) = server.json("/state");
+    for _ in 0..6 {
+        let path = format!(
+            "/choose?answers={}&at={}&choice=0",
+            answers(&one),
+            one["at"]
+        );
+        one = server.json(&path).1;
+        let last = two["now"]["choices"].as_array().unwrap().len() - 1;
+        let path = format!(
+            "/choose?answers={}&at={}&choice={last}",
+            answers(&two),
+            two["at"]
+        );
+        two = server.json(&path).1;
+    }
+    assert_ne!(one["tape"], two["tape"]);
+    // Each tab's state is the one its answers give alone.
+    for tab in [&one, &two] {
+        let (_, alone) = server.json(&format!("/state?answers={}", answers(tab)));
+        assert_eq!(&alone, tab);
+    }
+}
+
+#[test]
+fn a_goal_met_shows_the_shortest_counterexample() {
+    let server = PlayProcess::start(&[
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--goal",
+        "at-most-once-effect",
+    ]);
+    let (_, start) = server.json("/state");
+    assert_eq!(start["goal"]["met"], false);
+    let (clicks, state) = play_over_http(&server, "", &["lose reply A#1"], "at-most-once-effect");
+    assert_eq!(clicks, 11);
+    let goal = &state["goal"];
+    assert_eq!(goal["met"], true, "{goal}");
+    assert_eq!(goal["faults"], 1);
+    let shortest = &goal["shortest"];
+    assert!(shortest["faults"].as_u64().unwrap() <= 1, "{shortest}");
+    assert!(shortest["text"]
+        .as_str()
+        .unwrap()
+        .contains("VIOLATED at-most-once-effect"));
+    assert!(shortest["replay"]
+        .as_str()
+        .unwrap()
+        .starts_with("retrysim replay --model counter --handler naive --tape "));
+}
+
+/// One line and status 2, and nothing served, for each bad command.
+#[test]
+fn bad_commands_are_refused_in_one_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--model", "counter", "--handler", "nope"],
+            "unknown handler",
+        ),
+        (
+            &["--model", "counter", "--handler", "naive", "--goal", "fast"],
+            "--goal fast: no invariant is named so",
+        ),
+        (
+            &["--model", "counter", "--handler", "naive", "--tape", "9"],
+            "--tape: the tape does not fit this run: answer 9 to choice 1",
+        ),
+        (
+            &["--model", "counter", "--handler", "naive", "--tape", "0,x"],
+            "tape answer 2 is \"x\"",
+        ),
+        (
+            &[
+                "--model",
+                "counter",
+                "--handler",
+                "naive",
+                "--port",
+                &taken_port,
+            ],
+            "cannot serve on 127.0.0.1:",
+        ),
+    ];
+    for (args, message) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .arg("play")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// A real MCP server, played the same way: a lost answer and a retry add twice; then SIGTERM
+/// ends the play server, its MCP server and its scratch files.
+#[test]
+fn a_real_mcp_server_is_played_and_ended() {
+    let scenario = crate::mcp_cli::shipped("counter_keyless.toml");
+    let server = PlayProcess::start(&["--model", "mcp", "--handler", &scenario]);
+    let (clicks, state) = play_over_http(&server, "", &["lose reply A#1"], "at-most-once-effect");
+    assert!(clicks > 0 && clicks < 30, "{clicks}");
+    assert!(
+        state["store"].as_str().unwrap().contains("counter"),
+        "{state}"
+    );
+    let scratch_prefix = format!("retrysim-mcp-{}-", server.pid());
+    assert!(!crate::processes_with_environment(&scratch_prefix).is_empty());
+    assert_eq!(server.stop("TERM"), Some(143));
+    // SIGKILL ends a process soon after it is sent: waits for that, bounded.
+    for _ in 0..100 {
+        if crate::processes_with_environment(&scratch_prefix).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let left = crate::processes_with_environment(&scratch_prefix);
+    assert!(left.is_empty(), "{left:?} left running");
+    for root in ["/tmp", "/dev/shm"] {
+        let entries = std::fs::read_dir(root).into_iter().flatten().flatten();
+        let found = entries
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&scratch_prefix))
+            .count();
+        assert_eq!(found, 0, "scratch left under {root}");
+    }
+}
