@@ -55,7 +55,7 @@ body[data-busy=true] #choices button{opacity:.5}
 <body data-ready="false">
 <header>
 <h1 id="title">retrysim play</h1>
-<div class="bar"><span>tape <code id="tape">0</code></span><span id="where" class="muted"></span>
+<div class="bar"><span>answers <code id="tape"></code></span><span id="where" class="muted"></span>
 <button id="undo" title="go back one choice (&#x2190;)">&#x2190; undo</button>
 <button id="restart">start again</button>
 <label>seed <input id="seed" inputmode="numeric"></label><button id="fromseed">start from seed</button>
@@ -128,7 +128,7 @@ body[data-busy=true] #choices button{opacity:.5}
   history.replaceState(null,'','?'+params({answers:s.answers.join(',')}));
   text($('title'),'retrysim play \u2014 '+s.title);
   document.title='retrysim play: '+s.title;
-  text($('tape'),s.tape);
+  text($('tape'),s.tape||'(none)');
   text($('replay'),s.replay);
   $('seed').value=String(s.seed);
   var judged=s.judged;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Where the browser checks write their pages and screenshots.
-fn browser_dir() -> PathBuf {
+pub fn browser_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
@@ -30,7 +30,7 @@ fn browser_dir() -> PathBuf {
 /// Headless Chromium and the Mermaid bundle, or `None` when the browser checks are left out:
 /// on purpose (`RETRYSIM_BROWSER=none`), or because one is missing, said loudly. With
 /// `RETRYSIM_BROWSER=required` a missing one fails the test with what to do.
-fn browser() -> Option<(PathBuf, PathBuf)> {
+pub fn browser() -> Option<(PathBuf, PathBuf)> {
     let asked = std::env::var("RETRYSIM_BROWSER").ok();
     if asked.as_deref() == Some("none") {
         eprintln!("browser checks NOT RUN: RETRYSIM_BROWSER=none");

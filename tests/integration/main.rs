@@ -27,6 +27,7 @@ mod own_capabilities;
 mod own_handler;
 mod payment;
 mod play;
+mod play_browser;
 mod play_server;
 mod postgres;
 mod postgres_http;

@@ -1,0 +1,362 @@
+//! The play page in headless Chromium, driven as a student drives it (clicks and keys), over
+//! the DevTools protocol on a pipe: break `counter/naive` and a real MCP server by choosing,
+//! see the invariant reported, replay the tape the page shows with the command it shows,
+//! undo twice, and a screenshot at the violation (`target/browser/screenshots`).
+//!
+//! Left out, loudly, as the other browser checks are when Chromium is missing
+//! (`RETRYSIM_BROWSER=required` makes that a failure).
+
+use crate::browser::{browser, browser_dir};
+use crate::play_server::PlayProcess;
+use serde_json::{json, Value};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// Headless Chromium on one page, spoken to over `--remote-debugging-pipe`.
+struct Browser {
+    child: Child,
+    to: File,
+    from: BufReader<File>,
+    session: String,
+    next_id: u64,
+    profile: PathBuf,
+}
+
+/// A pipe: its read end and its write end, both closed on exec.
+fn pipe() -> (RawFd, RawFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `pipe2` writes two fds into the array it is given.
+    let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(made, 0, "pipe2");
+    (fds[0], fds[1])
+}
+
+impl Browser {
+    fn open(chromium: &Path, url: &str) -> Browser {
+        let (chromium_reads, we_write) = pipe();
+        let (we_read, chromium_writes) = pipe();
+        // A profile of its own: two browsers on one profile would be one.
+        static OPENED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let opened = OPENED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let profile = browser_dir().join(format!("play-profile-{}-{opened}", std::process::id()));
+        let mut command = Command::new(chromium);
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--remote-debugging-pipe",
+                "--window-size=1280,800",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        // SAFETY: between fork and exec only async-signal-safe calls: fcntl and dup2 put
+        // the pipe's ends at fds 3 and 4 (by way of fds above 10, so neither is overwritten).
+        unsafe {
+            command.pre_exec(move || {
+                let reads = libc::fcntl(chromium_reads, libc::F_DUPFD, 10);
+                let writes = libc::fcntl(chromium_writes, libc::F_DUPFD, 10);
+                if reads < 0 || writes < 0 || libc::dup2(reads, 3) < 0 || libc::dup2(writes, 4) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("chromium starts");
+        // SAFETY: each fd is ours alone from here; closing the child's ends in this process.
+        let (to, from) = unsafe {
+            libc::close(chromium_reads);
+            libc::close(chromium_writes);
+            (File::from_raw_fd(we_write), File::from_raw_fd(we_read))
+        };
+        let mut browser = Browser {
+            child,
+            to,
+            from: BufReader::new(from),
+            session: String::new(),
+            next_id: 0,
+            profile,
+        };
+        let targets = browser.send("Target.getTargets", json!({}));
+        let page = targets["targetInfos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page")
+            .expect("a page")["targetId"]
+            .clone();
+        let attached = browser.send(
+            "Target.attachToTarget",
+            json!({ "targetId": page, "flatten": true }),
+        );
+        browser.session = attached["sessionId"].as_str().unwrap().to_string();
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": false }),
+        );
+        browser.send("Page.navigate", json!({ "url": url }));
+        browser
+    }
+
+    /// Sends one command (to the page once attached) and returns its result.
+    fn send(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut message = json!({ "id": id, "method": method, "params": params });
+        if !self.session.is_empty() {
+            message["sessionId"] = json!(self.session);
+        }
+        let mut bytes = message.to_string().into_bytes();
+        bytes.push(0);
+        self.to.write_all(&bytes).unwrap();
+        loop {
+            let mut reply = Vec::new();
+            let read = self.from.read_until(0, &mut reply).unwrap();
+            assert!(read > 0, "chromium closed its pipe");
+            reply.pop();
+            let reply: Value = serde_json::from_slice(&reply).unwrap();
+            if reply["id"] == id {
+                assert!(reply["error"].is_null(), "{method}: {}", reply["error"]);
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    /// The value of `expression` in the page (awaited when it is a promise).
+    fn eval(&mut self, expression: &str) -> Value {
+        let params =
+            json!({ "expression": expression, "awaitPromise": true, "returnByValue": true });
+        let mut result = self.send("Runtime.evaluate", params.clone());
+        // The page may still be replacing about:blank: asked again in the new page.
+        for _ in 0..100 {
+            let lost = result["exceptionDetails"]["exception"]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("document.body") || d.contains("null"));
+            if !lost {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            result = self.send("Runtime.evaluate", params.clone());
+        }
+        assert!(
+            result["exceptionDetails"].is_null(),
+            "{expression}: {}",
+            result["exceptionDetails"]
+        );
+        result["result"]["value"].clone()
+    }
+
+    /// Waits until the page shows choice `at` + 1, nothing loading.
+    fn wait_at(&mut self, at: Option<u64>) -> Value {
+        let at = at.map_or("null".to_string(), |at| format!("'{at}'"));
+        self.eval(&format!(
+            "new Promise(function(done){{(function wait(){{var b=document.body;\
+             if(b&&b.dataset.ready==='true'&&b.dataset.busy!=='true'&&({at}===null||b.dataset.at==={at}))\
+             {{done(true);}}else{{setTimeout(wait,20);}}}})();}})"
+        ));
+        self.shown()
+    }
+
+    /// What the page shows.
+    fn shown(&mut self) -> Value {
+        self.eval(
+            "(function(){function t(id){return document.getElementById(id).textContent;}\
+             return {at:+document.body.dataset.at,tape:t('tape'),replay:t('replay'),\
+             verdict:t('verdict'),text:t('text'),error:t('error'),table:document.getElementById('table').innerHTML,\
+             broken:Array.prototype.map.call(document.querySelectorAll('#invariants li.broken'),\
+             function(li){return li.textContent;}),\
+             choices:Array.prototype.map.call(document.querySelectorAll('#choices button'),\
+             function(b){return b.textContent;}),\
+             width:document.documentElement.scrollWidth,height:document.documentElement.scrollHeight};})()",
+        )
+    }
+
+    /// Presses `key` on the page.
+    fn press(&mut self, key: &str) {
+        self.eval(&format!(
+            "document.dispatchEvent(new KeyboardEvent('keydown',{{key:'{key}'}}))"
+        ));
+    }
+
+    /// Clicks the choice numbered `index` (from 0).
+    fn click(&mut self, index: usize) {
+        self.eval(&format!(
+            "document.querySelectorAll('#choices button')[{index}].click()"
+        ));
+    }
+
+    /// A PNG of the page as it is.
+    fn screenshot(&mut self) -> Vec<u8> {
+        let shot = self.send("Page.captureScreenshot", json!({ "format": "png" }));
+        base64(shot["data"].as_str().unwrap())
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // SAFETY: signals the process group the child leads; touches no memory.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+fn base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=').map(value).collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let bits = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |bits, (i, &d)| bits | u32::from(d) << (18 - 6 * i));
+        out.extend(&bits.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+/// Plays by `plan` on the page: the planned choice clicked, every other the first, by its
+/// key; until `invariant` is reported broken. Returns the choices made, each position shown.
+fn play_on_page(page: &mut Browser, plan: &[&str], invariant: &str) -> (usize, Vec<Value>) {
+    let mut shown = vec![page.wait_at(None)];
+    let mut plan = plan.iter().peekable();
+    for clicks in 0..80 {
+        let now = shown.last().unwrap().clone();
+        if now["broken"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b.as_str().unwrap().contains(invariant))
+        {
+            return (clicks, shown);
+        }
+        let choices = now["choices"].as_array().unwrap();
+        let planned = plan.peek().and_then(|phrase| {
+            choices
+                .iter()
+                .position(|c| c.as_str().unwrap().contains(*phrase))
+        });
+        match planned {
+            Some(index) => {
+                plan.next();
+                page.click(index);
+            }
+            None => page.press("1"),
+        }
+        let at = now["at"].as_u64().unwrap() + 1;
+        shown.push(page.wait_at(Some(at)));
+    }
+    panic!("80 choices and {invariant} is not reported");
+}
+
+/// Plays `args`' target on the page to `invariant`, checks the tape and command it shows,
+/// undoes twice, and saves a screenshot as `name`.png. Returns the choices made.
+fn break_on_page(
+    chromium: &Path,
+    args: &[&str],
+    plan: &[&str],
+    invariant: &str,
+    name: &str,
+) -> usize {
+    let server = PlayProcess::start(args);
+    let mut page = Browser::open(chromium, &format!("http://127.0.0.1:{}/", server.port));
+    let (clicks, shown) = play_on_page(&mut page, plan, invariant);
+    let last = shown.last().unwrap();
+    let verdict = last["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains(&format!("VIOLATED {invariant}")),
+        "{verdict}"
+    );
+    assert_eq!(last["error"], "");
+    // It fits 1280×800: only the timeline and the panels scroll, inside it.
+    assert!(last["width"].as_u64().unwrap() <= 1280, "{last}");
+    assert!(last["height"].as_u64().unwrap() <= 800, "{last}");
+    let screenshots = browser_dir().join("screenshots");
+    std::fs::create_dir_all(&screenshots).unwrap();
+    let png = page.screenshot();
+    assert_eq!(&png[1..4], b"PNG");
+    let (width, height) = (
+        u32::from_be_bytes(png[16..20].try_into().unwrap()),
+        u32::from_be_bytes(png[20..24].try_into().unwrap()),
+    );
+    assert_eq!((width, height), (1280, 800));
+    std::fs::write(screenshots.join(format!("{name}.png")), png).unwrap();
+    // The command on the page replays what is on it.
+    let command = last["replay"].as_str().unwrap();
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(words[..2], ["retrysim", "replay"], "{command}");
+    let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(&words[1..])
+        .args(["--width", "100"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{command}");
+    let printed = String::from_utf8(output.stdout).unwrap();
+    let text = last["text"].as_str().unwrap();
+    assert!(text.contains(&format!("VIOLATED {invariant}")), "{text}");
+    assert!(
+        printed.contains(text.trim_end()),
+        "{command}\n{printed}\n---\n{text}"
+    );
+    // Undo twice (the key ←): the position two choices back, as it was.
+    let at = last["at"].as_u64().unwrap();
+    page.press("ArrowLeft");
+    page.wait_at(Some(at - 1));
+    page.press("ArrowLeft");
+    let back = page.wait_at(Some(at - 2));
+    let earlier = &shown[shown.len() - 3];
+    assert_eq!(back["table"], earlier["table"]);
+    assert_eq!(back["tape"], earlier["tape"]);
+    assert_eq!(back["choices"], earlier["choices"]);
+    assert!(back["broken"].as_array().unwrap().is_empty(), "{back}");
+    clicks
+}
+
+#[test]
+fn a_student_breaks_counter_naive_on_the_page() {
+    let Some((chromium, _)) = browser() else {
+        return;
+    };
+    let clicks = break_on_page(
+        &chromium,
+        &["--model", "counter", "--handler", "naive"],
+        &["lose reply A#1"],
+        "at-most-once-effect",
+        "play-counter-naive",
+    );
+    assert_eq!(clicks, 11);
+}
+
+#[test]
+fn a_student_breaks_a_real_mcp_server_on_the_page() {
+    let Some((chromium, _)) = browser() else {
+        return;
+    };
+    let scenario = crate::mcp_cli::shipped("counter_keyless.toml");
+    let clicks = break_on_page(
+        &chromium,
+        &["--model", "mcp", "--handler", &scenario],
+        &["lose reply A#1"],
+        "at-most-once-effect",
+        "play-mcp-counter-keyless",
+    );
+    assert!(clicks > 0, "{clicks}");
+}
