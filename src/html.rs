@@ -6,7 +6,8 @@
 //! that event. There is a print style, and a narrow screen shows each event as a line of its
 //! own.
 
-use crate::report::{replay_command, Schedule};
+use crate::play::PORT_DEFAULT;
+use crate::report::{play_command, replay_command, Schedule};
 use retrysim_models::HandlerEntry;
 use retrysim_sim::{Bounds, Lane, Row, RunOutcome, Timeline};
 use std::fmt::Write as _;
@@ -168,11 +169,14 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
         );
     }
     let command = replay_command(entry, bounds, &Schedule::Tape(outcome.tape.clone()));
+    let play = play_command(entry, bounds, &outcome.tape);
     let faults = &outcome.faults;
     let _ = writeln!(
         out,
         "<p>{} steps; faults: {} drops, {} duplicates, {} crashes, {} reconnects, {} storage</p>\n\
-         <p>reproduce: <code>{}</code></p>\n<p>bounds: <code>{}</code></p>\n</header>",
+         <p>reproduce: <code>{}</code></p>\n<p>bounds: <code>{}</code></p>\n\
+         <p class=\"play\">play from here, choice by choice: <code>{}</code>, then \
+         <a href=\"http://127.0.0.1:{PORT_DEFAULT}/?tape={}&amp;to=end\">open the page</a></p>\n</header>",
         outcome.steps,
         faults.drops,
         faults.duplicates,
@@ -180,7 +184,9 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
         faults.reconnects,
         faults.storage,
         escape(&command),
-        escape(&bounds.to_string())
+        escape(&bounds.to_string()),
+        escape(&play),
+        outcome.tape
     );
     out
 }

@@ -9,8 +9,19 @@ use std::fmt::Write as _;
 /// The command that replays `tape` on `entry` under `bounds` (bounds flags only where they
 /// differ from the defaults).
 pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule) -> String {
+    command_for("replay", entry, bounds, schedule)
+}
+
+/// The command that serves `tape` on `entry` under `bounds` to be played on from
+/// (`retrysim play`; bounds flags only where they differ from the defaults).
+pub fn play_command(entry: &HandlerEntry, bounds: &Bounds, tape: &Tape) -> String {
+    command_for("play", entry, bounds, &Schedule::Tape(tape.clone()))
+}
+
+/// `retrysim VERB` on `entry` with `schedule` and the flags that set `bounds`.
+fn command_for(verb: &str, entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule) -> String {
     let mut command = format!(
-        "retrysim replay --model {} --handler {}",
+        "retrysim {verb} --model {} --handler {}",
         entry.domain, entry.handler
     );
     match schedule {

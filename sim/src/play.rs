@@ -64,6 +64,10 @@ pub struct Played {
     pub judged: RunOutcome,
     /// The `steps_max` that stopped `judged`, when the run is not over.
     pub stopped_after_steps: Option<u32>,
+    /// The choices the run asks after the choice now when each is answered 0 (the
+    /// uneventful rest of the run): that many zeros more, and the choice now's, play it to
+    /// its end.
+    pub ahead: usize,
 }
 
 impl Played {
@@ -144,12 +148,13 @@ pub fn play(
         told: None,
         asked: Vec::new(),
         misfit: None,
+        ahead: 0,
     };
     let probe = subject.run(&mut source, bounds, true);
     if let Some(misfit) = source.misfit {
         return Err(misfit);
     }
-    let asked = source.asked;
+    let (asked, ahead) = (source.asked, source.ahead);
     if asked.len() < answers.len() {
         return Err(PlayError::PastEnd {
             asked: asked.len(),
@@ -166,6 +171,7 @@ pub fn play(
             rows,
             judged: probe,
             stopped_after_steps: None,
+            ahead,
         });
     };
     rows.truncate(now.rows);
@@ -180,6 +186,7 @@ pub fn play(
         rows,
         judged,
         stopped_after_steps: Some(steps_done),
+        ahead,
     })
 }
 
@@ -226,6 +233,8 @@ struct PlaySource<'a> {
     told: Option<Told>,
     asked: Vec<Asked>,
     misfit: Option<PlayError>,
+    /// Choices asked after the first past the answers.
+    ahead: usize,
 }
 
 impl Choices for PlaySource<'_> {
@@ -234,6 +243,7 @@ impl Choices for PlaySource<'_> {
         let seeded = self.seeded.choose(kind, options);
         let index = self.asked.len();
         if index > self.answers.len() {
+            self.ahead += 1;
             return 0;
         }
         let answer = self.answers.get(index).copied();

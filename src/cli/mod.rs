@@ -36,9 +36,6 @@ use std::process::ExitCode;
 
 use std::time::Instant;
 
-/// The port `retrysim play` serves on by default (failure pages link to it).
-pub const PLAY_PORT: u16 = 7878;
-
 /// Seeds the no-argument run explores per handler.
 pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
 
@@ -171,7 +168,7 @@ enum Command {
         #[command(flatten)]
         target: Target,
         /// The port on 127.0.0.1 to serve on; 0 takes any free port (the port is printed).
-        #[arg(long, default_value_t = PLAY_PORT)]
+        #[arg(long, default_value_t = crate::play::PORT_DEFAULT)]
         port: u16,
         /// Start from this tape (a failure's, say) instead of the smallest workload.
         #[arg(long, value_parser = parse_tape)]

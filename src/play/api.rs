@@ -163,8 +163,8 @@ impl<'a> Server<'a> {
         Ok(answers)
     }
 
-    /// The answers a page starts from: a tape's (`tape=`), or the workload a seed's run
-    /// draws (`seed=` alone).
+    /// The answers a page starts from: a tape's (`tape=`; with `to=end`, and the zeros that
+    /// play its run to its end), or the workload a seed's run draws (`seed=` alone).
     fn start(&mut self, query: &Query, seed: u64) -> Result<Vec<u32>, Refusal> {
         let bounds = &self.target.bounds;
         if let Some(tape) = query.text("tape") {
@@ -172,10 +172,19 @@ impl<'a> Server<'a> {
             let _: Tape = tape
                 .parse()
                 .map_err(|why| Refusal(400, format!("tape {tape:?}: {why}")))?;
-            return Ok(tape
-                .split(',')
+            let mut answers: Vec<u32> = (tape.split(','))
                 .filter_map(|a| a.trim().parse().ok())
-                .collect());
+                .collect();
+            if query.text("to") == Some("end") {
+                // A failure's page: its whole run, to be gone back through.
+                let played = play(&mut *self.subject, &answers, bounds, seed).map_err(|error| {
+                    Refusal(400, format!("the tape does not fit this run: {error}"))
+                })?;
+                if played.now().is_some() {
+                    answers.resize(answers.len() + played.ahead + 1, 0);
+                }
+            }
+            return Ok(answers);
         }
         let run = crate::run_seed(&mut *self.subject, seed, bounds, false);
         Ok(workload_answers(&mut *self.subject, &run.tape, bounds)?)

@@ -22,6 +22,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The port `retrysim play` serves on by default; failure pages link to it.
+pub const PORT_DEFAULT: u16 = 7878;
+
 /// The longest request line or header line read, in bytes; a longer one is refused.
 pub const REQUEST_LINE_BYTES_MAX: usize = 16 * 1024;
 /// The most header lines read of one request.

@@ -217,7 +217,7 @@ body[data-busy=true] #choices button{opacity:.5}
    if(pick){choose(pick.answer);}
   }
  });
- if(query.has('tape')){load('/start?'+params({tape:query.get('tape')}));}
+ if(query.has('tape')){var from={tape:query.get('tape')};if(query.get('to')==='end'){from.to='end';}load('/start?'+params(from));}
  else if(query.has('answers')){load('/state?'+params({answers:query.get('answers')}));}
  else if(query.has('seed')){load('/start?'+params({}));}
  else{load('/state?'+params({}));}

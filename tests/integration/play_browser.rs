@@ -360,3 +360,50 @@ fn a_student_breaks_a_real_mcp_server_on_the_page() {
     );
     assert!(clicks > 0, "{clicks}");
 }
+
+/// A failure page's "play from here" link opens the failure's whole run on the play page,
+/// broken, to be gone back through.
+#[test]
+fn a_failure_page_links_to_its_run_on_the_play_page() {
+    let Some((chromium, _)) = browser() else {
+        return;
+    };
+    let shrunk = crate::timelines::shortest_failure_in(
+        "counter",
+        "naive",
+        retrysim::Invariant::AtMostOnceEffect,
+    );
+    let entry = crate::entry("counter", "naive");
+    let failure = retrysim::html::run_html(entry, &shrunk.bounds, &shrunk.outcome);
+    let link = failure
+        .split("<a href=\"http://127.0.0.1:7878/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a play link")
+        .replace("&amp;", "&");
+    // The server the page's command starts (its bounds are the failure's).
+    let command = failure
+        .split("<code>retrysim play ")
+        .nth(1)
+        .and_then(|rest| rest.split("</code>").next())
+        .expect("a play command");
+    assert!(command.contains("--faults-max 0"), "{command}");
+    let args: Vec<&str> = command.split_whitespace().collect();
+    let server = PlayProcess::start(&args);
+    let mut page = Browser::open(
+        &chromium,
+        &format!("http://127.0.0.1:{}/{link}", server.port),
+    );
+    let shown = page.wait_at(None);
+    assert!(shown["choices"].as_array().unwrap().is_empty(), "{shown}");
+    let verdict = shown["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("The run ended"), "{verdict}");
+    assert!(
+        verdict.contains("VIOLATED at-most-once-effect"),
+        "{verdict}"
+    );
+    assert_eq!(
+        shown["text"],
+        shrunk.outcome.timeline.as_ref().unwrap().render_within(100)
+    );
+}

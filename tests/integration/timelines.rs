@@ -303,7 +303,16 @@ fn a_failure_as_a_self_contained_html_page() {
             assert!(page.contains(control), "{handler}: {control}");
         }
         assert!(page.contains("<script>") && page.contains("@media print"));
-        // Nothing fetched from outside (the SVG namespace's name is a name, not a fetch).
+        // Play from here: the command, and a link to the page it serves on this machine.
+        let play = format!(
+            "<a href=\"http://127.0.0.1:7878/?tape={}&amp;to=end\">",
+            shrunk.outcome.tape
+        );
+        assert!(page.contains(&play), "{handler}");
+        assert!(page.contains("<code>retrysim play --model"), "{handler}");
+        // Nothing fetched from outside (the SVG namespace's name is a name, not a fetch; the
+        // play link is a link to this machine, followed only when clicked).
+        let page = page.replace(&play, "");
         for outside in [
             "src=\"http",
             "href=\"http",
@@ -316,7 +325,7 @@ fn a_failure_as_a_self_contained_html_page() {
         }
         let again = replay(&mut *(entry.build)(), &shrunk.outcome.tape, &shrunk.bounds).unwrap();
         let twice = retrysim::html::run_html(entry, &shrunk.bounds, &again);
-        assert_eq!(page, twice, "{handler}");
+        assert_eq!(page, twice.replace(&play, ""), "{handler}");
     }
 }
 
