@@ -273,7 +273,8 @@ fn a_goal_is_met_and_compared_with_the_shortest_counterexample() {
     )
     .expect("counter/naive breaks at-most-once-effect with one fault");
     assert!(shortest.outcome.violates(Invariant::AtMostOnceEffect));
-    assert!(shortest.outcome.faults.total() <= 1);
+    // Shorter than the learner's: a timeout, with no fault at all.
+    assert_eq!(shortest.outcome.faults.total(), 0);
     // A correct handler has none.
     let mut correct = subject("counter", "keyed-sqlite");
     assert!(shortest_breaking(
