@@ -7,7 +7,7 @@
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count, and
 //! the names of the sections to run: random, timeouts, overlap, exhaustive, peer, real,
-//! payment, time, mcp).
+//! payment, time, mcp, play).
 
 /// Handlers written with `SqlHandler` alone, shared with the integration tests.
 #[allow(dead_code)]
@@ -37,7 +37,7 @@ fn main() {
         .filter(|arg| arg.parse::<u64>().is_err() && !arg.starts_with('-'))
         .collect();
     let wanted = |section: &str| named.is_empty() || named.contains(&section);
-    let sections: [(&str, &dyn Fn()); 9] = [
+    let sections: [(&str, &dyn Fn()); 10] = [
         ("random", &|| random_exploration(seeds)),
         ("timeouts", &|| timeout_models(seeds)),
         ("overlap", &|| overlapping_invocations(seeds)),
@@ -47,6 +47,7 @@ fn main() {
         ("payment", &payment_checks),
         ("time", &time_columns),
         ("mcp", &mcp_servers),
+        ("play", &play_positions),
     ];
     for (name, section) in sections {
         if wanted(name) {
@@ -645,4 +646,51 @@ fn postgres_race_check(examples: &str) {
         report.violations.len(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// How long a click on the play page takes: positions computed per second (each is two runs,
+/// traced: to the choice now, and judged so far) along a whole run answered 0 from the
+/// smallest workload, for a built-in handler on SQLite and a real MCP server.
+fn play_positions() {
+    use retrysim::mcp::{OnMcp, Scenario};
+    println!("\nplay: positions per second along one run (each two traced runs):");
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mcp");
+    let scenario =
+        Scenario::load(&std::path::Path::new(examples).join("counter_keyless.toml")).unwrap();
+    let subjects: [(&str, Box<dyn retrysim::Subject>, Bounds); 3] = [
+        (
+            "counter/naive",
+            (models::find("counter", "naive").unwrap().build)(),
+            Bounds::default(),
+        ),
+        (
+            "interval/receipt",
+            (models::find("interval", "receipt").unwrap().build)(),
+            Bounds::default(),
+        ),
+        (
+            "MCP stdlib counter",
+            Box::new(Simulator::new(OnMcp(scenario.target.clone()))),
+            scenario.bounds,
+        ),
+    ];
+    for (name, mut subject, bounds) in subjects {
+        let mut answers = workload_answers(&mut *subject, &Tape::default(), &bounds).unwrap();
+        let started = Instant::now();
+        let mut positions = 0;
+        loop {
+            let played = retrysim::play(&mut *subject, &answers, &bounds, 0).unwrap();
+            positions += 1;
+            if played.now().is_none() {
+                break;
+            }
+            answers.push(0);
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "  {name:<20} {positions:>3} positions  {:>8.1} positions/s  ({:.2} ms a click)",
+            f64::from(positions) / seconds,
+            seconds * 1000.0 / f64::from(positions)
+        );
+    }
 }

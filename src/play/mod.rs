@@ -7,6 +7,29 @@
 //! browsers, never disturb each other. The page ships inside the binary (no build step, no
 //! network). Requests are read on threads of their own, their lines capped; the runs are
 //! made on the thread that serves.
+//!
+//! A system of your own plays the same way: build its subject (`Simulator::new(YourSystem)`)
+//! and serve it.
+//!
+//! ```no_run
+//! use retrysim::play::{PlayServer, PlayTarget};
+//! use retrysim::{Bounds, Subject};
+//!
+//! // Your system: `Box::new(retrysim::Simulator::new(YourSystem::default()))`.
+//! let build = || -> Box<dyn Subject> { (retrysim::models::find("counter", "naive").unwrap().build)() };
+//! let target = PlayTarget {
+//!     title: "my counter".into(),
+//!     bounds: Bounds::default(),
+//!     seed: 0,
+//!     start: Vec::new(),
+//!     goal: None,
+//!     replay: Box::new(|tape, _bounds| format!("RETRYSIM_TAPE={tape} cargo test my_counter")),
+//! };
+//! let server = PlayServer::bind(0)?;
+//! println!("http://127.0.0.1:{}/", server.port());
+//! server.serve(&build, &target)?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
 
 mod api;
 mod page;

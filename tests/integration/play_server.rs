@@ -344,3 +344,24 @@ fn a_real_mcp_server_is_played_and_ended() {
         assert_eq!(found, 0, "scratch left under {root}");
     }
 }
+
+/// Two servers, the same answers: the same bytes.
+#[test]
+fn the_same_answers_give_the_same_bytes_on_two_servers() {
+    let args = [
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+        "--goal",
+        "at-most-once-effect",
+    ];
+    let (one, two) = (PlayProcess::start(&args), PlayProcess::start(&args));
+    let (_, state) = play_over_http(&one, "", &["lose reply A#1"], "at-most-once-effect");
+    for answers in [String::new(), answers(&state)] {
+        let path = format!("/state?answers={answers}");
+        let (first, second) = (one.get(&path), two.get(&path));
+        assert_eq!(first.0, 200);
+        assert_eq!(first, second, "{path}");
+    }
+}
