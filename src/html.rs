@@ -6,8 +6,7 @@
 //! that event. There is a print style, and a narrow screen shows each event as a line of its
 //! own.
 
-use crate::play::PORT_DEFAULT;
-use crate::report::{play_command, replay_command, Schedule};
+use crate::report::{play_command, replay_command, Schedule, PLAY_PORT_DEFAULT};
 use retrysim_models::HandlerEntry;
 use retrysim_sim::{Bounds, Lane, Row, RunOutcome, Timeline};
 use std::fmt::Write as _;
@@ -176,7 +175,7 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
         "<p>{} steps; faults: {} drops, {} duplicates, {} crashes, {} reconnects, {} storage</p>\n\
          <p>reproduce: <code>{}</code></p>\n<p>bounds: <code>{}</code></p>\n\
          <p class=\"play\">play from here, choice by choice: <code>{}</code>, then \
-         <a href=\"http://127.0.0.1:{PORT_DEFAULT}/?tape={}&amp;to=end\">open the page</a></p>\n</header>",
+         <a href=\"http://127.0.0.1:{PLAY_PORT_DEFAULT}/?tape={}&amp;to=end\">open the page</a></p>\n</header>",
         outcome.steps,
         faults.drops,
         faults.duplicates,

@@ -12,6 +12,9 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
     command_for("replay", entry, bounds, schedule)
 }
 
+/// The port `retrysim play` serves on by default; failure pages link to it.
+pub const PLAY_PORT_DEFAULT: u16 = 7878;
+
 /// The command that serves `tape` on `entry` under `bounds` to be played on from
 /// (`retrysim play`; bounds flags only where they differ from the defaults).
 pub fn play_command(entry: &HandlerEntry, bounds: &Bounds, tape: &Tape) -> String {

@@ -45,8 +45,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The port `retrysim play` serves on by default; failure pages link to it.
-pub const PORT_DEFAULT: u16 = 7878;
+pub use crate::report::PLAY_PORT_DEFAULT as PORT_DEFAULT;
 
 /// The longest request line or header line read, in bytes; a longer one is refused.
 pub const REQUEST_LINE_BYTES_MAX: usize = 16 * 1024;

@@ -235,16 +235,19 @@ fn two_tabs_do_not_disturb_each_other() {
     }
 }
 
+/// `counter/naive` with the goal of breaking `at-most-once-effect`.
+const NAIVE_WITH_GOAL: [&str; 6] = [
+    "--model",
+    "counter",
+    "--handler",
+    "naive",
+    "--goal",
+    "at-most-once-effect",
+];
+
 #[test]
 fn a_goal_met_shows_the_shortest_counterexample() {
-    let server = PlayProcess::start(&[
-        "--model",
-        "counter",
-        "--handler",
-        "naive",
-        "--goal",
-        "at-most-once-effect",
-    ]);
+    let server = PlayProcess::start(&NAIVE_WITH_GOAL);
     let (_, start) = server.json("/state");
     assert_eq!(start["goal"]["met"], false);
     let (clicks, state) = play_over_http(&server, "", &["lose reply A#1"], "at-most-once-effect");
@@ -348,15 +351,10 @@ fn a_real_mcp_server_is_played_and_ended() {
 /// Two servers, the same answers: the same bytes.
 #[test]
 fn the_same_answers_give_the_same_bytes_on_two_servers() {
-    let args = [
-        "--model",
-        "counter",
-        "--handler",
-        "naive",
-        "--goal",
-        "at-most-once-effect",
-    ];
-    let (one, two) = (PlayProcess::start(&args), PlayProcess::start(&args));
+    let (one, two) = (
+        PlayProcess::start(&NAIVE_WITH_GOAL),
+        PlayProcess::start(&NAIVE_WITH_GOAL),
+    );
     let (_, state) = play_over_http(&one, "", &["lose reply A#1"], "at-most-once-effect");
     for answers in [String::new(), answers(&state)] {
         let path = format!("/state?answers={answers}");
