@@ -74,7 +74,7 @@ body[data-busy=true] #choices button{opacity:.5}
 <div class="panel"><h2 id="asking">What happens next?</h2><div id="choices"></div>
 <p class="muted">Keys: 1&ndash;9 choose, s takes the seed's pick, &#x2190; goes back.</p></div>
 <div class="panel"><h2>Judged so far</h2><p id="verdict"></p><ul id="invariants"></ul></div>
-<div class="panel"><h2>Now</h2>
+<div class="panel"><h2 id="nowtitle">Now</h2>
 <p><b>clock</b> <span id="clock"></span> ms</p>
 <p><b>what the clients know</b><br><span id="knows"></span></p>
 <p><b>in flight</b></p><ul id="inflight"></ul>
@@ -163,6 +163,7 @@ body[data-busy=true] #choices button{opacity:.5}
    li.textContent=(inv.holds?'\u2713 ':'\u2717 ')+inv.name+(inv.holds?'':': '+inv.why);
    li.title=inv.holds_when;
   });
+  text($('nowtitle'),s.over?'At the end':'Now, after step '+judged.stopped_after_steps);
   text($('clock'),s.clock_ms);
   text($('knows'),s.knows||'(nothing sent yet)');
   list($('inflight'),s.in_flight,function(li,m){li.textContent=m;});

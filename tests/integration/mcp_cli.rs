@@ -14,7 +14,7 @@ pub fn shipped(name: &str) -> String {
 
 /// Writes `text` as a scenario of its own for one test, with `COUNTER` standing for the
 /// counter server's path.
-fn scenario(name: &str, text: &str) -> String {
+pub fn scenario(name: &str, text: &str) -> String {
     let directory: PathBuf =
         crate::scratch_dir().join(format!("retrysim-scenarios-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
@@ -26,7 +26,7 @@ fn scenario(name: &str, text: &str) -> String {
 
 /// The counter server keyed as `env` says, the key sent as `key` says, checked at one
 /// client, one call, two attempts and one fault.
-fn counter(key: &str, env: &str) -> String {
+pub fn counter(key: &str, env: &str) -> String {
     format!(
         r#"
 key = {key}

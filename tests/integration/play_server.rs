@@ -363,3 +363,30 @@ fn the_same_answers_give_the_same_bytes_on_two_servers() {
         assert_eq!(first, second, "{path}");
     }
 }
+
+/// A real server that fails the harness (it writes a line that is not JSON) is one line and
+/// status 2 before anything is served, and nothing of it is left.
+#[test]
+fn a_server_that_fails_the_harness_is_one_line_before_serving() {
+    let garbage = crate::mcp_cli::counter(
+        r#"{ argument = "request_id" }"#,
+        r#"KEYED = "1", RETRYSIM_MISBEHAVE = "garbage""#,
+    );
+    let path = crate::mcp_cli::scenario("play-garbage", &garbage);
+    let child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(["play", "--model", "mcp", "--handler", &path, "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not JSON"), "{stderr}");
+    assert!(output.stdout.is_empty());
+    let scratch_prefix = format!("retrysim-mcp-{pid}-");
+    let left = crate::processes_with_environment(&scratch_prefix);
+    assert!(left.is_empty(), "{left:?} left running");
+}
