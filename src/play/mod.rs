@@ -53,8 +53,8 @@ pub const REQUEST_LINE_BYTES_MAX: usize = 16 * 1024;
 pub const HEADER_LINES_MAX: usize = 100;
 /// The most connections read at once; more are closed at once.
 pub const CONNECTIONS_MAX: usize = 64;
-/// How long a connection may take to send its request, in real time; a silent one is closed
-/// then. It bounds only waiting on a browser, never a run.
+/// How long a connection may take to send its request, or to take its answer, in real time;
+/// a silent one is closed then. It bounds only waiting on a browser, never a run.
 pub const REQUEST_WAIT: Duration = Duration::from_secs(10);
 
 /// A play server bound to its port on 127.0.0.1, not yet serving.
@@ -161,6 +161,8 @@ fn read_request(stream: &TcpStream) -> Result<String, String> {
 
 /// Writes one response and closes the connection.
 fn respond(stream: &mut TcpStream, status: u16, kind: &str, body: &[u8]) -> io::Result<()> {
+    // A browser that stops reading holds up the serving thread no longer than this.
+    stream.set_write_timeout(Some(REQUEST_WAIT))?;
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",

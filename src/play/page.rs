@@ -16,7 +16,9 @@ h1{font-size:17px;margin:0 0 4px}
 h2{font-size:14px;margin:8px 0 4px}
 code{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#fff;border:1px solid #ddd;padding:1px 4px;word-break:break-all}
 .bar{display:flex;gap:10px;align-items:center;flex-wrap:wrap;margin:2px 0}
-.bar input{font:inherit;width:9em}
+.bar input{font:inherit;width:6em}
+#tape{display:inline-block;max-width:24em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
+.bounds{font-size:11px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;display:block}
 button{font:inherit;padding:3px 9px;cursor:pointer}
 #error{color:#a40000;font-weight:600;min-height:1.2em}
 #goal.met{color:#0a6b0a;font-weight:600}
@@ -61,7 +63,8 @@ body[data-busy=true] #choices button{opacity:.5}
 <label>seed <input id="seed" inputmode="numeric"></label><button id="fromseed">start from seed</button>
 <label>tape <input id="starttape" placeholder="1,0,2"></label><button id="fromtape">start from tape</button></div>
 <div class="bar"><span>replay what is on the screen: <code id="replay"></code></span></div>
-<div class="bar"><span id="goal" class="muted"></span></div>
+<div class="muted bounds" id="boundsbar">bounds: <span id="bounds"></span></div>
+<div class="bar" id="goalbar" hidden><span id="goal" class="muted"></span></div>
 <div id="error" role="alert"></div>
 </header>
 <main>
@@ -130,6 +133,9 @@ body[data-busy=true] #choices button{opacity:.5}
   document.title='retrysim play: '+s.title;
   text($('tape'),s.tape||'(none)');
   text($('replay'),s.replay);
+  text($('bounds'),s.bounds);
+  $('boundsbar').title=s.bounds;
+  $('tape').title=s.tape;
   $('seed').value=String(s.seed);
   var judged=s.judged;
   text($('where'),'choice '+(s.at+1)+(s.over?' (the run is over)':'')+'; '+(judged.stopped_after_steps==null?judged.steps:judged.stopped_after_steps)+' steps judged');
@@ -177,6 +183,7 @@ body[data-busy=true] #choices button{opacity:.5}
   var g=$('goal');
   var panel=$('shortestpanel');
   panel.hidden=true;
+  $('goalbar').hidden=!s.goal;
   if(s.goal){
    g.className=s.goal.met?'met':'muted';
    var aim='Goal: break '+s.goal.invariant+' with at most '+s.goal.faults_most+' fault(s).';
