@@ -3,8 +3,8 @@
 use super::page::PAGE;
 use crate::html;
 use crate::{
-    goal_met, play, shortest_breaking, workload_answers, Bounds, Invariant, Played, RunEnd,
-    Subject, Tape, Timeline,
+    goal_met, play, shortest_breaking, workload_answers, Bounds, ChoiceKind, Invariant, Played,
+    RunEnd, Subject, Tape, Timeline,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -274,7 +274,10 @@ impl<'a> Server<'a> {
             "faults_most": goal.faults_most,
             "met": met,
             "faults": played.judged.faults.total(),
-            "clicks": played.answers().len(),
+            // The choices made after the workload's: the clicks of a page that began at it.
+            "clicks": (played.asked.iter())
+                .filter(|asked| asked.answer.is_some() && asked.kind != ChoiceKind::Workload)
+                .count(),
         });
         if met {
             view["shortest"] = self.shortest(played, goal);

@@ -187,7 +187,7 @@ body[data-busy=true] #choices button{opacity:.5}
   if(s.goal){
    g.className=s.goal.met?'met':'muted';
    var aim='Goal: break '+s.goal.invariant+' with at most '+s.goal.faults_most+' fault(s).';
-   text(g,s.goal.met?aim+' Done, in '+s.goal.clicks+' choices and '+s.goal.faults+' fault(s).':aim);
+   text(g,s.goal.met?aim+' Done, in '+s.goal.clicks+' choices after the workload\u2019s, with '+s.goal.faults+' fault(s).':aim);
    if(s.goal.met&&s.goal.shortest){
     panel.hidden=false;
     text($('shortesttape'),s.goal.shortest.tape);

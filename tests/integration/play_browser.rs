@@ -172,7 +172,8 @@ impl Browser {
         self.eval(
             "(function(){function t(id){return document.getElementById(id).textContent;}\
              return {at:+document.body.dataset.at,tape:t('tape'),replay:t('replay'),\
-             verdict:t('verdict'),text:t('text'),error:t('error'),table:document.getElementById('table').innerHTML,\
+             verdict:t('verdict'),text:t('text'),error:t('error'),goal:t('goal'),\
+             shortest:document.getElementById('shortestpanel').hidden?'':t('shortest'),table:document.getElementById('table').innerHTML,\
              broken:Array.prototype.map.call(document.querySelectorAll('#invariants li.broken'),\
              function(li){return li.textContent;}),\
              choices:Array.prototype.map.call(document.querySelectorAll('#choices button'),\
@@ -286,6 +287,19 @@ fn break_on_page(
         "{verdict}"
     );
     assert_eq!(last["error"], "");
+    if args.contains(&"--goal") {
+        // The goal met, and the check's shortest run beside it.
+        let goal = last["goal"].as_str().unwrap();
+        assert!(goal.contains("Done, in"), "{goal}");
+        let shortest = last["shortest"].as_str().unwrap();
+        assert!(
+            shortest.contains(&format!("VIOLATED {invariant}")),
+            "{shortest}"
+        );
+        let earlier = &shown[shown.len() - 2];
+        assert!(!earlier["goal"].as_str().unwrap().contains("Done"));
+        assert_eq!(earlier["shortest"], "");
+    }
     // It fits 1280×800: only the timeline and the panels scroll, inside it.
     assert!(last["width"].as_u64().unwrap() <= 1280, "{last}");
     assert!(last["height"].as_u64().unwrap() <= 800, "{last}");
@@ -337,7 +351,14 @@ fn a_student_breaks_counter_naive_on_the_page() {
     };
     let clicks = break_on_page(
         &chromium,
-        &["--model", "counter", "--handler", "naive"],
+        &[
+            "--model",
+            "counter",
+            "--handler",
+            "naive",
+            "--goal",
+            "at-most-once-effect",
+        ],
         &["lose reply A#1"],
         "at-most-once-effect",
         "play-counter-naive",

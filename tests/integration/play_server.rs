@@ -255,6 +255,7 @@ fn a_goal_met_shows_the_shortest_counterexample() {
     let goal = &state["goal"];
     assert_eq!(goal["met"], true, "{goal}");
     assert_eq!(goal["faults"], 1);
+    assert_eq!(goal["clicks"], 11);
     let shortest = &goal["shortest"];
     assert_eq!(shortest["faults"], 0, "{shortest}");
     assert!(shortest["text"]
