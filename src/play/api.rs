@@ -3,8 +3,8 @@
 use super::page::PAGE;
 use crate::html;
 use crate::{
-    goal_met, play, shortest_breaking, workload_answers, Bounds, ChoiceKind, Invariant, Played,
-    RunEnd, Subject, Tape, Timeline,
+    goal_met, play, shortest_breaking, workload_answers, Bounds, ChoiceKind, Invariant, PlayError,
+    Played, RunEnd, Subject, Tape, Timeline,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -105,7 +105,7 @@ impl<'a> Server<'a> {
             _ => return Err(Refusal(404, format!("nothing is served at {route}"))),
         };
         let played = play(&mut *self.subject, &answers, &self.target.bounds, seed)
-            .map_err(|error| Refusal(400, format!("the tape does not fit this run: {error}")))?;
+            .map_err(|error| refused(&error, route == "/choose", answers.len()))?;
         let mut view = self.view(&played, seed);
         view["goal"] = match goal {
             Some(goal) => self.goal_view(&played, goal),
@@ -135,31 +135,8 @@ impl<'a> Server<'a> {
                 ),
             ));
         }
-        let played = play(
-            &mut *self.subject,
-            &answers,
-            &self.target.bounds,
-            self.target.seed,
-        )
-        .map_err(|error| Refusal(400, format!("the tape does not fit this run: {error}")))?;
-        let Some(now) = played.now() else {
-            return Err(Refusal(
-                400,
-                "the run is over: there is no choice left".into(),
-            ));
-        };
-        let choice = u32::try_from(choice).unwrap_or(u32::MAX);
-        if choice >= now.options() {
-            return Err(Refusal(
-                400,
-                format!(
-                    "unknown choice {choice}: choice {} has answers 0 to {}",
-                    at + 1,
-                    now.options() - 1
-                ),
-            ));
-        }
-        answers.push(choice);
+        // Checked by the one play of the answers with it (see `refused`).
+        answers.push(u32::try_from(choice).unwrap_or(u32::MAX));
         Ok(answers)
     }
 
@@ -330,6 +307,29 @@ fn end_words(end: RunEnd) -> &'static str {
         RunEnd::StepLimit => "stopped here",
         RunEnd::Pruned => "pruned",
         RunEnd::Deadlock => "deadlock",
+    }
+}
+
+/// Why `answers` (`count` of them) cannot be played: for a choice (`clicked`, its answer
+/// last), an answer the choice now does not have, or a run with no choice left; else a tape
+/// that does not fit.
+fn refused(error: &PlayError, clicked: bool, count: usize) -> Refusal {
+    match *error {
+        PlayError::Misfit {
+            choice,
+            answer,
+            options,
+        } if clicked && choice == count => Refusal(
+            400,
+            format!(
+                "unknown choice {answer}: choice {choice} has answers 0 to {}",
+                options - 1
+            ),
+        ),
+        PlayError::PastEnd { given, .. } if clicked && given == count => {
+            Refusal(400, "the run is over: there is no choice left".into())
+        }
+        _ => Refusal(400, format!("the tape does not fit this run: {error}")),
     }
 }
 

@@ -109,6 +109,19 @@ pub fn assert_declarations(domain: &str, seeds: std::ops::Range<u64>) {
     }
 }
 
+/// The processes whose environment mentions `text` once they have had time to end: SIGKILL
+/// ends a process soon after it is sent, not as it is sent, so this looks again for up to
+/// 10 s (bounded, never raced: a slow machine only waits longer).
+pub fn processes_left_with_environment(text: &str) -> Vec<String> {
+    for _ in 0..100 {
+        if processes_with_environment(text).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    processes_with_environment(text)
+}
+
 /// The live processes (not zombies) whose environment mentions `text`: every server a check
 /// started, itself or forked by its spare, has the check's scratch directory there (its side
 /// channel's socket).

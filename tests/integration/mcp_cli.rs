@@ -996,13 +996,7 @@ fn a_signal_ends_the_server_and_its_files() {
             !running.iter().any(alive),
             "SIG{signal}: servers {running:?} left running"
         );
-        for _ in 0..100 {
-            if crate::processes_with_environment(&scratch_prefix).is_empty() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        let left = crate::processes_with_environment(&scratch_prefix);
+        let left = crate::processes_left_with_environment(&scratch_prefix);
         assert!(left.is_empty(), "SIG{signal}: {left:?} left running");
     }
 }

@@ -351,14 +351,7 @@ fn a_student_breaks_counter_naive_on_the_page() {
     };
     let clicks = break_on_page(
         &chromium,
-        &[
-            "--model",
-            "counter",
-            "--handler",
-            "naive",
-            "--goal",
-            "at-most-once-effect",
-        ],
+        &crate::play_server::NAIVE_WITH_GOAL,
         &["lose reply A#1"],
         "at-most-once-effect",
         "play-counter-naive",

@@ -236,7 +236,7 @@ fn two_tabs_do_not_disturb_each_other() {
 }
 
 /// `counter/naive` with the goal of breaking `at-most-once-effect`.
-const NAIVE_WITH_GOAL: [&str; 6] = [
+pub const NAIVE_WITH_GOAL: [&str; 6] = [
     "--model",
     "counter",
     "--handler",
@@ -331,14 +331,7 @@ fn a_real_mcp_server_is_played_and_ended() {
     let scratch_prefix = format!("retrysim-mcp-{}-", server.pid());
     assert!(!crate::processes_with_environment(&scratch_prefix).is_empty());
     assert_eq!(server.stop("TERM"), Some(143));
-    // SIGKILL ends a process soon after it is sent: waits for that, bounded.
-    for _ in 0..100 {
-        if crate::processes_with_environment(&scratch_prefix).is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let left = crate::processes_with_environment(&scratch_prefix);
+    let left = crate::processes_left_with_environment(&scratch_prefix);
     assert!(left.is_empty(), "{left:?} left running");
     for root in ["/tmp", "/dev/shm"] {
         let entries = std::fs::read_dir(root).into_iter().flatten().flatten();
