@@ -119,6 +119,9 @@ def _serve_forks():
         words = line.decode().split("\t")
         if words[0] != "fork" or len(fds) != 3:
             os._exit(1)
+        # No child's end is told until its `forked` line is sent: retrysim then reads the
+        # two in that order, and an id the kernel gives again is never taken for ended.
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
         pid = os.fork()
         if pid == 0:
             # Killed with the spare (PR_SET_PDEATHSIG): a server forked in the moment the
@@ -128,6 +131,7 @@ def _serve_forks():
                 os._exit(1)
             connection.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             os.setpgid(0, 0)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
@@ -145,6 +149,7 @@ def _serve_forks():
             os.close(fd)
         fds = []
         send("forked %d" % pid)
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
 if under_retrysim() and os.environ.get(SPARE_ENV):

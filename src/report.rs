@@ -558,11 +558,26 @@ pub fn check_report(
     out.push_str("invariants:\n");
     for invariant in applicable {
         let untested = coverage.untested().find(|s| s.tests == *invariant);
+        // The minimal counterexample shown below may break more than the invariant it was
+        // shrunk for: the table says so for each it breaks.
+        let shown_breaks = match counterexample {
+            Counterexample::Minimal(minimal) => minimal
+                .outcome
+                .violations
+                .iter()
+                .any(|violation| violation.invariant == *invariant)
+                .then_some(minimal.outcome.faults.total()),
+            _ => None,
+        };
         let verdict = match (report.violation(*invariant), untested) {
             (Some(found), _) if matches!(counterexample, Counterexample::Unconfirmed) => {
                 format!("NOT CONFIRMED (found, {} fault(s))", found.faults)
             }
             (Some(found), _) => format!("VIOLATED ({} fault(s))", found.faults),
+            (None, _) if shown_breaks.is_some() => format!(
+                "VIOLATED ({} fault(s), in the minimal counterexample below)",
+                shown_breaks.unwrap_or_default()
+            ),
             (None, Some(situation)) => format!("untested: no run had {}", situation.name),
             (None, None) if report.stopped == Stopped::Exhausted => "clean".to_string(),
             (None, None) => "not violated in what was explored".to_string(),

@@ -15,6 +15,13 @@ second: a retry that finds the claim without a record is answered 409 with `Retr
 (RETRY_AFTER=none leaves the header out). A crash between the two (the crash point
 `after-claim`) leaves the claim for ever, and every retry is told to come back later.
 
+INTERIM=100,102,103 (any of them, in that order) sends those interim responses before the
+final one, as a server that says `100 Continue`, `102 Processing` or `103 Early Hints` does:
+each is correct HTTP, and the client reads past it.
+
+EXIT_AFTER_S=T makes the server exit by itself (status 4) T seconds after it starts
+listening, saying why on its standard error, as a server with an idle timeout does.
+
 MISBEHAVE makes each answer one the harness must cope with: `close` (the head cut short,
 then the connection closed), `chunked` (a valid chunked body), `chunked-garbage` (a chunk
 size that is no number), `huge` (a 30 MB body), `no-length` (no Content-Length: the body runs
@@ -33,6 +40,8 @@ from retrysim_points import point  # noqa: E402
 
 KEYED = os.environ.get("KEYED", "")
 MISBEHAVE = os.environ.get("MISBEHAVE", "")
+INTERIM = [int(code) for code in os.environ.get("INTERIM", "").split(",") if code]
+INTERIM_REASONS = {100: "Continue", 102: "Processing", 103: "Early Hints"}
 DATABASE = os.environ["RETRYSIM_DB"]
 
 
@@ -117,6 +126,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, TypeError):
             self.answer(400, {}, {"error": "the body must be {\"amount\": N}"})
             return
+        self.interim()
         status, headers, body = handle_add(self.headers.get("Idempotency-Key"), amount)
         self.answer(status, headers, body)
 
@@ -132,6 +142,14 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def interim(self):
+        """Sends the interim responses INTERIM names, each flushed on its own."""
+        for code in INTERIM:
+            hints = "Link: </style.css>; rel=preload\r\n" if code == 103 else ""
+            line = f"HTTP/1.1 {code} {INTERIM_REASONS.get(code, 'Interim')}\r\n{hints}\r\n"
+            self.wfile.write(line.encode())
+            self.wfile.flush()
 
     def misbehave(self, data):
         """Writes the answer as MISBEHAVE says, then closes the connection."""
@@ -160,6 +178,15 @@ def main():
     make_schema()
     server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
     server.daemon_threads = True
+    if os.environ.get("EXIT_AFTER_S"):
+        import threading
+
+        def leave():
+            sys.stderr.write("idle for too long: shutting down\n")
+            sys.stderr.flush()
+            os._exit(4)
+
+        threading.Timer(float(os.environ["EXIT_AFTER_S"]), leave).start()
     server.serve_forever()
 
 

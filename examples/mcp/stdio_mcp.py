@@ -198,13 +198,21 @@ def serve_http(name, tools, capabilities, concurrent):
             self.reply(200, message, headers)
 
         def reply(self, status, message, headers=None):
-            stream = os.environ.get("ANSWER_AS") == "event-stream"
+            answer_as = os.environ.get("ANSWER_AS", "")
+            # event-stream-cr ends each line of the stream with a lone CR, as the event
+            # stream's grammar allows.
+            end = "\r" if answer_as == "event-stream-cr" else "\n"
             if message is None:
                 body, kind = b"", "application/json"
-            elif stream:
-                body, kind = ("event: message\ndata: %s\n\n" % json.dumps(message)).encode(), "text/event-stream"
+            elif answer_as.startswith("event-stream"):
+                event = "event: message%sdata: %s%s%s" % (end, json.dumps(message), end, end)
+                body, kind = event.encode(), "text/event-stream"
             else:
                 body, kind = json.dumps(message).encode(), "application/json"
+            # INTERIM=100,102,103: interim responses before the final one (RFC 9110 15.2).
+            for code in [int(c) for c in os.environ.get("INTERIM", "").split(",") if c]:
+                self.wfile.write(b"HTTP/1.1 %d Interim\r\n\r\n" % code)
+                self.wfile.flush()
             self.send_response(status)
             for header, value in (headers or {}).items():
                 self.send_header(header, value)

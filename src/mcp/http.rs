@@ -32,6 +32,13 @@ use std::time::{Duration, Instant};
 /// How often the harness tries to connect to a server that does not listen yet.
 const LISTEN_POLL_EVERY: Duration = Duration::from_millis(1);
 
+/// How long, at most, the harness waits for the end of a server that refused a connection
+/// to show (its listener closes as it exits, a moment before its parent can see it).
+const EXIT_SHOWS_WITHIN: Duration = Duration::from_secs(1);
+
+/// How a lost answer whose connection could not be made begins.
+const CONNECTION_FAILED: &str = "the connection failed";
+
 /// The most bytes of a response's status line and headers the harness reads.
 const HEAD_BYTES_MAX: usize = 64 << 10;
 
@@ -239,6 +246,33 @@ impl HttpServer {
         }
     }
 
+    /// After an exchange that heard no response (`result` is lost): the server's exit, as an
+    /// error, when its process ended by itself (the harness did not kill it). A server that
+    /// exits is no server to check: its ending would read as lost replies, which no replay
+    /// reproduces. A refused connection (nothing listens) waits a little for the process's
+    /// end to show.
+    fn check_still_running(&mut self, result: &Value) -> Result<(), McpError> {
+        let Some(why) = result["lost"].as_str() else {
+            return Ok(());
+        };
+        let refused = why.starts_with(CONNECTION_FAILED);
+        let Some(running) = self.running.as_mut() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = running.child.ended() {
+                let stderr = tail_of(&running.stderr);
+                self.running = None;
+                return Err(McpError::Exited { status, stderr });
+            }
+            if !refused || started.elapsed() > EXIT_SHOWS_WITHIN {
+                return Ok(());
+            }
+            thread::sleep(LISTEN_POLL_EVERY);
+        }
+    }
+
     /// Stops the server for good (it failed the harness); its exit status and last words.
     pub(super) fn stop(&mut self) -> (String, Vec<String>) {
         let Some(mut running) = self.running.take() else {
@@ -286,6 +320,7 @@ impl Transport for HttpServer {
         loop {
             match receive_looking(&self.heard, wait, &mut look) {
                 Waited::Got(Heard::Response(from, answered, result)) if from == generation => {
+                    self.check_still_running(&result)?;
                     if answered == id {
                         return Ok(Some(Said::Result(result)));
                     }
@@ -362,9 +397,9 @@ fn tail_of(stderr: &Mutex<VecDeque<String>>) -> Vec<String> {
 fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, McpError> {
     let method = params["method"].as_str().unwrap_or("POST");
     let path = params["path"].as_str().unwrap_or("/");
-    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+    if !path.starts_with('/') || !path.bytes().all(|byte| byte.is_ascii_graphic()) {
         return Err(McpError::Protocol(format!(
-            "the path {path:?} must start with / and hold no spaces"
+            "the path {path:?} must start with / and hold only visible ASCII characters"
         )));
     }
     let body = match &params["body"] {
@@ -382,6 +417,11 @@ fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, McpError> {
         let value = value
             .as_str()
             .map_or_else(|| value.to_string(), str::to_string);
+        if value.contains(['\r', '\n', '\0']) || name.contains(['\r', '\n', '\0', ':']) {
+            return Err(McpError::Protocol(format!(
+                "the header {name:?} would carry a line break or NUL onto the wire"
+            )));
+        }
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
@@ -406,7 +446,7 @@ fn exchange(port: u16, request: &[u8]) -> Value {
     let lost = |why: String| json!({"status": null, "lost": why});
     let mut stream = match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
         Ok(stream) => stream,
-        Err(error) => return lost(format!("the connection failed: {error}")),
+        Err(error) => return lost(format!("{CONNECTION_FAILED}: {error}")),
     };
     if let Err(error) = stream.write_all(request) {
         return lost(format!("the request could not be written: {error}"));
@@ -418,13 +458,36 @@ fn exchange(port: u16, request: &[u8]) -> Value {
     }
 }
 
+/// Interim (1xx) responses read past before a final one, at most: a server that sends more
+/// is broken, not slow.
+const INTERIM_RESPONSES_MAX: usize = 16;
+
 /// Reads one HTTP/1.1 response: status, headers, and a body by `Content-Length`, chunked, or
-/// to the end of the connection, each capped.
+/// to the end of the connection, each capped. Interim responses (`100 Continue`,
+/// `102 Processing`, `103 Early Hints`: RFC 9110 §15.2) before the final one are read past.
 fn read_response(mut reader: impl BufRead) -> Result<Value, Unread> {
+    for _ in 0..=INTERIM_RESPONSES_MAX {
+        let (status, headers) = read_head(&mut reader)?;
+        if (100..200).contains(&status) && status != 101 {
+            continue;
+        }
+        let body = read_body(&mut reader, &headers)?;
+        let body = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+        return Ok(json!({"status": status, "headers": headers, "body": body}));
+    }
+    Err(Unread::Broken(format!(
+        "more than {INTERIM_RESPONSES_MAX} interim (1xx) responses before a final one"
+    )))
+}
+
+/// Reads one response head: its status and its headers, names in lower case.
+fn read_head(reader: &mut impl BufRead) -> Result<(u16, Map<String, Value>), Unread> {
     let mut head = Vec::new();
     loop {
         let before = head.len();
-        let read = (&mut reader)
+        let read = reader
+            .by_ref()
             .take((HEAD_BYTES_MAX - before) as u64)
             .read_until(b'\n', &mut head)
             .map_err(|error| Unread::Ended(format!("the connection ended: {error}")))?;
@@ -463,10 +526,7 @@ fn read_response(mut reader: impl BufRead) -> Result<Value, Unread> {
             headers.insert(name.trim().to_ascii_lowercase(), json!(value.trim()));
         }
     }
-    let body = read_body(&mut reader, &headers)?;
-    let body = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    Ok(json!({"status": status, "headers": headers, "body": body}))
+    Ok((status, headers))
 }
 
 /// The body of a response with `headers`, capped at [`MESSAGE_BYTES_MAX`].
@@ -480,20 +540,21 @@ fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<
     let mut body = Vec::new();
     if header("transfer-encoding").is_some_and(|coding| coding.eq_ignore_ascii_case("chunked")) {
         loop {
-            let mut size_line = String::new();
+            let mut size_line = Vec::new();
             (&mut *reader)
                 .take(1024)
-                .read_line(&mut size_line)
+                .read_until(b'\n', &mut size_line)
                 .map_err(|error| {
                     Unread::Ended(format!("the connection ended in the body: {error}"))
                 })?;
+            let size_line = String::from_utf8_lossy(&size_line);
             let size_text = size_line.trim().split(';').next().unwrap_or("");
             let size = usize::from_str_radix(size_text, 16)
                 .map_err(|_| Unread::Broken(format!("not a chunk size: {size_line:?}")))?;
             if size == 0 {
                 return Ok(body);
             }
-            if body.len() + size > MESSAGE_BYTES_MAX {
+            if size > MESSAGE_BYTES_MAX - body.len() {
                 return Err(too_long());
             }
             let start = body.len();

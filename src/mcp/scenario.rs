@@ -282,6 +282,34 @@ fn no_arguments() -> Value {
     Value::Object(serde_json::Map::new())
 }
 
+/// The headers the harness writes itself on every HTTP request: a key may not go in one.
+const HEADERS_OF_THE_HARNESS: [&str; 5] = [
+    "host",
+    "connection",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+];
+
+/// Refuses a key header whose name is no HTTP field name (RFC 9110 §5.1: a token) or is one
+/// the harness writes itself (a second `Content-Length` would make the request another).
+fn check_key_header(name: &str) -> Result<(), String> {
+    let token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token_char) {
+        return Err(format!(
+            "key = {{ header = {name:?} }} is no HTTP header name (letters, digits and \
+             !#$%&'*+-.^_`|~ only)"
+        ));
+    }
+    if HEADERS_OF_THE_HARNESS.contains(&name.to_ascii_lowercase().as_str()) {
+        return Err(format!(
+            "key = {{ header = {name:?} }}: the harness writes that header itself; name \
+             another (Idempotency-Key is the default)"
+        ));
+    }
+    Ok(())
+}
+
 /// The header an HTTP client sends its key in unless the scenario says otherwise.
 pub const KEY_HEADER_DEFAULT: &str = "Idempotency-Key";
 
@@ -314,9 +342,10 @@ impl CallSection {
                     );
                 }
                 let path = self.path.clone().ok_or("an HTTP call names its path")?;
-                if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                if !path.starts_with('/') || !path.bytes().all(|byte| byte.is_ascii_graphic()) {
                     return Err(format!(
-                        "path = {path:?} must start with / and hold no spaces"
+                        "path = {path:?} must start with / and hold only visible ASCII \
+                         characters: no spaces, no control characters (percent-encode others)"
                     ));
                 }
                 let method = self.method.clone().unwrap_or_else(|| "POST".into());
@@ -578,7 +607,10 @@ impl ScenarioFile {
             (Some(KeyPlacementFile::Argument(name)), _) => KeyPlacement::Argument(name.clone()),
             (Some(KeyPlacementFile::Meta(name)), false) => KeyPlacement::Meta(name.clone()),
             (Some(KeyPlacementFile::IdempotencyKey), false) => KeyPlacement::IdempotencyKey,
-            (Some(KeyPlacementFile::Header(name)), true) => KeyPlacement::Header(name.clone()),
+            (Some(KeyPlacementFile::Header(name)), true) => {
+                check_key_header(name)?;
+                KeyPlacement::Header(name.clone())
+            }
             (Some(KeyPlacementFile::Header(_)), false) => {
                 return Err(
                     "key = { header = ... } is plain HTTP's: over MCP a key goes in \
@@ -634,10 +666,12 @@ impl ScenarioFile {
                 )
             }
             (Some(endpoint), _)
-                if !endpoint.starts_with('/') || endpoint.contains(char::is_whitespace) =>
+                if !endpoint.starts_with('/')
+                    || !endpoint.bytes().all(|byte| byte.is_ascii_graphic()) =>
             {
                 return Err(format!(
-                    "server.endpoint = {endpoint:?} must start with / and hold no spaces"
+                    "server.endpoint = {endpoint:?} must start with / and hold only visible \
+                     ASCII characters"
                 ))
             }
             _ => {}

@@ -54,7 +54,7 @@ struct GateState {
     /// The processes forked, by the connection of the spare that forked them, in order.
     forked: BTreeMap<u64, VecDeque<u32>>,
     /// How each forked process that ended did, by its id: its exit code, or minus the
-    /// signal that ended it.
+    /// signal that ended it. An entry goes when the spare forks a process of the same id.
     ended: BTreeMap<u32, i32>,
 }
 
@@ -368,6 +368,9 @@ fn read_questions(stream: UnixStream, number: u64, heard: &Sender<Heard>, gates:
             Some(("forked", pid)) if pid.trim().parse::<u32>().is_ok() => {
                 let pid = pid.trim().parse().expect("a number, just checked");
                 let mut state = gates.state.lock().expect("the spares' gates");
+                // The kernel gives ids again: how an earlier process of this id ended says
+                // nothing of this one, whose own end the spare tells after this line.
+                state.ended.remove(&pid);
                 state.forked.entry(number).or_default().push_back(pid);
                 gates.changed.notify_all();
                 continue;

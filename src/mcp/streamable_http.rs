@@ -298,7 +298,7 @@ impl Transport for StreamableHttpServer {
 fn event_messages(stream: &str) -> Result<Vec<Value>, String> {
     let mut messages = Vec::new();
     let mut data: Vec<&str> = Vec::new();
-    for line in stream.lines().chain(std::iter::once("")) {
+    for line in event_lines(stream).chain(std::iter::once("")) {
         if line.is_empty() {
             if !data.is_empty() {
                 let text = data.join("\n");
@@ -318,6 +318,34 @@ fn event_messages(stream: &str) -> Result<Vec<Value>, String> {
     Ok(messages)
 }
 
+/// The lines of an event stream, ended by CR LF, LF or a lone CR (the event stream's
+/// grammar allows each).
+fn event_lines(stream: &str) -> impl Iterator<Item = &str> {
+    let stream = stream
+        .strip_suffix("\r\n")
+        .or_else(|| stream.strip_suffix(['\r', '\n']))
+        .unwrap_or(stream);
+    let mut rest = (!stream.is_empty()).then_some(stream);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        match text.find(['\r', '\n']) {
+            Some(end) => {
+                let after = if text[end..].starts_with("\r\n") {
+                    end + 2
+                } else {
+                    end + 1
+                };
+                rest = Some(&text[after..]);
+                Some(&text[..end])
+            }
+            None => {
+                rest = None;
+                Some(text)
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::event_messages;
@@ -329,6 +357,12 @@ mod tests {
             "event: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n: a comment\n\nid: 7\ndata: 2\n";
         let messages = event_messages(stream).expect("JSON data");
         assert_eq!(messages, vec![json!({"a": 1}), json!(2)]);
+    }
+
+    #[test]
+    fn lines_may_end_with_a_lone_carriage_return() {
+        let messages = event_messages("data: 1\r\rdata: {\"b\":\rdata: 2}\r\r").expect("JSON data");
+        assert_eq!(messages, vec![json!(1), json!({"b": 2})]);
     }
 
     #[test]

@@ -107,7 +107,37 @@ fn an_http_scenario_is_checked_at_load() {
             "path",
             r#"path = "/add", body = { amount = 7 }"#,
             r#"path = "add", body = { amount = 7 }"#,
-            r#"client 1 call 2: path = "add" must start with / and hold no spaces"#,
+            r#"client 1 call 2: path = "add" must start with / and hold only visible ASCII"#,
+        ),
+        (
+            "path-nul",
+            r#"path = "/add", body = { amount = 7 }"#,
+            r#"path = "/add\u0000x", body = { amount = 7 }"#,
+            r#"client 1 call 2: path = "/add\0x" must start with / and hold only visible"#,
+        ),
+        (
+            "path-control",
+            r#"path = "/add", body = { amount = 7 }"#,
+            r#"path = "/add\u001b", body = { amount = 7 }"#,
+            r#"client 1 call 2: path = "/add\u{1b}" must start with /"#,
+        ),
+        (
+            "header-length",
+            "[server]",
+            "key = { header = \"Content-Length\" }\n\n[server]",
+            r#"key = { header = "Content-Length" }: the harness writes that header itself"#,
+        ),
+        (
+            "header-host",
+            "[server]",
+            "key = { header = \"host\" }\n\n[server]",
+            r#"key = { header = "host" }: the harness writes that header itself"#,
+        ),
+        (
+            "header-crlf",
+            "[server]",
+            "key = { header = \"X-Key\\r\\nX-Evil: 1\" }\n\n[server]",
+            r#"key = { header = "X-Key\r\nX-Evil: 1" } is no HTTP header name"#,
         ),
         (
             "meta",
@@ -292,4 +322,55 @@ spare = false"#
         "the server exited (exit status: 1)",
     );
     drop(taken);
+}
+
+/// A server that sends interim responses (`100 Continue`, `102 Processing`, `103 Early
+/// Hints`) before its final one is read past them (RFC 9110 §15.2): the keyed endpoint clean,
+/// the keyless one caught, exactly as without them.
+#[test]
+fn interim_responses_are_read_past() {
+    let quick = ["--faults-max", "1", "--intents", "1"];
+    let keyed = variant(
+        "interim",
+        r#"env = { KEYED = "1" }"#,
+        r#"env = { KEYED = "1", INTERIM = "100,102,103" }"#,
+    );
+    let path = keyed.path();
+    let args = [&["mcp", path.as_str()][..], &quick].concat();
+    let report = expect(&args, 3);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    let keyless = variant_of(
+        "counter_keyless.toml",
+        "interim",
+        "[database]",
+        "env = { INTERIM = \"100,103\" }\n\n[database]",
+    );
+    let caught = expect(&["mcp", &keyless.path()], 1);
+    assert!(
+        caught.contains("at-most-once-effect      VIOLATED"),
+        "{caught}"
+    );
+}
+
+/// A server that exits by itself once it listens (an idle timeout) is no server to check:
+/// one line, exit 2, naming its exit status and the last words of its standard error, never
+/// a verdict on lost replies.
+#[test]
+fn a_server_that_exits_by_itself_is_one_line() {
+    for spare in ["spare = true", "spare = false"] {
+        let written = ScenarioVariant::of(
+            "http/counter.toml",
+            &format!("exits-{}", spare.len()),
+            "spare = true ",
+            &format!("{spare}\nenv = {{ KEYED = \"1\", EXIT_AFTER_S = \"0.4\" }}\n#"),
+        );
+        let text = std::fs::read_to_string(written.path()).unwrap();
+        let text = text.replacen("env = { KEYED = \"1\" }\n", "", 1);
+        std::fs::write(written.path(), text).unwrap();
+        assert_bad_input(
+            &["mcp", &written.path(), "--faults-max", "2"],
+            "the server exited (exit status: 4); its stderr ends: idle for too long",
+        );
+    }
 }

@@ -153,3 +153,30 @@ fn each_client_and_each_reconnect_has_a_session_of_its_own() {
     assert_eq!(session_of(&mut server, 0, 0).as_deref(), Some("session-5"));
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// Over Streamable HTTP too, interim responses before the final one are read past, and an
+/// event stream whose lines end with a lone CR is read: the keyed server clean, the keyless
+/// one caught.
+#[test]
+fn interim_responses_and_lone_carriage_returns_are_read() {
+    let keyed = ScenarioVariant::of(
+        "mcp/counter_streamable.toml",
+        "interim",
+        r#"ANSWER_AS = "event-stream""#,
+        r#"ANSWER_AS = "event-stream-cr", INTERIM = "100,102,103""#,
+    );
+    let report = expect(&["mcp", &keyed.path(), "--faults-max", "1"], 3);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    let keyless = ScenarioVariant::of(
+        "mcp/counter_streamable_keyless.toml",
+        "interim",
+        "[database]",
+        "env = { INTERIM = \"102\" }\n\n[database]",
+    );
+    let caught = expect(&["mcp", &keyless.path()], 1);
+    assert!(
+        caught.contains("at-most-once-effect      VIOLATED"),
+        "{caught}"
+    );
+}
