@@ -24,7 +24,8 @@ listening, saying why on its standard error, as a server with an idle timeout do
 
 MISBEHAVE makes each answer one the harness must cope with: `close` (the head cut short,
 then the connection closed), `chunked` (a valid chunked body), `chunked-garbage` (a chunk
-size that is no number), `huge` (a 30 MB body), `no-length` (no Content-Length: the body runs
+size that is no number; `chunked-huge` one near 2^64; `chunked-latin1` one not UTF-8),
+`huge` (a 30 MB body), `no-length` (no Content-Length: the body runs
 to the connection's end), `http09` (a body without a status line), `redirect` (302).
 """
 
@@ -160,6 +161,9 @@ class Handler(BaseHTTPRequestHandler):
             "chunked": (head + "Transfer-Encoding: chunked\r\n\r\n").encode()
             + b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n",
             "chunked-garbage": (head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n").encode(),
+            "chunked-huge": (head + "Transfer-Encoding: chunked\r\n\r\n").encode()
+            + b"1\r\n{\r\nffffffffffffffff\r\n",
+            "chunked-latin1": (head + "Transfer-Encoding: chunked\r\n\r\n\xe9\r\n").encode("latin-1"),
             "huge": (head + "Content-Length: 31457280\r\n\r\n").encode() + b" " * 31457280,
             "no-length": (head + "Connection: close\r\n\r\n").encode() + data,
             "http09": data,

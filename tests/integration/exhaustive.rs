@@ -1186,3 +1186,48 @@ fn a_check_reports_the_memory_of_its_explored_states() {
     assert!(small_bytes > 0, "{small_bytes}");
     assert!(larger_bytes > small_bytes, "{larger_bytes} {small_bytes}");
 }
+
+/// The invariants table of a check's report lists every invariant the minimal counterexample
+/// under it breaks, even one the search recorded no run of (a real server's check can shrink
+/// to a run that breaks more than the run it found).
+#[test]
+fn the_invariants_table_agrees_with_the_counterexample_under_it() {
+    let entry = models::find("counter", "naive").expect("a built-in handler");
+    let options = CheckOptions::new(small(1, 1));
+    let mut subject = (entry.build)();
+    let mut report = exhaust(&mut *subject, &options);
+    let found = report.violations.first().expect("naive is caught").clone();
+    let shrunk = shrink(
+        &mut *subject,
+        &found.bounds(&options.bounds),
+        &found.tape,
+        found.invariant,
+    );
+    let broken: Vec<Invariant> = (shrunk.outcome.violations.iter())
+        .map(|violation| violation.invariant)
+        .collect();
+    assert!(broken.contains(&Invariant::OutcomeAgreement), "{broken:?}");
+    // The search's record without outcome-agreement: the table takes it from the run shown.
+    report
+        .violations
+        .retain(|violation| violation.invariant != Invariant::OutcomeAgreement);
+    let text = retrysim::report::check_report(
+        entry,
+        &options,
+        &report,
+        0.0,
+        retrysim::report::Counterexample::Minimal(&shrunk),
+        (subject.invariants(), &[]),
+        100,
+    );
+    assert!(
+        text.contains(
+            "outcome-agreement        VIOLATED (0 fault(s), in the minimal counterexample below)"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("outcome-agreement        not violated"),
+        "{text}"
+    );
+}

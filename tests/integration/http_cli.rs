@@ -263,6 +263,8 @@ fn odd_responses_are_read_or_one_line() {
     assert!(unanswered.contains("timeout on A#1"), "{unanswered}");
     for (how, says) in [
         ("chunked-garbage", "not a chunk size"),
+        ("chunked-huge", "a response body longer than 16777216 bytes"),
+        ("chunked-latin1", "not a chunk size"),
         ("huge", "a response body longer than 16777216 bytes"),
         ("http09", "not an HTTP status line"),
     ] {
