@@ -23,7 +23,9 @@
 //! options, parts 1 to N of N, each once.
 
 use retrysim_models as models;
-use retrysim_sim::{coverage_gaps, overlap_gap, success_gap, Bounds, Invariant, Situation};
+use retrysim_sim::{
+    coverage_gaps, interleaving_gap, overlap_gap, success_gap, Bounds, Invariant, Situation,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::cmp::Ordering;
@@ -236,6 +238,8 @@ struct CoverageJson {
     reconnects: u64,
     storage: u64,
     succeeded: u64,
+    #[serde(default)]
+    interleaved: u64,
     crash_points: BTreeMap<String, u64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     crashes_covered: BTreeMap<String, u64>,
@@ -587,6 +591,7 @@ fn summed_coverage(checks: &[&CheckJson]) -> Result<CoverageJson, MergeError> {
         )?;
         total.storage = add(total.storage, coverage.storage, "runs with storage faults")?;
         total.succeeded = add(total.succeeded, coverage.succeeded, "runs with a success")?;
+        total.interleaved = add(total.interleaved, coverage.interleaved, "interleaved runs")?;
         add_by_key(&mut total.crash_points, &coverage.crash_points)?;
         add_by_key(&mut total.crashes_covered, &coverage.crashes_covered)?;
         for counted in &coverage.situations {
@@ -651,6 +656,16 @@ fn whole_coverage_gaps(
     let mut gaps = coverage_gaps(kind_runs, crash_points, untested, &bounds);
     gaps.extend(success_gap(coverage.succeeded));
     gaps.extend(overlap_gap(true, &bounds).filter(|gap| check.coverage_gaps.contains(gap)));
+    let overlapping = Bounds {
+        invocations_max: 2,
+        ..bounds
+    };
+    // Each shard of a system whose requests could interleave says so while none of its runs
+    // did; the whole check lacks them only if no shard's run did.
+    gaps.extend(
+        interleaving_gap(true, &overlapping, coverage.interleaved)
+            .filter(|gap| check.coverage_gaps.contains(gap)),
+    );
     Ok(gaps)
 }
 

@@ -15,6 +15,9 @@ second: a retry that finds the claim without a record is answered 409 with `Retr
 (RETRY_AFTER=none leaves the header out). A crash between the two (the crash point
 `after-claim`) leaves the claim for ever, and every retry is told to come back later.
 
+BEGIN_POINT=1 asks at the crash point `before-begin` before the keyed transaction begins:
+another request may run there.
+
 INTERIM=100,102,103 (any of them, in that order) sends those interim responses before the
 final one, as a server that says `100 Continue`, `102 Processing` or `103 Early Hints` does:
 each is correct HTTP, and the client reads past it.
@@ -39,8 +42,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "helpers"))
 from retrysim_points import point  # noqa: E402
 
+if os.environ.get("NO_POINTS"):
+    # NO_POINTS=1: a server with no crash point in its code, as most are before their
+    # first check.
+    def point(name):  # noqa: F811
+        return None
+
 KEYED = os.environ.get("KEYED", "")
 MISBEHAVE = os.environ.get("MISBEHAVE", "")
+BEGIN_POINT = os.environ.get("BEGIN_POINT") == "1"
 INTERIM = [int(code) for code in os.environ.get("INTERIM", "").split(",") if code]
 INTERIM_REASONS = {100: "Continue", 102: "Processing", 103: "Early Hints"}
 DATABASE = os.environ["RETRYSIM_DB"]
@@ -78,6 +88,8 @@ def handle_add(key, amount):
             return 200, {}, {"total": total}
         if not key:
             return 400, {}, {"error": "the Idempotency-Key header is required"}
+        if BEGIN_POINT:
+            point("before-begin")
         connection.execute("BEGIN IMMEDIATE")
         saved = connection.execute(
             "SELECT amount, total FROM requests WHERE key = ?", (key,)

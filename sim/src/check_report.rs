@@ -187,6 +187,10 @@ pub struct Coverage {
     /// Runs in which some client concluded *succeeded*: with none, what a success promises
     /// (its one effect, its result) was never tested.
     pub succeeded: u64,
+    /// Runs in which an invocation went on while another was paused inside the server:
+    /// with none, no race between two requests inside the handler was explored
+    /// ([`interleaving_gap`]).
+    pub interleaved: u64,
     /// For each crash point the handler passed, the runs that crashed there.
     pub crash_points: BTreeMap<&'static str, u64>,
     /// For each crash point, the runs in which a crash there was not explored because a
@@ -245,6 +249,19 @@ pub fn overlap_gap(overlaps: bool, bounds: &Bounds) -> Option<String> {
         .then(|| "overlapping invocations (invocations_max is 1)".to_string())
 }
 
+/// The gap of a check of a system whose invocations overlap, within bounds that let two be
+/// in progress at once, in which no run had one go on while another was paused inside the
+/// server (`interleaved_runs` 0): the requests were in flight together, but nothing inside
+/// the server (a crash point, a lock wait) let the schedule pause one between its statements
+/// while the other ran, so no race inside the handler was explored, whatever the verdict.
+pub fn interleaving_gap(overlaps: bool, bounds: &Bounds, interleaved_runs: u64) -> Option<String> {
+    (overlaps && bounds.invocations_max >= 2 && interleaved_runs == 0).then(|| {
+        "requests never interleaved inside the server: it has no points or lock waits \
+         between its statements"
+            .to_string()
+    })
+}
+
 /// How many explored runs exercised a situation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SituationRuns {
@@ -263,6 +280,7 @@ impl Coverage {
         self.reconnects += other.reconnects;
         self.storage += other.storage;
         self.succeeded += other.succeeded;
+        self.interleaved += other.interleaved;
         for (point, runs) in &other.crash_points {
             *self.crash_points.entry(point).or_insert(0) += runs;
         }

@@ -44,8 +44,9 @@ mod workloads;
 
 pub use bounds::{Bounds, BoundsError};
 pub use check_report::{
-    coverage_gaps, overlap_gap, success_gap, CheckOptions, CheckReport, Counterexample, Coverage,
-    Level, Reduction, Rounds, SituationRuns, StopAt, Stopped, CHECK_RUNS_MAX,
+    coverage_gaps, interleaving_gap, overlap_gap, success_gap, CheckOptions, CheckReport,
+    Counterexample, Coverage, Level, Reduction, Rounds, SituationRuns, StopAt, Stopped,
+    CHECK_RUNS_MAX,
 };
 pub use checker::{exhaust, exhaust_on, exhaust_on_reporting};
 pub use choices::{

@@ -170,6 +170,15 @@ pub trait StoreKind {
         false
     }
 
+    /// The crash points at which an invocation is not inside the handler yet, or no longer
+    /// (a harness's own points around a call it sends elsewhere): another invocation going on
+    /// while one is paused at such a point interleaves nothing inside the handler, and so
+    /// does not count as the overlap a check's coverage asks for
+    /// ([`crate::RunOutcome::interleaved`]). The default is none: every point is inside.
+    fn edge_points(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The ground truth: the intent of every committed effect, in commit order.
     fn effects(&self, store: &Self::Store) -> Vec<IntentId>;
 

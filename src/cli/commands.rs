@@ -252,6 +252,11 @@ fn check_on(
     });
     let mut gaps = report.coverage.gaps(&options.bounds);
     gaps.extend(resolved.overlap_gap(subject.overlaps(), &options.bounds));
+    gaps.extend(resolved.interleaving_gap(
+        subject.overlaps(),
+        &options.bounds,
+        report.coverage.interleaved,
+    ));
     let overlap_note = resolved.overlap_note(subject.overlaps(), &options.bounds);
     let mut out = Printed::new();
     if json {

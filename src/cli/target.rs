@@ -9,7 +9,7 @@ use crate::{
     SubjectFactory, System as _, Tape,
 };
 use retrysim_models::{self as models, Declared, HandlerEntry};
-use retrysim_sim::overlap_gap;
+use retrysim_sim::{interleaving_gap, overlap_gap};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Mutex;
 
@@ -171,6 +171,19 @@ impl Resolved {
     pub fn overlap_gap(&self, overlaps: bool, bounds: &Bounds) -> Option<String> {
         self.scenario.as_ref()?;
         overlap_gap(overlaps, bounds)
+    }
+
+    /// The gap of a check of a scenario whose server serves calls at once, with two in
+    /// flight, in which no run paused one inside the server while the other ran
+    /// ([`interleaving_gap`]). `None` for a built-in handler, whose points are its own.
+    pub fn interleaving_gap(
+        &self,
+        overlaps: bool,
+        bounds: &Bounds,
+        interleaved_runs: u64,
+    ) -> Option<String> {
+        self.scenario.as_ref()?;
+        interleaving_gap(overlaps, bounds, interleaved_runs)
     }
 
     /// What a report of a built-in handler says when its invocations could overlap (a

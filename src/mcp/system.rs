@@ -1028,6 +1028,11 @@ impl StoreKind for OnMcp {
         store.database.borrow_mut().write_locked()
     }
 
+    /// Before the call is sent and after its answer came, a call is not in the server.
+    fn edge_points(&self) -> &'static [&'static str] {
+        &[BEFORE_CALL, AFTER_ANSWER]
+    }
+
     /// The committed store; without a database, what the server was told in the run too:
     /// its state is hidden from the harness, and is a function of that.
     fn fingerprint(&self, store: &McpStore) -> u64 {

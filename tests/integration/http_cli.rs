@@ -376,3 +376,54 @@ fn a_server_that_exits_by_itself_is_one_line() {
         );
     }
 }
+
+/// Two requests in flight at once, but nothing inside the server (no crash point, no lock
+/// wait) where the schedule could pause one while the other runs: no race inside the handler
+/// was explored, and the check says so and is not clean (exit 3), even with the bound
+/// exhausted. With a point between its statements, the same server's requests interleave
+/// there: the faulty one is caught, and a correct one is clean without the gap.
+#[test]
+fn requests_that_never_interleave_are_a_coverage_gap() {
+    let gap = "requests never interleaved inside the server";
+    let concurrent = |name: &str, keyed: &str| {
+        variant(
+            name,
+            r#"env = { KEYED = "1" }"#,
+            &format!("env = {{ {keyed} }}\nconcurrent = true"),
+        )
+    };
+    // One call: a retry in flight beside its original is the race.
+    let overlapping = [
+        "--invocations-max",
+        "2",
+        "--faults-max",
+        "0",
+        "--intents",
+        "1",
+    ];
+    let pointless = concurrent("no-points", r#"KEYED = "split", NO_POINTS = "1""#);
+    let path = pointless.path();
+    let report = expect(&[&["mcp", path.as_str()][..], &overlapping].concat(), 3);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains(gap), "{report}");
+    // The same server with its point between the two transactions: a retry runs while the
+    // first attempt waits there, and adds again, with no fault at all.
+    let pointed = concurrent("points", r#"KEYED = "split""#);
+    let path = pointed.path();
+    let report = expect(&[&["mcp", path.as_str()][..], &overlapping].concat(), 1);
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    // The keyed server with a point before its one transaction: a retry runs while the
+    // first attempt waits there, and it is clean. (One call: its key is reused by none, so
+    // that is the one gap left.)
+    let begins = concurrent("begin-point", r#"KEYED = "1", BEGIN_POINT = "1""#);
+    let path = begins.path();
+    let report = expect(&[&["mcp", path.as_str()][..], &overlapping].concat(), 3);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(!report.contains(gap), "{report}");
+    assert!(
+        report.contains("gaps (a clean verdict here is not clean): a request id reused"),
+        "{report}"
+    );
+}

@@ -123,6 +123,9 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) tasks: Vec<Invocation<S>>,
     /// Invocations started so far (they are numbered from 1).
     pub(super) invocations_started: u32,
+    /// Whether an invocation has gone on while another was paused in the server: the run
+    /// interleaved two requests inside it.
+    pub(super) interleaved: bool,
     /// Stacks for invocations, reused from run to run.
     pub(super) stacks: &'a mut Vec<DefaultStack>,
     /// Idle connections of finished invocations, reused from run to run.
@@ -368,6 +371,7 @@ impl<S: System> Execution<'_, '_, S> {
                 crashed_at: self.points.crashed_at.clone(),
                 crashes_covered: self.points.crashes_covered.clone(),
                 invocations_started: self.invocations_started,
+                interleaved: self.interleaved,
                 progress: self.progress,
                 asleep: self.sleep.unwrap_or_default(),
             },
@@ -519,6 +523,7 @@ impl<S: System> Execution<'_, '_, S> {
             crashes_covered: std::mem::take(&mut self.points.crashes_covered),
             final_state,
             succeeded,
+            interleaved: self.interleaved,
             timeline,
         }
     }

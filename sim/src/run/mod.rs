@@ -121,6 +121,11 @@ pub struct RunOutcome {
     /// nothing of what a success promises).
     #[serde(skip)]
     pub succeeded: bool,
+    /// Whether an invocation went on while another was paused inside the server (at a
+    /// crash point or a lock wait): two requests interleaved there. A check of overlapping
+    /// invocations in which no run did explored no race inside the handler.
+    #[serde(skip)]
+    pub interleaved: bool,
     /// The timeline, when the run was traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
@@ -443,6 +448,7 @@ impl<S: System> Simulator<S> {
             crashed_at: Vec::new(),
             crashes_covered: Vec::new(),
             invocations_started: 0,
+            interleaved: false,
             progress: 0,
             asleep: SleepSet::EMPTY,
         };
@@ -497,6 +503,7 @@ impl<S: System> Simulator<S> {
             overlapping,
             tasks: Vec::new(),
             invocations_started: state.invocations_started,
+            interleaved: state.interleaved,
             stacks: &mut self.stacks,
             connections: &mut self.connections,
             commits: Arc::clone(&self.commits),

@@ -269,6 +269,15 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// Runs the invocation at `index` until it pauses or ends, and records what came of it.
     fn take_turn(&mut self, index: usize, what: Begins, go: Go) {
+        if !self.interleaved && self.tasks.len() > 1 {
+            let edges = self.system.edge_points();
+            self.interleaved = (self.tasks.iter().enumerate()).any(|(other, invocation)| {
+                other != index
+                    && invocation
+                        .paused_at
+                        .is_none_or(|point| !edges.contains(&point))
+            });
+        }
         if self.pruning.is_some() {
             let print = self.committed_print();
             let history = &mut self.tasks[index].history;
