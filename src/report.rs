@@ -212,7 +212,30 @@ pub fn run_report_within(
     if let Some(timeline) = &outcome.timeline {
         out.push_str(&timeline.render_within(width_chars));
     }
+    if !outcome.violations.is_empty() {
+        if let Some(note) = retention_note(entry, bounds) {
+            let _ = writeln!(out, "\n{note}");
+        }
+    }
     out
+}
+
+/// What a failure's report says when the handler keeps its keys for less time than its
+/// clients may go on retrying (`timeout_ms` plus `retry_horizon_ms` past its retention): a
+/// key can expire before its client gives up, and what comes under it after that is new to
+/// the handler, however it is written.
+fn retention_note(entry: &HandlerEntry, bounds: &Bounds) -> Option<String> {
+    let retention_ms = entry.retention_ms?;
+    let client_ms = bounds.timeout_ms.saturating_add(bounds.retry_horizon_ms);
+    (client_ms > retention_ms).then(|| {
+        format!(
+            "note: the key expired before the client gave up: the handler keeps a key \
+             retention_ms={retention_ms}, and a client waits timeout_ms={} and retries for \
+             retry_horizon_ms={}; a retry or a reused key after the key expires is new to the \
+             handler",
+            bounds.timeout_ms, bounds.retry_horizon_ms
+        )
+    })
 }
 
 /// Summary of an exploration: executions, speed, violations by invariant, and the first

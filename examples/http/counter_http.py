@@ -18,6 +18,10 @@ second: a retry that finds the claim without a record is answered 409 with `Retr
 BEGIN_POINT=1 asks at the crash point `before-begin` before the keyed transaction begins:
 another request may run there.
 
+MIGRATE=rebuild runs a start-up migration at every start that rebuilds the counter's table
+(a new table, its rows copied, the old one dropped, the new one renamed). COUNTER_TABLE and
+KEYS_TABLE name the two tables otherwise (`counter` and `requests`).
+
 INTERIM=100,102,103 (any of them, in that order) sends those interim responses before the
 final one, as a server that says `100 Continue`, `102 Processing` or `103 Early Hints` does:
 each is correct HTTP, and the client reads past it.
@@ -54,6 +58,9 @@ BEGIN_POINT = os.environ.get("BEGIN_POINT") == "1"
 INTERIM = [int(code) for code in os.environ.get("INTERIM", "").split(",") if code]
 INTERIM_REASONS = {100: "Continue", 102: "Processing", 103: "Early Hints"}
 DATABASE = os.environ["RETRYSIM_DB"]
+# The tables' names: COUNTER_TABLE and KEYS_TABLE name them otherwise.
+COUNTER = os.environ.get("COUNTER_TABLE", "counter")
+KEYS = os.environ.get("KEYS_TABLE", "requests")
 
 
 def connect():
@@ -64,17 +71,28 @@ def connect():
 def make_schema():
     connection = connect()
     connection.executescript(
-        "CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), total INTEGER NOT NULL);"
-        "INSERT OR IGNORE INTO counter VALUES (1, 0);"
-        "CREATE TABLE IF NOT EXISTS requests (key TEXT PRIMARY KEY, amount INTEGER NOT NULL, total INTEGER NOT NULL);"
+        f"CREATE TABLE IF NOT EXISTS {COUNTER} (id INTEGER PRIMARY KEY CHECK (id = 1), total INTEGER NOT NULL);"
+        f"INSERT OR IGNORE INTO {COUNTER} VALUES (1, 0);"
+        f"CREATE TABLE IF NOT EXISTS {KEYS} (key TEXT PRIMARY KEY, amount INTEGER NOT NULL, total INTEGER NOT NULL);"
         "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY);"
     )
+    if os.environ.get("MIGRATE") == "rebuild":
+        # A start-up migration as teams write them: the table made anew with its rows copied,
+        # the old one dropped and the new one renamed, at every start.
+        connection.executescript(
+            "BEGIN;"
+            f"CREATE TABLE {COUNTER}_new (id INTEGER PRIMARY KEY CHECK (id = 1), total INTEGER NOT NULL);"
+            f"INSERT INTO {COUNTER}_new SELECT id, total FROM {COUNTER};"
+            f"DROP TABLE {COUNTER};"
+            f"ALTER TABLE {COUNTER}_new RENAME TO {COUNTER};"
+            "COMMIT;"
+        )
     connection.close()
 
 
 def add(connection, amount):
-    connection.execute("UPDATE counter SET total = total + ? WHERE id = 1", (amount,))
-    return connection.execute("SELECT total FROM counter WHERE id = 1").fetchone()[0]
+    connection.execute(f"UPDATE {COUNTER} SET total = total + ? WHERE id = 1", (amount,))
+    return connection.execute(f"SELECT total FROM {COUNTER} WHERE id = 1").fetchone()[0]
 
 
 def handle_add(key, amount):
@@ -92,7 +110,7 @@ def handle_add(key, amount):
             point("before-begin")
         connection.execute("BEGIN IMMEDIATE")
         saved = connection.execute(
-            "SELECT amount, total FROM requests WHERE key = ?", (key,)
+            f"SELECT amount, total FROM {KEYS} WHERE key = ?", (key,)
         ).fetchone()
         if saved is not None:
             connection.execute("COMMIT")
@@ -115,7 +133,7 @@ def handle_add(key, amount):
             point("between-commits")
             connection.execute("BEGIN IMMEDIATE")
         connection.execute(
-            "INSERT INTO requests (key, amount, total) VALUES (?, ?, ?)", (key, amount, total)
+            f"INSERT INTO {KEYS} (key, amount, total) VALUES (?, ?, ?)", (key, amount, total)
         )
         connection.execute("COMMIT")
         return 200, {}, {"total": total}

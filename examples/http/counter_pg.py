@@ -22,6 +22,12 @@ VARIANT says how the key is kept, the three ways people write it:
 ISOLATION=serializable runs every transaction SERIALIZABLE: a transaction that raced another
 fails with a serialization failure (40001), answered 503, and the client sends again.
 
+MIGRATE=rebuild runs a start-up migration at every start that rebuilds the counter's table
+(a new table, its rows copied, the old one dropped, the new one renamed); REPLICA=1 has every
+connection of the pool `SET session_replication_role = replica` (as a replication tool
+does); COUNTER_TABLE and KEYS_TABLE name the tables otherwise (`counter`,
+`idempotency_keys`).
+
 COUNTER_KEY=none makes the counter's table without a primary key (the harness's triggers
 and its template need none).
 
@@ -43,6 +49,8 @@ from retrysim_points import point  # noqa: E402
 
 VARIANT = os.environ.get("VARIANT", "on-conflict")
 ISOLATION = os.environ.get("ISOLATION", "read-committed")
+COUNTER = os.environ.get("COUNTER_TABLE", "counter")
+KEYS = os.environ.get("KEYS_TABLE", "idempotency_keys")
 POOL_SIZE = 4
 POOL = queue.Queue()
 
@@ -52,26 +60,34 @@ def make_schema(connection):
     counter_key = "" if os.environ.get("COUNTER_KEY") == "none" else "PRIMARY KEY"
     with connection.transaction():
         connection.execute(
-            f"CREATE TABLE IF NOT EXISTS counter (id integer {counter_key}, total integer NOT NULL)"
+            f"CREATE TABLE IF NOT EXISTS {COUNTER} (id integer {counter_key}, total integer NOT NULL)"
         )
         connection.execute(
-            "INSERT INTO counter SELECT 1, 0 WHERE NOT EXISTS (SELECT 1 FROM counter WHERE id = 1)"
+            f"INSERT INTO {COUNTER} SELECT 1, 0 WHERE NOT EXISTS (SELECT 1 FROM {COUNTER} WHERE id = 1)"
         )
         connection.execute(
-            f"CREATE TABLE IF NOT EXISTS idempotency_keys (key text {unique}, amount integer, "
+            f"CREATE TABLE IF NOT EXISTS {KEYS} (key text {unique}, amount integer, "
             "total integer)"
         )
+    if os.environ.get("MIGRATE") == "rebuild":
+        with connection.transaction():
+            connection.execute(
+                f"CREATE TABLE {COUNTER}_new (id integer {counter_key}, total integer NOT NULL)"
+            )
+            connection.execute(f"INSERT INTO {COUNTER}_new SELECT id, total FROM {COUNTER}")
+            connection.execute(f"DROP TABLE {COUNTER}")
+            connection.execute(f"ALTER TABLE {COUNTER}_new RENAME TO {COUNTER}")
 
 
 def add(connection, amount):
     return connection.execute(
-        "UPDATE counter SET total = total + %s WHERE id = 1 RETURNING total", (amount,)
+        f"UPDATE {COUNTER} SET total = total + %s WHERE id = 1 RETURNING total", (amount,)
     ).fetchone()[0]
 
 
 def saved(connection, key):
     return connection.execute(
-        "SELECT amount, total FROM idempotency_keys WHERE key = %s", (key,)
+        f"SELECT amount, total FROM {KEYS} WHERE key = %s", (key,)
     ).fetchone()
 
 
@@ -89,7 +105,7 @@ def handle_lookup(connection, key, amount):
         point("after-lookup")
         total = add(connection, amount)
         connection.execute(
-            "INSERT INTO idempotency_keys VALUES (%s, %s, %s)", (key, amount, total)
+            f"INSERT INTO {KEYS} VALUES (%s, %s, %s)", (key, amount, total)
         )
     return 200, {"total": total}
 
@@ -97,7 +113,7 @@ def handle_lookup(connection, key, amount):
 def handle_on_conflict(connection, key, amount):
     with connection.transaction():
         claimed = connection.execute(
-            "INSERT INTO idempotency_keys (key, amount) VALUES (%s, %s) "
+            f"INSERT INTO {KEYS} (key, amount) VALUES (%s, %s) "
             "ON CONFLICT (key) DO NOTHING RETURNING key",
             (key, amount),
         ).fetchone()
@@ -106,7 +122,7 @@ def handle_on_conflict(connection, key, amount):
         point("after-claim")
         total = add(connection, amount)
         connection.execute(
-            "UPDATE idempotency_keys SET total = %s WHERE key = %s", (total, key)
+            f"UPDATE {KEYS} SET total = %s WHERE key = %s", (total, key)
         )
     return 200, {"total": total}
 
@@ -120,7 +136,7 @@ def handle_second_transaction(connection, key, amount):
     point("between-transactions")
     with connection.transaction():
         connection.execute(
-            "INSERT INTO idempotency_keys VALUES (%s, %s, %s)", (key, amount, total)
+            f"INSERT INTO {KEYS} VALUES (%s, %s, %s)", (key, amount, total)
         )
     return 200, {"total": total}
 
@@ -180,6 +196,8 @@ def main():
         connection = psycopg.connect(url, autocommit=True)
         if ISOLATION == "serializable":
             connection.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+        if os.environ.get("REPLICA") == "1":
+            connection.execute("SET session_replication_role = replica")
         POOL.put(connection)
     make_schema(POOL.queue[0])
     server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)

@@ -764,13 +764,15 @@ pub fn settle<V>(
     }
 }
 
-/// The tables of a database's own schema, by name: every table but SQLite's and the
-/// harness's (`retrysim_…`).
+/// The tables of a database's own schema, by name: every table but SQLite's (`sqlite_…`)
+/// and the harness's (`retrysim_effects`, and names that begin `retrysim:`, which no
+/// table of a user's needs). A user's `retrysimcounter` or `retrysim_keys` is the user's.
 pub fn user_tables(keeper: &Connection) -> rusqlite::Result<Vec<String>> {
     keeper
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'table' \
-             AND name NOT LIKE 'sqlite%' AND name NOT LIKE 'retrysim%' ORDER BY name",
+             AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> 'retrysim_effects' \
+             AND name NOT LIKE 'retrysim:%' ORDER BY name",
         )?
         .query_map([], |row| row.get(0))?
         .collect()

@@ -312,17 +312,26 @@ fn check_on(
     }
     // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
     let gaps_judged = options.shard.is_whole() && !gaps.is_empty();
-    Ok(
-        out.ending(if nondeterminism.is_some() && minimal.is_none() {
-            ExitCode::from(3)
-        } else if !report.violations.is_empty() {
-            ExitCode::from(1)
-        } else if report.clean() && !gaps_judged {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(3)
-        }),
-    )
+    let nothing_explored = report.runs() == 0;
+    if nothing_explored && !json {
+        let _ = writeln!(
+            out.text,
+            "\nnothing explored: shard {} holds none of the check's workloads (a shard past \
+             their number is empty); this is no verdict",
+            options.shard
+        );
+    }
+    Ok(out.ending(if nothing_explored {
+        ExitCode::from(3)
+    } else if nondeterminism.is_some() && minimal.is_none() {
+        ExitCode::from(3)
+    } else if !report.violations.is_empty() {
+        ExitCode::from(1)
+    } else if report.clean() && !gaps_judged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    }))
 }
 
 /// The shrunk failure of a check or exploration, when it replayed alike or when it broke an
@@ -513,6 +522,16 @@ fn explore_on(
             out.text.push_str(overlap);
         }
         out = out.fitted(width_chars);
+    }
+    if exploration.executions == 0 {
+        if !json {
+            let _ = writeln!(
+                out.text,
+                "\nnothing explored: shard {shard} holds no seed of {}..{}; this is no verdict",
+                seeds.start, seeds.end
+            );
+        }
+        return Ok(out.ending(ExitCode::from(3)));
     }
     if nondeterminism.is_some() && shrunk.is_none() {
         return Ok(out.ending(ExitCode::from(3)));

@@ -1,7 +1,8 @@
 //! The `retrysim` command line. Every command is a client of the library.
 //!
 //! Exit status: 0 clean (or every handler as declared), 1 a violation was found, 2 bad input
-//! or an output error, 3 (`check` only) inconclusive.
+//! or an output error, 3 inconclusive (a check's bound not exhausted or a gap in its coverage,
+//! a shard with nothing to explore, a failure that did not replay alike).
 
 mod commands;
 mod output;
@@ -40,10 +41,10 @@ use std::time::Instant;
 pub const DEFAULT_SEEDS: Range<u64> = 0..2_000;
 
 const EXIT_STATUS: &str = "Exit status: 0 clean (or every handler as declared), 1 a violation \
-                           was found, 2 bad input or an output error, 3 (check only) \
-                           inconclusive: the bound was not exhausted, or a fault kind, crash \
-                           point or situation was never exercised (`merge` of check shards \
-                           too).";
+                           was found, 2 bad input or an output error, 3 inconclusive: a \
+                           check's bound was not exhausted, or a fault kind, crash point or \
+                           situation was never exercised (`merge` of check shards too); a \
+                           shard held nothing to explore; a failure did not replay alike.";
 
 #[derive(Parser)]
 #[command(

@@ -444,7 +444,14 @@ impl McpStore {
         database
             .restore_stopped()
             .unwrap_or_else(|why| panic!("{why}"));
-        self.server.get_mut().start().map(|_| ())
+        self.start_server()
+    }
+
+    /// Starts the server, and puts the harness's triggers back where its start undid them.
+    fn start_server(&mut self) -> Result<(), McpError> {
+        self.server.get_mut().start()?;
+        (self.database.get_mut().after_start()).unwrap_or_else(|why| panic!("{why}"));
+        Ok(())
     }
 
     /// Follows call `id` until the server says something about it. On PostgreSQL, a call
@@ -982,11 +989,7 @@ impl StoreKind for OnMcp {
         store.left_running.get_mut().clear();
         store.server.get_mut().kill();
         (store.database.get_mut().server_gone()).unwrap_or_else(|why| panic!("{why}"));
-        store
-            .server
-            .get_mut()
-            .start()
-            .unwrap_or_else(|error| failed(&error));
+        store.start_server().unwrap_or_else(|error| failed(&error));
     }
 
     fn apply_event(&self, _store: &mut McpStore, event: &NoEvent) {

@@ -824,7 +824,7 @@ fn write_errors_end_quietly_or_with_one_line() {
 #[test]
 fn help_names_every_exit_status_and_replay_needs_a_schedule() {
     let help = stdout(&retrysim(&["--help"]));
-    for status in ["0 clean", "1 a violation", "2 bad input", "3 (check only)"] {
+    for status in ["0 clean", "1 a violation", "2 bad input", "3 inconclusive"] {
         assert!(help.contains(status), "{help}");
     }
     let replay = stdout(&retrysim(&["replay", "--help"]));
@@ -1223,4 +1223,57 @@ fn list_fits_the_width_and_aligns_its_columns() {
         })
         .collect();
     assert_eq!(declared_at.len(), 1, "{text}");
+}
+
+/// A shard past the number of workloads (or seeds) holds nothing: it says so and exits 3,
+/// never 0 as if it had checked something; a shard that holds something is unchanged.
+#[test]
+fn an_empty_shard_is_no_verdict() {
+    let check = ["check", "--model", "counter", "--handler", "keyed-sqlite"];
+    let output = retrysim(&[&check[..], &["--shard", "1000/1000"]].concat());
+    assert_eq!(output.status.code(), Some(3), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("nothing explored: shard 1000/1000 holds none"),
+        "{}",
+        stdout(&output)
+    );
+    let explore = ["explore", "--model", "counter", "--handler", "naive"];
+    let output = retrysim(&[&explore[..], &["--seeds", "0..3", "--shard", "5/5"]].concat());
+    assert_eq!(output.status.code(), Some(3), "{}", stdout(&output));
+    assert!(
+        stdout(&output).contains("nothing explored: shard 5/5 holds no seed of 0..3"),
+        "{}",
+        stdout(&output)
+    );
+    let output = retrysim(&[&explore[..], &["--seeds", "0..3", "--shard", "1/5"]].concat());
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+}
+
+/// A timeout longer than the handler's key retention rightly breaks a correct handler, and
+/// the failure says why: the key expired before the client gave up. Within the retention,
+/// the same handler is clean and says nothing of it.
+#[test]
+fn a_key_that_expires_before_its_client_gives_up_is_named() {
+    let check = ["check", "--model", "counter", "--handler", "keyed-sqlite"];
+    let output = retrysim(&[&check[..], &["--timeout-ms", "90000000"]].concat());
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let report = stdout(&output)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        report.contains(
+            "note: the key expired before the client gave up: the handler keeps a key \
+             retention_ms=86400000, and a client waits timeout_ms=90000000"
+        ),
+        "{report}"
+    );
+    let small = ["--clients", "1", "--intents", "1", "--faults-max", "1"];
+    let output = retrysim(&[&check[..], &small].concat());
+    assert_eq!(output.status.code(), Some(3), "{}", stdout(&output));
+    assert!(
+        !stdout(&output).contains("key expired"),
+        "{}",
+        stdout(&output)
+    );
 }

@@ -427,3 +427,53 @@ fn requests_that_never_interleave_are_a_coverage_gap() {
         "{report}"
     );
 }
+
+/// Ground truth survives what a server does to its own schema: a start-up migration that
+/// rebuilds the effect table at every start (a new table, its rows copied, the old dropped,
+/// the new renamed) loses the harness's triggers, which are put back after each start; and
+/// tables whose names begin with `retrysim` are the server's. The keyed endpoint is clean
+/// each way, the keyless one caught.
+#[test]
+fn ground_truth_survives_the_servers_own_schema() {
+    for (name, env, tables) in [
+        ("rebuild", r#"MIGRATE = "rebuild""#, "counter"),
+        (
+            "prefixed",
+            r#"COUNTER_TABLE = "retrysimcounter", KEYS_TABLE = "retrysim_keys""#,
+            "retrysimcounter",
+        ),
+    ] {
+        let keyed = variant(
+            &format!("schema-{name}"),
+            r#"env = { KEYED = "1" }"#,
+            &format!(r#"env = {{ KEYED = "1", {env} }}"#),
+        );
+        let text = std::fs::read_to_string(keyed.path()).unwrap();
+        let text = text.replace(
+            r#"effect_tables = ["counter"]"#,
+            &format!(r#"effect_tables = ["{tables}"]"#),
+        );
+        std::fs::write(keyed.path(), text).unwrap();
+        let report = expect(&["mcp", &keyed.path()], 0);
+        assert!(report.contains("bound: exhausted"), "{name}: {report}");
+        assert!(!report.contains("crashes 0,"), "{name}: {report}");
+        let keyless = variant_of(
+            "counter_keyless.toml",
+            &format!("schema-{name}"),
+            "[database]",
+            &format!("env = {{ {env} }}\n\n[database]"),
+        );
+        let text = std::fs::read_to_string(keyless.path()).unwrap();
+        let text = text.replace(
+            r#"effect_tables = ["counter"]"#,
+            &format!(r#"effect_tables = ["{tables}"]"#),
+        );
+        std::fs::write(keyless.path(), text).unwrap();
+        let caught = expect(&["mcp", &keyless.path()], 1);
+        assert!(
+            caught.contains("at-most-once-effect      VIOLATED"),
+            "{name}: {caught}"
+        );
+        assert!(!caught.contains("NONDETERMINISTIC"), "{name}: {caught}");
+    }
+}

@@ -522,3 +522,47 @@ fn sigint_mid_check_leaves_no_process_and_no_directory() {
         Vec::<String>::new()
     );
 }
+
+/// The shipped scenario `base` (in `examples/http/`) with `env` added to its server's and its
+/// effect table named `counter_table`, written beside it.
+fn with_schema(base: &str, env: &str, counter_table: &str) -> crate::ScenarioVariant {
+    let shipped = std::fs::read_to_string(format!("examples/http/{base}")).unwrap();
+    let line = shipped
+        .lines()
+        .find(|line| line.starts_with("env = { VARIANT"))
+        .expect("a VARIANT")
+        .to_string();
+    let written = crate::ScenarioVariant::of(
+        &format!("http/{base}"),
+        "schema",
+        &line,
+        &line.replace(" }", &format!(", {env} }}")),
+    );
+    let text = std::fs::read_to_string(written.path()).unwrap();
+    let text = text.replace(
+        r#"effect_tables = ["counter"]"#,
+        &format!(r#"effect_tables = ["{counter_table}"]"#),
+    );
+    std::fs::write(written.path(), text).unwrap();
+    written
+}
+
+/// Ground truth survives what a service does to its own schema and session: a start-up
+/// migration that rebuilds the effect table at every start, connections under
+/// `session_replication_role = replica`, and tables named `retrysimcounter` and
+/// `retrysim_keys`. The correct service is clean with crashes, its faulty twin caught.
+#[test]
+fn ground_truth_survives_migrations_replica_and_names_on_postgres() {
+    let env = r#"MIGRATE = "rebuild", REPLICA = "1", COUNTER_TABLE = "retrysimcounter", KEYS_TABLE = "retrysim_keys""#;
+    let correct = with_schema("counter_pg.toml", env, "retrysimcounter");
+    let check = ["mcp", &correct.path(), "--intents", "1"];
+    let Some((status, report)) = run("the rebuilt schema's check", &check) else {
+        return;
+    };
+    assert_clean_with_crashes(status, &report);
+    let faulty = with_schema("counter_pg_second_transaction.toml", env, "retrysimcounter");
+    let check = ["mcp", &faulty.path(), "--intents", "1"];
+    let (status, report) = run("the rebuilt schema's check", &check).expect("ran once");
+    assert_caught_by_crash(status, &report);
+    assert!(!report.contains("NONDETERMINISTIC"), "{report}");
+}

@@ -43,6 +43,14 @@ pub(super) trait ServerDatabase {
     /// made its schema and stopped, and keeps the database as every run's template.
     fn install(&mut self, effect_tables: &[String]) -> Result<(), String>;
 
+    /// After each start of the server (the first for a check and each restart): puts the
+    /// harness's triggers back on an effect table that lost them to a start-up migration
+    /// (the table dropped and made again, or made anew and renamed), so that the ground
+    /// truth survives whatever the server does to its own schema.
+    fn after_start(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// The changes committed since the last look, each given out once.
     fn take_changes(&mut self) -> Vec<Change>;
 

@@ -2,14 +2,21 @@
 //! ([`PgCluster::shared`]: one for every store of a check).
 //!
 //! The triggers are PL/pgSQL: each change to an effect table writes a row to
-//! `retrysim_effects` in the server's own transaction, with the process id of the backend
-//! that made it, so that changes committed by one call while another was followed can be
+//! `retrysim_harness.effects` in the server's own transaction, with the process id of the
+//! backend that made it, so that changes committed by one call while another was followed can be
 //! told apart. The harness reads and deletes the committed rows (`DELETE ... RETURNING`):
 //! rows another transaction has not committed yet stay for a later look, whatever order
 //! their ids were drawn in. Each run starts from the template: the server's tables emptied
 //! and filled again from copies taken once the server made its schema, and their sequences
-//! set back, in one transaction of the harness's own, with triggers off
-//! (`session_replication_role = replica`).
+//! set back, in one transaction of the harness's own, with the server's triggers off
+//! (`session_replication_role = replica`) and the harness's told to record nothing (the
+//! setting `retrysim.harness`).
+//!
+//! The harness's objects live in schemas of their own (`retrysim_harness`,
+//! `retrysim_template`), so every table in `public` is the server's, whatever its name. Its
+//! triggers fire `ALWAYS`, so a server that sets `session_replication_role = replica` is
+//! recorded all the same; and after every start of the server they are looked for and put
+//! back where a start-up migration rebuilt an effect table without them.
 
 use super::{quoted_name, Change, ServerDatabase};
 use crate::postgres::{PgClient, PgCluster, PgError, PgRows};
@@ -40,6 +47,8 @@ pub(in crate::mcp) struct PostgresDatabase {
     vacuum_sql: String,
     /// How many times the template has been put back.
     restores: u64,
+    /// The effect tables, once installed.
+    effect_tables: Vec<String>,
     cluster: Arc<PgCluster>,
 }
 
@@ -64,6 +73,7 @@ impl PostgresDatabase {
             .run(
                 &format!(
                     "SET session_replication_role = replica; \
+                     SET retrysim.harness = 'on'; \
                      SET lock_timeout = {lock_wait_ms}"
                 ),
                 "the harness's session",
@@ -76,6 +86,7 @@ impl PostgresDatabase {
             describe_sql: "SELECT ''".into(),
             vacuum_sql: String::new(),
             restores: 0,
+            effect_tables: Vec::new(),
             cluster,
         })
     }
@@ -90,23 +101,46 @@ impl PostgresDatabase {
         let rows = self.run(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') \
-             AND c.relname NOT LIKE 'retrysim%' ORDER BY c.relname COLLATE \"C\"",
+             ORDER BY c.relname COLLATE \"C\"",
             "the server's tables cannot be listed",
         )?;
         Ok(rows.into_iter().flatten().flatten().collect())
     }
 
     /// The triggers that record every change to `table`: an insert, a delete, and an update
-    /// that changes some column (an update that leaves its row as it was is no effect).
+    /// that changes some column (an update that leaves its row as it was is no effect). They
+    /// fire `ALWAYS`: under `session_replication_role = replica` too.
     fn triggers(table: &str) -> String {
         let quoted = quoted_name(table);
         format!(
-            "CREATE TRIGGER retrysim_insert_delete AFTER INSERT OR DELETE ON {quoted} \
-             FOR EACH ROW EXECUTE FUNCTION retrysim_record(); \
+            "DROP TRIGGER IF EXISTS retrysim_insert_delete ON {quoted}; \
+             DROP TRIGGER IF EXISTS retrysim_update ON {quoted}; \
+             CREATE TRIGGER retrysim_insert_delete AFTER INSERT OR DELETE ON {quoted} \
+             FOR EACH ROW EXECUTE FUNCTION retrysim_harness.record(); \
              CREATE TRIGGER retrysim_update AFTER UPDATE ON {quoted} \
              FOR EACH ROW WHEN (OLD.* IS DISTINCT FROM NEW.*) \
-             EXECUTE FUNCTION retrysim_record();"
+             EXECUTE FUNCTION retrysim_harness.record(); \
+             ALTER TABLE {quoted} ENABLE ALWAYS TRIGGER retrysim_insert_delete; \
+             ALTER TABLE {quoted} ENABLE ALWAYS TRIGGER retrysim_update;"
         )
+    }
+
+    /// The effect tables that lack one of the harness's triggers, or have it not firing
+    /// `ALWAYS`.
+    fn tables_without_triggers(&mut self) -> Result<Vec<String>, String> {
+        let rows = self.run(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND (SELECT count(*) \
+             FROM pg_trigger t WHERE t.tgrelid = c.oid AND t.tgenabled = 'A' AND t.tgname \
+             IN ('retrysim_insert_delete', 'retrysim_update')) < 2 \
+             ORDER BY c.relname COLLATE \"C\"",
+            "the harness's triggers cannot be looked for",
+        )?;
+        let lacking: Vec<String> = rows.into_iter().flatten().flatten().collect();
+        Ok((self.effect_tables.iter())
+            .filter(|table| lacking.contains(table))
+            .cloned()
+            .collect())
     }
 
     /// Copies every table of the server's as it is now into the schema
@@ -137,14 +171,14 @@ impl PostgresDatabase {
             &copy,
             "the template of the server's database cannot be taken",
         )?;
-        restore.push_str("DELETE FROM retrysim_effects;");
+        restore.push_str("DELETE FROM retrysim_harness.effects;");
         restore.push_str(&self.sequences_back()?);
         self.restore_sql = restore;
         if !described.is_empty() {
             self.describe_sql = format!("SELECT {}", described.join(" || ' ' || "));
         }
         let mut vacuumed: Vec<String> = tables.iter().map(|t| quoted_name(t)).collect();
-        vacuumed.push("retrysim_effects".into());
+        vacuumed.push("retrysim_harness.effects".into());
         self.vacuum_sql = format!("VACUUM {}", vacuumed.join(", "));
         Ok(())
     }
@@ -173,8 +207,7 @@ impl PostgresDatabase {
         let rows = self.run(
             "SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename), \
              coalesce(last_value, start_value), (last_value IS NOT NULL)::text \
-             FROM pg_sequences WHERE schemaname = 'public' \
-             AND sequencename NOT LIKE 'retrysim%' ORDER BY 1",
+             FROM pg_sequences WHERE schemaname = 'public' ORDER BY 1",
             "the server's sequences cannot be read",
         )?;
         Ok(rows
@@ -224,23 +257,36 @@ impl ServerDatabase for PostgresDatabase {
             ));
         }
         let mut setup = String::from(
-            "CREATE TABLE retrysim_effects (id bigserial PRIMARY KEY, table_name text NOT NULL, \
-             operation text NOT NULL, backend integer NOT NULL DEFAULT pg_backend_pid()); \
-             CREATE FUNCTION retrysim_record() RETURNS trigger LANGUAGE plpgsql AS \
-             $retrysim$ BEGIN INSERT INTO retrysim_effects (table_name, operation) \
+            "CREATE SCHEMA retrysim_harness; \
+             CREATE TABLE retrysim_harness.effects (id bigserial PRIMARY KEY, \
+             table_name text NOT NULL, operation text NOT NULL, \
+             backend integer NOT NULL DEFAULT pg_backend_pid()); \
+             CREATE FUNCTION retrysim_harness.record() RETURNS trigger LANGUAGE plpgsql AS \
+             $retrysim$ BEGIN \
+             IF current_setting('retrysim.harness', true) = 'on' THEN RETURN NULL; END IF; \
+             INSERT INTO retrysim_harness.effects (table_name, operation) \
              VALUES (TG_TABLE_NAME, lower(TG_OP)); RETURN NULL; END $retrysim$;",
         );
         for table in effect_tables {
             setup.push_str(&Self::triggers(table));
         }
         self.run(&setup, "the harness's triggers do not install")?;
+        self.effect_tables = effect_tables.to_vec();
         self.take_template(&tables)
+    }
+
+    fn after_start(&mut self) -> Result<(), String> {
+        for table in self.tables_without_triggers()? {
+            let again = Self::triggers(&table);
+            self.run(&again, "the harness's triggers cannot be put back")?;
+        }
+        Ok(())
     }
 
     fn take_changes(&mut self) -> Vec<Change> {
         let rows = self
             .run(
-                "DELETE FROM retrysim_effects RETURNING operation, backend",
+                "DELETE FROM retrysim_harness.effects RETURNING operation, backend",
                 "the harness's record of effects cannot be read",
             )
             .unwrap_or_else(|why| panic!("{why}"));

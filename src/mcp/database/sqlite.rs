@@ -1,15 +1,18 @@
 //! The server's database as a SQLite file in the store's scratch directory.
 //!
 //! The triggers are plain SQL (the server's connection has none of the harness's
-//! functions): each change to an effect table writes a row to `retrysim_effects` in the
-//! server's own transaction, and rows show only once committed. Each run starts from the
+//! functions): each change to an effect table writes a row to `"retrysim:effects"` in the
+//! server's own transaction, and rows show only once committed. The harness's names begin
+//! `retrysim:`, which needs quoting, so that no table of the server's is taken for one; and
+//! after every start of the server its triggers are looked for and put back where a start-up
+//! migration rebuilt an effect table without them. Each run starts from the
 //! file as the template left it: put back through SQLite's backup API under a running
 //! server, or copied while none runs. A crash kills the process, and the restarted one
 //! opens the file as the crash left it (SQLite's own recovery runs on it).
 
 use super::{quoted_name, Change, ServerDatabase};
 use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
-use crate::sqlite::{table_rows, user_tables};
+use crate::sqlite::table_rows;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,9 +27,22 @@ pub(in crate::mcp) struct SqliteFile {
     template: PathBuf,
     /// The harness's own connection to the file, once the triggers are installed.
     keeper: Connection,
-    /// How many rows of `retrysim_effects` the harness has given out.
+    /// How many rows of `"retrysim:effects"` the harness has given out.
     rows_seen: i64,
+    /// The effect tables, once installed.
+    effect_tables: Vec<String>,
 }
+
+/// The harness's table in the server's file, quoted.
+const EFFECTS_TABLE: &str = "\"retrysim:effects\"";
+
+/// The name of the harness's trigger on `table` for `operation`.
+fn trigger_name(table: &str, operation: &str) -> String {
+    format!("retrysim:{table}:{operation}")
+}
+
+/// The operations each effect table has a trigger for.
+const OPERATIONS: [&str; 3] = ["insert", "update", "delete"];
 
 impl SqliteFile {
     /// The file `server.db` in `directory`, not made yet: the server makes it.
@@ -36,11 +52,12 @@ impl SqliteFile {
             template: directory.join("template.db"),
             keeper: Connection::open_in_memory().expect("an in-memory connection opens"),
             rows_seen: 0,
+            effect_tables: Vec::new(),
         }
     }
 
     /// The triggers that record every change to `table` (whose columns are `columns`) in
-    /// `retrysim_effects`: an insert, a delete, and an update that changes some column (an
+    /// `"retrysim:effects"`: an insert, a delete, and an update that changes some column (an
     /// update that leaves its row as it was is no effect). Names are quoted, so a table named
     /// `my-counter` or one `WITHOUT ROWID` takes them as any other.
     fn triggers(table: &str, columns: &[String]) -> String {
@@ -60,10 +77,10 @@ impl SqliteFile {
         [("insert", ""), ("update", when_changed.as_str()), ("delete", "")]
             .iter()
             .map(|(operation, when)| {
-                let trigger = quoted_name(&format!("retrysim_{table}_{operation}"));
+                let trigger = quoted_name(&trigger_name(table, operation));
                 format!(
                     "CREATE TRIGGER {trigger} AFTER {operation} ON {quoted}{when} \
-                     BEGIN INSERT INTO retrysim_effects VALUES ('{literal}', '{operation}', NULL); END;"
+                     BEGIN INSERT INTO {EFFECTS_TABLE} VALUES ('{literal}', '{operation}', NULL); END;"
                 )
             })
             .collect()
@@ -78,9 +95,9 @@ impl ServerDatabase for SqliteFile {
     fn install(&mut self, effect_tables: &[String]) -> Result<(), String> {
         let keeper = Connection::open(&self.file)
             .map_err(|error| format!("the server's database cannot be opened: {error}"))?;
-        let mut setup =
-            "CREATE TABLE retrysim_effects (table_name TEXT, operation TEXT, row_id INTEGER);"
-                .to_string();
+        let mut setup = format!(
+            "CREATE TABLE {EFFECTS_TABLE} (table_name TEXT, operation TEXT, row_id INTEGER);"
+        );
         for table in effect_tables {
             let columns = table_columns(&keeper, table)?;
             setup.push_str(&Self::triggers(table, &columns));
@@ -93,14 +110,38 @@ impl ServerDatabase for SqliteFile {
             format!("the template of the server's database cannot be written: {error}")
         })?;
         self.keeper = open_keeper(&self.file)?;
+        self.effect_tables = effect_tables.to_vec();
+        Ok(())
+    }
+
+    /// Puts back the triggers of each effect table that has lost one (a start-up migration
+    /// that dropped and made the table again, or made a new one and renamed it).
+    fn after_start(&mut self) -> Result<(), String> {
+        for table in &self.effect_tables {
+            if self.has_triggers(table)? {
+                continue;
+            }
+            let columns = table_columns(&self.keeper, table)?;
+            let drops: String = OPERATIONS
+                .iter()
+                .map(|operation| {
+                    let trigger = quoted_name(&trigger_name(table, operation));
+                    format!("DROP TRIGGER IF EXISTS {trigger};")
+                })
+                .collect();
+            let again = format!("{drops}{}", Self::triggers(table, &columns));
+            self.keeper.execute_batch(&again).map_err(|error| {
+                format!("the harness's triggers on `{table}` cannot be put back: {error}")
+            })?;
+        }
         Ok(())
     }
 
     fn take_changes(&mut self) -> Vec<Change> {
         let read = || -> rusqlite::Result<Vec<String>> {
-            let mut query = self.keeper.prepare_cached(
-                "SELECT operation FROM retrysim_effects WHERE rowid > ?1 ORDER BY rowid",
-            )?;
+            let mut query = self.keeper.prepare_cached(&format!(
+                "SELECT operation FROM {EFFECTS_TABLE} WHERE rowid > ?1 ORDER BY rowid"
+            ))?;
             let rows = query.query_map([self.rows_seen], |row| row.get(0))?;
             rows.collect()
         };
@@ -181,7 +222,7 @@ impl ServerDatabase for SqliteFile {
     /// Every table but the harness's, each as `table [row; row]`.
     fn describe(&mut self) -> String {
         let keeper = &self.keeper;
-        let described = user_tables(keeper).and_then(|tables| {
+        let described = server_tables(keeper).and_then(|tables| {
             tables
                 .iter()
                 .map(|table| {
@@ -211,13 +252,48 @@ fn table_columns(keeper: &Connection, table: &str) -> Result<Vec<String>, String
         })
         .map_err(|error| format!("the server's database cannot be read: {error}"))?;
     if columns.is_empty() {
-        let tables = user_tables(keeper).unwrap_or_default().join(", ");
+        let tables = server_tables(keeper).unwrap_or_default().join(", ");
         return Err(format!(
             "effect table `{table}` is not in the server's database once it has started (its \
              tables: {tables})"
         ));
     }
     Ok(columns)
+}
+
+impl SqliteFile {
+    /// Whether every trigger of the harness's is on `table`.
+    fn has_triggers(&self, table: &str) -> Result<bool, String> {
+        let names: Vec<String> = OPERATIONS
+            .iter()
+            .map(|operation| trigger_name(table, operation))
+            .collect();
+        let found: i64 = self
+            .keeper
+            .prepare_cached(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1 \
+                 AND name IN (?2, ?3, ?4)",
+            )
+            .and_then(|mut statement| {
+                statement.query_row([table, &names[0], &names[1], &names[2]], |row| row.get(0))
+            })
+            .map_err(|error| format!("the server's database cannot be read: {error}"))?;
+        Ok(found == names.len() as i64)
+    }
+}
+
+/// The server's tables in its file, by name: every table but SQLite's and the harness's
+/// (whose names begin `retrysim:`). A server's `retrysim_effects` or `retrysimcounter` is its
+/// own.
+fn server_tables(keeper: &Connection) -> rusqlite::Result<Vec<String>> {
+    keeper
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'retrysim:%' \
+             ORDER BY name",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect()
 }
 
 /// The harness's own connection to the server's file.
