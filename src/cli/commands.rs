@@ -321,9 +321,8 @@ fn check_on(
             options.shard
         );
     }
-    Ok(out.ending(if nothing_explored {
-        ExitCode::from(3)
-    } else if nondeterminism.is_some() && minimal.is_none() {
+    let inconclusive = nothing_explored || (nondeterminism.is_some() && minimal.is_none());
+    Ok(out.ending(if inconclusive {
         ExitCode::from(3)
     } else if !report.violations.is_empty() {
         ExitCode::from(1)
