@@ -239,7 +239,7 @@ struct CoverageJson {
     storage: u64,
     succeeded: u64,
     #[serde(default)]
-    interleaved: u64,
+    paused_inside: u64,
     crash_points: BTreeMap<String, u64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     crashes_covered: BTreeMap<String, u64>,
@@ -591,7 +591,11 @@ fn summed_coverage(checks: &[&CheckJson]) -> Result<CoverageJson, MergeError> {
         )?;
         total.storage = add(total.storage, coverage.storage, "runs with storage faults")?;
         total.succeeded = add(total.succeeded, coverage.succeeded, "runs with a success")?;
-        total.interleaved = add(total.interleaved, coverage.interleaved, "interleaved runs")?;
+        total.paused_inside = add(
+            total.paused_inside,
+            coverage.paused_inside,
+            "runs paused inside",
+        )?;
         add_by_key(&mut total.crash_points, &coverage.crash_points)?;
         add_by_key(&mut total.crashes_covered, &coverage.crashes_covered)?;
         for counted in &coverage.situations {
@@ -663,7 +667,7 @@ fn whole_coverage_gaps(
     // Each shard of a system whose requests could interleave says so while none of its runs
     // did; the whole check lacks them only if no shard's run did.
     gaps.extend(
-        interleaving_gap(true, &overlapping, coverage.interleaved)
+        interleaving_gap(true, &overlapping, coverage.paused_inside)
             .filter(|gap| check.coverage_gaps.contains(gap)),
     );
     Ok(gaps)

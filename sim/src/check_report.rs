@@ -187,10 +187,10 @@ pub struct Coverage {
     /// Runs in which some client concluded *succeeded*: with none, what a success promises
     /// (its one effect, its result) was never tested.
     pub succeeded: u64,
-    /// Runs in which an invocation went on while another was paused inside the server:
-    /// with none, no race between two requests inside the handler was explored
-    /// ([`interleaving_gap`]).
-    pub interleaved: u64,
+    /// Runs in which an invocation paused inside the handler (at a crash point not at the
+    /// system's edges, or waiting on a lock): with none, no race between two requests inside
+    /// the handler was explored ([`interleaving_gap`]).
+    pub paused_inside: u64,
     /// For each crash point the handler passed, the runs that crashed there.
     pub crash_points: BTreeMap<&'static str, u64>,
     /// For each crash point, the runs in which a crash there was not explored because a
@@ -250,12 +250,17 @@ pub fn overlap_gap(overlaps: bool, bounds: &Bounds) -> Option<String> {
 }
 
 /// The gap of a check of a system whose invocations overlap, within bounds that let two be
-/// in progress at once, in which no run had one go on while another was paused inside the
-/// server (`interleaved_runs` 0): the requests were in flight together, but nothing inside
-/// the server (a crash point, a lock wait) let the schedule pause one between its statements
-/// while the other ran, so no race inside the handler was explored, whatever the verdict.
-pub fn interleaving_gap(overlaps: bool, bounds: &Bounds, interleaved_runs: u64) -> Option<String> {
-    (overlaps && bounds.invocations_max >= 2 && interleaved_runs == 0).then(|| {
+/// in progress at once, in which no invocation ever paused inside the handler
+/// (`paused_inside_runs` 0: no crash point but the system's edges, no lock wait): the
+/// requests were in flight together, but nothing let the schedule stop one between its
+/// statements while another ran, so no race inside the handler was explored, whatever the
+/// verdict.
+pub fn interleaving_gap(
+    overlaps: bool,
+    bounds: &Bounds,
+    paused_inside_runs: u64,
+) -> Option<String> {
+    (overlaps && bounds.invocations_max >= 2 && paused_inside_runs == 0).then(|| {
         "requests never interleaved inside the server: it has no points or lock waits \
          between its statements"
             .to_string()
@@ -280,7 +285,7 @@ impl Coverage {
         self.reconnects += other.reconnects;
         self.storage += other.storage;
         self.succeeded += other.succeeded;
-        self.interleaved += other.interleaved;
+        self.paused_inside += other.paused_inside;
         for (point, runs) in &other.crash_points {
             *self.crash_points.entry(point).or_insert(0) += runs;
         }

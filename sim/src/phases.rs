@@ -407,7 +407,7 @@ fn tally(coverage: &mut Coverage, outcome: &RunOutcome) {
     coverage.reconnects += u64::from(faults.reconnects > 0);
     coverage.storage += u64::from(faults.storage > 0);
     coverage.succeeded += u64::from(outcome.succeeded);
-    coverage.interleaved += u64::from(outcome.interleaved);
+    coverage.paused_inside += u64::from(outcome.paused_inside);
 }
 
 /// The crash points a chunk's runs passed, with the runs that crashed at each and those in

@@ -171,10 +171,9 @@ pub trait StoreKind {
     }
 
     /// The crash points at which an invocation is not inside the handler yet, or no longer
-    /// (a harness's own points around a call it sends elsewhere): another invocation going on
-    /// while one is paused at such a point interleaves nothing inside the handler, and so
-    /// does not count as the overlap a check's coverage asks for
-    /// ([`crate::RunOutcome::interleaved`]). The default is none: every point is inside.
+    /// (a harness's own points around a call it sends elsewhere): a pause there is not one
+    /// inside the handler, where another request could run between its statements
+    /// ([`crate::RunOutcome::paused_inside`]). The default is none: every point is inside.
     fn edge_points(&self) -> &'static [&'static str] {
         &[]
     }

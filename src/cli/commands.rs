@@ -255,7 +255,7 @@ fn check_on(
     gaps.extend(resolved.interleaving_gap(
         subject.overlaps(),
         &options.bounds,
-        report.coverage.interleaved,
+        report.coverage.paused_inside,
     ));
     let overlap_note = resolved.overlap_note(subject.overlaps(), &options.bounds);
     let mut out = Printed::new();
@@ -526,8 +526,8 @@ fn explore_on(
         if !json {
             let _ = writeln!(
                 out.text,
-                "\nnothing explored: shard {shard} holds no seed of {}..{}; this is no verdict",
-                seeds.start, seeds.end
+                "\nnothing explored: shard {shard}'s part of the seed range is empty (fewer \
+                 seeds than shards); this is no verdict"
             );
         }
         return Ok(out.ending(ExitCode::from(3)));

@@ -182,7 +182,7 @@ enum Command {
         #[arg(long, value_name = "INVARIANT")]
         goal: Option<String>,
         /// The most faults the goal's run may spend.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, requires = "goal")]
         goal_faults: u32,
         #[command(flatten)]
         bounds: BoundsArgs,
@@ -557,6 +557,12 @@ where
         note("error: standard output is closed: nowhere to write the output");
         return ExitCode::from(2);
     }
+    if let Some(missing) = temporary_directory_missing() {
+        note(&format!(
+            "error: TMPDIR names {missing}, which is not a directory: make it, or unset TMPDIR"
+        ));
+        return ExitCode::from(2);
+    }
     let result = match parse(args) {
         Ok(cli) => run(cli.command, width_in_force(cli.width)),
         Err(error) if !error.use_stderr() => {
@@ -577,6 +583,14 @@ where
             ExitCode::from(2)
         }
     }
+}
+
+/// `TMPDIR`, when it is set and names no directory: the harness would make it (and leave
+/// it) for its servers' files and clusters, which it is not for the harness to do.
+fn temporary_directory_missing() -> Option<String> {
+    let named = std::env::var_os("TMPDIR").filter(|named| !named.is_empty())?;
+    let path = std::path::Path::new(&named);
+    (!path.is_dir()).then(|| format!("{:?}", path.display().to_string()))
 }
 
 /// Parses `args`, noting which bounds flags were given on the command line.

@@ -180,10 +180,10 @@ impl Resolved {
         &self,
         overlaps: bool,
         bounds: &Bounds,
-        interleaved_runs: u64,
+        paused_inside_runs: u64,
     ) -> Option<String> {
         self.scenario.as_ref()?;
-        interleaving_gap(overlaps, bounds, interleaved_runs)
+        interleaving_gap(overlaps, bounds, paused_inside_runs)
     }
 
     /// What a report of a built-in handler says when its invocations could overlap (a

@@ -310,6 +310,10 @@ fn check_key_header(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest a scenario may have the harness wait for one answer of the server's, in
+/// milliseconds of real time: one hour.
+pub const ANSWER_WAIT_MS_MAX: u64 = 3_600_000;
+
 /// The header an HTTP client sends its key in unless the scenario says otherwise.
 pub const KEY_HEADER_DEFAULT: &str = "Idempotency-Key";
 
@@ -456,6 +460,16 @@ impl ScenarioFile {
                  milliseconds of real time to wait for one"
                     .into(),
             );
+        }
+        if let Some(wait_ms) = self
+            .server
+            .answer_wait_ms
+            .filter(|&ms| ms > ANSWER_WAIT_MS_MAX)
+        {
+            return Err(format!(
+                "server.answer_wait_ms is {wait_ms}: at most {ANSWER_WAIT_MS_MAX} (one hour); \
+                 a server that takes longer to answer is taken for one that never will"
+            ));
         }
         for name in self.server.env.keys() {
             env_name("server.env", name)?;

@@ -1149,7 +1149,10 @@ impl System for OnMcp {
                 {
                     panic!(
                         "{error}, while another call waited at a crash point: a server that \
-                         serves one call at a time must not say concurrent = true"
+                         serves one call at a time must not say concurrent = true; an asyncio \
+                         server (uvicorn, FastAPI, aiohttp) whose crash point blocks its event \
+                         loop serves none meanwhile: await point(...) from \
+                         helpers/retrysim_points_asyncio.py there"
                     )
                 }
                 Err(Interrupted::Crash(crash)) if crash.point == LOCK_WAIT => {

@@ -1238,14 +1238,15 @@ fn an_empty_shard_is_no_verdict() {
         stdout(&output)
     );
     let explore = ["explore", "--model", "counter", "--handler", "naive"];
-    let output = retrysim(&[&explore[..], &["--seeds", "0..3", "--shard", "5/5"]].concat());
+    // Two seeds in three shards: the first holds none, the second seed 0.
+    let output = retrysim(&[&explore[..], &["--seeds", "0..2", "--shard", "1/3"]].concat());
     assert_eq!(output.status.code(), Some(3), "{}", stdout(&output));
     assert!(
-        stdout(&output).contains("nothing explored: shard 5/5 holds no seed of 0..3"),
+        stdout(&output).contains("nothing explored: shard 1/3's part of the seed range is empty"),
         "{}",
         stdout(&output)
     );
-    let output = retrysim(&[&explore[..], &["--seeds", "0..3", "--shard", "1/5"]].concat());
+    let output = retrysim(&[&explore[..], &["--seeds", "0..2", "--shard", "2/3"]].concat());
     assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
 }
 
@@ -1276,4 +1277,23 @@ fn a_key_that_expires_before_its_client_gives_up_is_named() {
         "{}",
         stdout(&output)
     );
+}
+
+/// A `TMPDIR` that names no directory is one line, exit 2, and is not made; `--goal-faults`
+/// without `--goal` is refused.
+#[test]
+fn a_missing_temporary_directory_and_a_goal_budget_without_a_goal_are_bad_input() {
+    let missing = crate::scratch_dir().join("no-such-tmpdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args(["check", "--model", "counter", "--handler", "naive"])
+        .env("TMPDIR", &missing)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(message.contains("which is not a directory"), "{message}");
+    assert!(!missing.exists(), "TMPDIR was made");
+    let play = ["play", "--model", "counter", "--handler", "naive"];
+    assert_bad_input(&[&play[..], &["--goal-faults", "2"]].concat(), "--goal");
 }

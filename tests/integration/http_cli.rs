@@ -122,6 +122,12 @@ fn an_http_scenario_is_checked_at_load() {
             r#"client 1 call 2: path = "/add\u{1b}" must start with /"#,
         ),
         (
+            "wait-forever",
+            r#"clock = "harness""#,
+            "clock = \"harness\"\nanswer_wait_ms = 9223372036854775807",
+            "server.answer_wait_ms is 9223372036854775807: at most 3600000 (one hour)",
+        ),
+        (
             "header-length",
             "[server]",
             "key = { header = \"Content-Length\" }\n\n[server]",
@@ -476,4 +482,42 @@ fn ground_truth_survives_the_servers_own_schema() {
         );
         assert!(!caught.contains("NONDETERMINISTIC"), "{name}: {caught}");
     }
+}
+
+/// An asyncio server whose crash points are awaited (helpers/retrysim_points_asyncio.py)
+/// serves other requests while one waits at a point: the keyed one is clean with a retry run
+/// beside its original, the split one caught with no fault. With the plain helper's blocking
+/// point() in `async def`, its event loop serves nothing while a call waits, and the one line
+/// names that likely cause.
+#[test]
+fn an_asyncio_server_awaits_its_points() {
+    let scenario = format!(
+        "{}/examples/http/counter_asyncio.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let quick = ["--faults-max", "0"];
+    let report = expect(&[&["mcp", scenario.as_str()][..], &quick].concat(), 3);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(!report.contains("never interleaved"), "{report}");
+    let split = ScenarioVariant::of(
+        "http/counter_asyncio.toml",
+        "split",
+        r#"VARIANT = "keyed""#,
+        r#"VARIANT = "split""#,
+    );
+    let path = split.path();
+    let caught = expect(&[&["mcp", path.as_str()][..], &quick].concat(), 1);
+    assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
+    let blocking = ScenarioVariant::of(
+        "http/counter_asyncio.toml",
+        "blocking",
+        r#"env = { VARIANT = "keyed" }"#,
+        "env = { VARIANT = \"keyed\", BLOCKING = \"1\" }\nanswer_wait_ms = 2000",
+    );
+    let path = blocking.path();
+    assert_bad_input(
+        &[&["mcp", path.as_str()][..], &quick].concat(),
+        "an asyncio server (uvicorn, FastAPI, aiohttp) whose crash point blocks its event loop",
+    );
 }

@@ -68,13 +68,13 @@ fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
             "misbehave",
             r#"KEYED = "1""#,
             r#"KEYED = "1", RETRYSIM_MISBEHAVE = "exit""#,
-            "(the connection closed without a response) and was stopped (exit status: 3)",
+            "the server exited (exit status: 3)",
         ),
         (
             "endpoint-path",
             r#"transport = "streamable-http""#,
             "transport = \"streamable-http\"\nendpoint = \"mcp\"",
-            r#"server.endpoint = "mcp" must start with / and hold no spaces"#,
+            r#"server.endpoint = "mcp" must start with / and hold only visible ASCII"#,
         ),
         (
             "endpoint-stdio",

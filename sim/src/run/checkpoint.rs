@@ -40,7 +40,7 @@ pub(super) struct RunState<S: System> {
     pub(super) crashes_covered: Vec<&'static str>,
     pub(super) invocations_started: u32,
     /// Whether an invocation went on while another was paused in the server (coverage).
-    pub(super) interleaved: bool,
+    pub(super) paused_inside: bool,
     pub(super) progress: u64,
     /// The steps asleep (sleep sets).
     pub(super) asleep: super::sleep::SleepSet,
@@ -61,7 +61,7 @@ impl<S: System> RunState<S> {
             crashed_at,
             crashes_covered,
             invocations_started: self.invocations_started,
-            interleaved: self.interleaved,
+            paused_inside: self.paused_inside,
             progress: self.progress,
             asleep: self.asleep,
         }

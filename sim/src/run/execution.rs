@@ -123,9 +123,9 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) tasks: Vec<Invocation<S>>,
     /// Invocations started so far (they are numbered from 1).
     pub(super) invocations_started: u32,
-    /// Whether an invocation has gone on while another was paused in the server: the run
-    /// interleaved two requests inside it.
-    pub(super) interleaved: bool,
+    /// Whether an invocation has paused inside the handler (at a crash point not at the
+    /// system's edges, or on a lock).
+    pub(super) paused_inside: bool,
     /// Stacks for invocations, reused from run to run.
     pub(super) stacks: &'a mut Vec<DefaultStack>,
     /// Idle connections of finished invocations, reused from run to run.
@@ -371,7 +371,7 @@ impl<S: System> Execution<'_, '_, S> {
                 crashed_at: self.points.crashed_at.clone(),
                 crashes_covered: self.points.crashes_covered.clone(),
                 invocations_started: self.invocations_started,
-                interleaved: self.interleaved,
+                paused_inside: self.paused_inside,
                 progress: self.progress,
                 asleep: self.sleep.unwrap_or_default(),
             },
@@ -523,7 +523,7 @@ impl<S: System> Execution<'_, '_, S> {
             crashes_covered: std::mem::take(&mut self.points.crashes_covered),
             final_state,
             succeeded,
-            interleaved: self.interleaved,
+            paused_inside: self.paused_inside,
             timeline,
         }
     }

@@ -121,11 +121,12 @@ pub struct RunOutcome {
     /// nothing of what a success promises).
     #[serde(skip)]
     pub succeeded: bool,
-    /// Whether an invocation went on while another was paused inside the server (at a
-    /// crash point or a lock wait): two requests interleaved there. A check of overlapping
-    /// invocations in which no run did explored no race inside the handler.
+    /// Whether an invocation paused inside the handler (at a crash point not at the system's
+    /// edges, or waiting on a lock), where another request could run between its
+    /// statements. A check of overlapping invocations in which no run did explored no race
+    /// inside the handler.
     #[serde(skip)]
-    pub interleaved: bool,
+    pub paused_inside: bool,
     /// The timeline, when the run was traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
@@ -448,7 +449,7 @@ impl<S: System> Simulator<S> {
             crashed_at: Vec::new(),
             crashes_covered: Vec::new(),
             invocations_started: 0,
-            interleaved: false,
+            paused_inside: false,
             progress: 0,
             asleep: SleepSet::EMPTY,
         };
@@ -503,7 +504,7 @@ impl<S: System> Simulator<S> {
             overlapping,
             tasks: Vec::new(),
             invocations_started: state.invocations_started,
-            interleaved: state.interleaved,
+            paused_inside: state.paused_inside,
             stacks: &mut self.stacks,
             connections: &mut self.connections,
             commits: Arc::clone(&self.commits),

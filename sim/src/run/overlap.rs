@@ -269,15 +269,6 @@ impl<S: System> Execution<'_, '_, S> {
 
     /// Runs the invocation at `index` until it pauses or ends, and records what came of it.
     fn take_turn(&mut self, index: usize, what: Begins, go: Go) {
-        if !self.interleaved && self.tasks.len() > 1 {
-            let edges = self.system.edge_points();
-            self.interleaved = (self.tasks.iter().enumerate()).any(|(other, invocation)| {
-                other != index
-                    && invocation
-                        .paused_at
-                        .is_none_or(|point| !edges.contains(&point))
-            });
-        }
         if self.pruning.is_some() {
             let print = self.committed_print();
             let history = &mut self.tasks[index].history;
@@ -298,6 +289,7 @@ impl<S: System> Execution<'_, '_, S> {
         match turn {
             Turn::Paused(Pause::Point(point) | Pause::Call(point)) => {
                 self.progress += 1;
+                self.paused_inside |= !self.system.edge_points().contains(&point);
                 let locked = self.system.locked_outside(self.store);
                 let invocation = &mut self.tasks[index];
                 invocation.holds_outside_lock = locked;
@@ -309,6 +301,7 @@ impl<S: System> Execution<'_, '_, S> {
                 });
             }
             Turn::Paused(Pause::Blocked) => {
+                self.paused_inside = true;
                 let invocation = &mut self.tasks[index];
                 invocation.paused_at = None;
                 invocation.blocked_since = Some(self.progress);
