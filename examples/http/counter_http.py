@@ -26,8 +26,8 @@ INTERIM=100,102,103 (any of them, in that order) sends those interim responses b
 final one, as a server that says `100 Continue`, `102 Processing` or `103 Early Hints` does:
 each is correct HTTP, and the client reads past it.
 
-EXIT_AFTER_S=T makes the server exit by itself (status 4) T seconds after it starts
-listening, saying why on its standard error, as a server with an idle timeout does.
+EXIT_AFTER_REQUESTS=N makes the server exit by itself (status 4) once it has answered N
+requests, saying why on its standard error, as a server that recycles itself does.
 
 MISBEHAVE makes each answer one the harness must cope with: `close` (the head cut short,
 then the connection closed), `chunked` (a valid chunked body), `chunked-garbage` (a chunk
@@ -55,6 +55,8 @@ if os.environ.get("NO_POINTS"):
 KEYED = os.environ.get("KEYED", "")
 MISBEHAVE = os.environ.get("MISBEHAVE", "")
 BEGIN_POINT = os.environ.get("BEGIN_POINT") == "1"
+EXIT_AFTER_REQUESTS = int(os.environ.get("EXIT_AFTER_REQUESTS", "0"))
+ANSWERED = []
 INTERIM = [int(code) for code in os.environ.get("INTERIM", "").split(",") if code]
 INTERIM_REASONS = {100: "Continue", 102: "Processing", 103: "Early Hints"}
 DATABASE = os.environ["RETRYSIM_DB"]
@@ -173,6 +175,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+        if EXIT_AFTER_REQUESTS:
+            ANSWERED.append(1)
+            if len(ANSWERED) >= EXIT_AFTER_REQUESTS:
+                self.wfile.flush()
+                sys.stderr.write("answered enough requests: shutting down\n")
+                sys.stderr.flush()
+                os._exit(4)
 
     def interim(self):
         """Sends the interim responses INTERIM names, each flushed on its own."""
@@ -212,15 +221,7 @@ def main():
     make_schema()
     server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
     server.daemon_threads = True
-    if os.environ.get("EXIT_AFTER_S"):
-        import threading
 
-        def leave():
-            sys.stderr.write("idle for too long: shutting down\n")
-            sys.stderr.flush()
-            os._exit(4)
-
-        threading.Timer(float(os.environ["EXIT_AFTER_S"]), leave).start()
     server.serve_forever()
 
 
