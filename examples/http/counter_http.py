@@ -29,6 +29,10 @@ each is correct HTTP, and the client reads past it.
 EXIT_AFTER_REQUESTS=N makes the server exit by itself (status 4) once it has answered N
 requests, saying why on its standard error, as a server that recycles itself does.
 
+DAEMON=1 starts a helper in a session of its own at each start (`setsid sleep 86399`, as a
+server that daemonizes a worker does), after it has made sure that no helper an earlier start
+made is alive (it exits, status 5, if one is): the harness ends what a server leaves behind.
+
 MISBEHAVE makes each answer one the harness must cope with: `close` (the head cut short,
 then the connection closed), `chunked` (a valid chunked body), `chunked-garbage` (a chunk
 size that is no number; `chunked-huge` one near 2^64; `chunked-latin1` one not UTF-8),
@@ -39,6 +43,7 @@ to the connection's end), `http09` (a body without a status line), `redirect` (3
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -217,7 +222,36 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+DAEMON_ARGV = [b"sleep", b"86399"]
+
+
+def daemons_alive():
+    """The helpers `DAEMON=1` made that are alive, by their command line."""
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")[:-1]
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                zombie = stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if argv == DAEMON_ARGV and not zombie:
+            alive.append(pid)
+    return alive
+
+
+def start_daemon():
+    alive = daemons_alive()
+    if alive:
+        print(f"an earlier start's helper is alive: {alive}", file=sys.stderr, flush=True)
+        sys.exit(5)
+    subprocess.Popen(["setsid"] + [arg.decode() for arg in DAEMON_ARGV])
+
+
 def main():
+    if os.environ.get("DAEMON") == "1":
+        start_daemon()
     make_schema()
     server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
     server.daemon_threads = True

@@ -19,6 +19,16 @@ VARIANT says how the key is kept, the three ways people write it:
   between the two (the crash point `between-transactions`) loses the key, and the retry adds
   again.
 
+* `lock` (correct): take a lock first, then look the key up, add and save it, all in one
+  transaction. LOCK says which: `advisory` (`pg_advisory_xact_lock(hashtext(key))`),
+  `for-update` (`SELECT ... FOR UPDATE` on the counter's row) or `lock-table` (`LOCK TABLE` on
+  the keys' table). A retry beside its original waits on the lock until the original has
+  committed, then finds the key. LOCK_AT=after-lookup (faulty) takes the lock only after the
+  lookup: both miss the key, and each adds once it has the lock.
+
+HOLD_LOCK=1 has the server open a transaction at start that locks the counter's row and
+never ends (a background job that forgot to commit): every addition waits on it forever.
+
 ISOLATION=serializable runs every transaction SERIALIZABLE: a transaction that raced another
 fails with a serialization failure (40001), answered 503, and the client sends again.
 
@@ -31,7 +41,7 @@ does); COUNTER_TABLE and KEYS_TABLE name the tables otherwise (`counter`,
 COUNTER_KEY=none makes the counter's table without a primary key (the harness's triggers
 and its template need none).
 
-The crash points (`after-lookup`, `after-claim`, `between-transactions`) are asked through
+The crash points (`after-lookup`, `after-claim`, `after-lock`, `between-transactions`) are asked through
 helpers/retrysim_points.py; outside retrysim they do nothing.
 """
 
@@ -127,6 +137,44 @@ def handle_on_conflict(connection, key, amount):
     return 200, {"total": total}
 
 
+LOCKS = {
+    "advisory": "SELECT pg_advisory_xact_lock(hashtext(%s))",
+    "for-update": f"SELECT total FROM {COUNTER} WHERE id = 1 FOR UPDATE",
+    "lock-table": f"LOCK TABLE {KEYS} IN SHARE ROW EXCLUSIVE MODE",
+}
+
+
+def take_lock(connection, key):
+    statement = LOCKS[os.environ.get("LOCK", "advisory")]
+    connection.execute(statement, (key,) if "%s" in statement else ())
+
+
+def handle_lock(connection, key, amount):
+    late = os.environ.get("LOCK_AT") == "after-lookup"
+    with connection.transaction():
+        if not late:
+            take_lock(connection, key)
+            point("after-lock")
+        record = saved(connection, key)
+        if record is not None:
+            return replay(record, amount)
+        if late:
+            point("after-lookup")
+            take_lock(connection, key)
+        total = add(connection, amount)
+        connection.execute(
+            f"INSERT INTO {KEYS} VALUES (%s, %s, %s)", (key, amount, total)
+        )
+    return 200, {"total": total}
+
+
+def hold_lock_forever(url):
+    """A transaction that locks the counter's row and is never ended."""
+    connection = psycopg.connect(url)
+    connection.execute(f"SELECT total FROM {COUNTER} WHERE id = 1 FOR UPDATE")
+    return connection
+
+
 def handle_second_transaction(connection, key, amount):
     with connection.transaction():
         record = saved(connection, key)
@@ -145,6 +193,7 @@ HANDLERS = {
     "lookup": handle_lookup,
     "on-conflict": handle_on_conflict,
     "second-transaction": handle_second_transaction,
+    "lock": handle_lock,
 }
 
 
@@ -200,6 +249,8 @@ def main():
             connection.execute("SET session_replication_role = replica")
         POOL.put(connection)
     make_schema(POOL.queue[0])
+    if os.environ.get("HOLD_LOCK") == "1":
+        held = hold_lock_forever(url)  # noqa: F841 (kept open while the server runs)
     server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
     server.daemon_threads = True
     server.serve_forever()

@@ -19,6 +19,7 @@ mod clock;
 mod ctx;
 mod determinism;
 mod explore;
+mod failure;
 mod fault_vfs;
 mod intent;
 mod invariant;
@@ -59,6 +60,7 @@ pub use determinism::{check_determinism, check_replays};
 pub use explore::{
     explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
 };
+pub use failure::{fail_subject, panicked_run_tape, SubjectFailure};
 pub use invariant::{Invariant, Violation};
 pub use play::{goal_met, play, shortest_breaking, Asked, PlayError, Played};
 pub use policy::ClientPolicy;
@@ -67,7 +69,7 @@ pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL}
 pub use run::{Enumeration, FaultCounts, RunEnd, RunOutcome, Simulator, Visited};
 pub use sandbox::Sandbox;
 pub use shard::Shard;
-pub use shrink::{shrink, shrink_by, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
+pub use shrink::{shrink, shrink_by, try_shrink, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
 pub use situation::Situation;
 pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
 pub use sqlite::Stop;

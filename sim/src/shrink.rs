@@ -139,12 +139,23 @@ pub fn shrink(
     tape: &Tape,
     invariant: Invariant,
 ) -> Shrunk {
+    try_shrink(subject, bounds, tape, invariant)
+        .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"))
+}
+
+/// Shrinks `tape`, whose run broke `invariant`, as [`shrink`] does; `None` when its run no
+/// longer breaks it (a system under test that answers a replay differently).
+pub fn try_shrink(
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    tape: &Tape,
+    invariant: Invariant,
+) -> Option<Shrunk> {
     let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
-    let local = shrink_by(subject, bounds, tape, &breaks, false)
-        .unwrap_or_else(|| panic!("shrink was given a tape that does not break {invariant}"));
+    let local = shrink_by(subject, bounds, tape, &breaks, false)?;
     let fewest_faults = fewer_faults(subject, bounds, &local, invariant).unwrap_or(local);
     let fewest_clients = fewer_clients(subject, &fewest_faults, invariant).unwrap_or(fewest_faults);
-    shorter(subject, &fewest_clients, invariant).unwrap_or(fewest_clients)
+    Some(shorter(subject, &fewest_clients, invariant).unwrap_or(fewest_clients))
 }
 
 /// Edits can also stall on a long tape (a workload drawn late, a schedule that wanders): a

@@ -5,13 +5,12 @@
 use super::{Target, UsageError};
 use crate::mcp::{OnMcp, Scenario, ServerClock, MCP_MODEL};
 use crate::{
-    check_replays, replay, shrink, Bounds, BoundsError, Invariant, Shrunk, Simulator, Subject,
-    SubjectFactory, System as _, Tape,
+    check_replays, replay, shrink, try_shrink, Bounds, BoundsError, Invariant, Shrunk, Simulator,
+    Subject, SubjectFactory, SubjectFailure, System as _, Tape,
 };
 use retrysim_models::{self as models, Declared, HandlerEntry};
 use retrysim_sim::{interleaving_gap, overlap_gap};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::Mutex;
 
 /// How many times a failure found on a real server is replayed, on a fresh process each
 /// time, before it is reported.
@@ -125,30 +124,33 @@ impl Resolved {
         if self.scenario.is_none() {
             return Ok(shrink(subject, bounds, tape, invariant));
         }
-        panic::catch_unwind(AssertUnwindSafe(|| {
-            shrink(subject, bounds, tape, invariant)
-        }))
-        .map_err(|panicked| {
-            let why = panicked
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panicked.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            format!("shrinking tape {tape}, a replay no longer broke {invariant}: {why}")
-        })
+        let shrunk = panic::catch_unwind(AssertUnwindSafe(|| {
+            try_shrink(subject, bounds, tape, invariant)
+        }));
+        let why = match shrunk {
+            Ok(Some(shrunk)) => return Ok(shrunk),
+            Ok(None) => String::new(),
+            Err(payload) => match payload.downcast::<SubjectFailure>() {
+                Ok(failure) => format!(": {}", failure.0),
+                Err(bug) => panic::resume_unwind(bug),
+            },
+        };
+        Err(format!(
+            "shrinking tape {tape}, a replay no longer broke {invariant}{why}"
+        ))
     }
 
-    /// Runs `work` on this target. For a real server a panic in it (the server failed the
-    /// harness: it exited, wrote garbage, fell silent) becomes bad input of one line; a
-    /// built-in target's panic is a bug and stays one.
+    /// Runs `work` on this target. For a real server a failure of the server (it exited,
+    /// wrote garbage, fell silent) becomes bad input of one line; any other panic is a bug
+    /// and stays one.
     pub fn guarded<T>(
         &self,
         work: impl FnOnce() -> Result<T, UsageError>,
     ) -> Result<T, UsageError> {
-        if self.scenario.is_none() {
-            return work();
+        match &self.scenario {
+            Some(scenario) => server_failures_as_errors(work, scenario),
+            None => work(),
         }
-        server_failures_as_errors(work)
     }
 
     /// What a report says of a scenario whose server reads its own clock: time in the check
@@ -249,6 +251,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
     let scenario = Scenario::load(std::path::Path::new(&target.handler))?;
     // From here servers may run: SIGINT and SIGTERM end them and their files first.
     crate::process::end_on_signal();
+    crate::process::adopt_orphans();
     if start {
         scenario.verify()?;
     }
@@ -280,32 +283,46 @@ fn built_from_its_scenario() -> Box<dyn Subject> {
     unreachable!("an MCP target is built from its scenario, not its entry")
 }
 
-/// Runs `work`; a panic in it (a server that failed the harness: it exited, wrote garbage,
-/// fell silent) becomes bad input of one line, the first panic's message.
+/// Runs `work`; a panic in it that says the server failed the harness (it exited, wrote
+/// garbage, fell silent, answered a replay differently: a [`SubjectFailure`]) becomes bad
+/// input of one line, naming the tape of the run it ended. Any other panic is a bug of the
+/// harness: it goes on, with its location printed, and the process exits 101.
 fn server_failures_as_errors<T>(
     work: impl FnOnce() -> Result<T, UsageError>,
+    scenario: &Scenario,
 ) -> Result<T, UsageError> {
-    static FIRST: Mutex<Option<String>> = Mutex::new(None);
-    *FIRST.lock().expect("the first failure") = None;
-    let previous = panic::take_hook();
-    panic::set_hook(Box::new(|info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "the check panicked".to_string());
-        FIRST
-            .lock()
-            .expect("the first failure")
-            .get_or_insert(message);
-    }));
+    quiet_subject_failures();
+    let _ = crate::panicked_run_tape();
     let result = panic::catch_unwind(AssertUnwindSafe(work));
-    panic::set_hook(previous);
-    result.unwrap_or_else(|_| {
-        let first = FIRST.lock().expect("the first failure").take();
-        Err(UsageError(
-            first.unwrap_or_else(|| "the check panicked".to_string()),
-        ))
+    result.unwrap_or_else(|payload| match payload.downcast::<SubjectFailure>() {
+        Ok(failure) => Err(UsageError(with_tape(&failure.0, scenario))),
+        Err(bug) => panic::resume_unwind(bug),
     })
+}
+
+/// `message`, with the tape of the run it ended and how to replay it, when one is known.
+fn with_tape(message: &str, scenario: &Scenario) -> String {
+    match crate::panicked_run_tape() {
+        Some(tape) => format!(
+            "{message} (in the run at tape {tape}; replay it, with the check's bounds: \
+             retrysim replay --model {MCP_MODEL} --handler {} --tape {tape})",
+            scenario.path.display()
+        ),
+        None => message.to_string(),
+    }
+}
+
+/// Makes the panic hook silent for a [`SubjectFailure`] (reported as one line by the caller
+/// that catches it) and leaves every other panic to the hook before (a bug, printed with its
+/// location). Installed once.
+fn quiet_subject_failures() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<SubjectFailure>().is_none() {
+                previous(info);
+            }
+        }));
+    });
 }

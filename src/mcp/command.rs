@@ -45,6 +45,7 @@ impl ServerCommand {
         if let Some(socket) = side_channel {
             command.env(SIDE_CHANNEL_ENV, socket);
         }
+        command.env(crate::process::HARNESS_ENV, std::process::id().to_string());
         if let Some(directory) = &self.working_dir {
             command.current_dir(directory);
         }

@@ -185,17 +185,17 @@ impl HttpServer {
         } else {
             0
         };
-        let mut child = process
+        process
             .env(&self.port_env, port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| McpError::Start {
+            .stderr(Stdio::piped());
+        let mut child = crate::process::spawn_in_group(&mut process, None).map_err(|error| {
+            McpError::Start {
                 command: self.command.display(),
                 error: error.to_string(),
-            })?;
-        crate::process::track_group(child.id());
+            }
+        })?;
         let pipe = child.stderr.take().expect("a piped stderr");
         let running = self.running(ServerProcess::Spawned(child), port, pipe);
         Ok((running, token))

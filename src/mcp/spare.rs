@@ -91,8 +91,16 @@ impl ServerProcess {
         }
     }
 
-    /// Kills its process group and waits until it is gone; how it ended.
+    /// Kills its process group and waits until it is gone, then ends what it left behind
+    /// ([`crate::process::end_adopted`]); how it ended.
     pub(super) fn kill(&mut self) -> String {
+        let ended = self.kill_and_wait();
+        crate::process::end_adopted();
+        ended
+    }
+
+    /// Kills its process group and waits until it is gone; how it ended.
+    fn kill_and_wait(&mut self) -> String {
         crate::process::kill_group(self.id());
         match self {
             ServerProcess::Spawned(child) => child

@@ -177,16 +177,16 @@ impl StdioServer {
         } else {
             0
         };
-        let mut child = process
+        process
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|error| McpError::Start {
+            .stderr(Stdio::piped());
+        let mut child = crate::process::spawn_in_group(&mut process, None).map_err(|error| {
+            McpError::Start {
                 command: self.command.display(),
                 error: error.to_string(),
-            })?;
-        crate::process::track_group(child.id());
+            }
+        })?;
         let stdin = child.stdin.take().expect("a piped stdin");
         let stdout = child.stdout.take().expect("a piped stdout");
         let stderr = child.stderr.take().expect("a piped stderr");

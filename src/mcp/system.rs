@@ -18,6 +18,7 @@ use super::{
     Ask, Interrupted, LoopbackProvider, McpError, Question, Said, ServerCommand, StdioServer,
     Transport,
 };
+use crate::fail_subject;
 use crate::process::ScratchDir;
 use crate::sqlite::rusqlite::Connection;
 use crate::{
@@ -307,6 +308,8 @@ pub struct McpStore {
     waits: RefCell<LockWaits>,
     /// Calls an ended run left waiting on a lock, to be finished before the next run.
     left_running: RefCell<Vec<u64>>,
+    /// The last look at a lock the one call in flight waits on that no call holds.
+    lock_held_outside: RefCell<Option<String>>,
     /// The directory of the file, the template and the side channel: removed when the store
     /// is dropped, after the server is killed.
     _scratch: ScratchDir,
@@ -333,6 +336,10 @@ impl Seen {
     }
 }
 
+/// How many looks ([`crate::mcp::LOOK_EVERY`] apart) a lone call waits between two looks at
+/// what holds a lock it waits on: about half a second.
+const HOLDER_LOOK_EVERY_LOOKS: u32 = 250;
+
 /// Calls that wait on a PostgreSQL lock (each by its JSON-RPC id), and what the server did
 /// for them while another call was followed: once the lock is let go, a waiting call goes
 /// on inside the server by itself.
@@ -346,6 +353,10 @@ struct LockWaits {
     changes: BTreeMap<u64, Vec<Change>>,
     /// A question a waiting call asked, kept until it goes on.
     questions: BTreeMap<u64, Question>,
+    /// The result of a call that waited, heard once it was let go, kept until it goes on.
+    results: BTreeMap<u64, Value>,
+    /// Calls paused because they wait on a lock, nothing heard from them since.
+    blocked: BTreeSet<u64>,
 }
 
 impl LockWaits {
@@ -356,12 +367,21 @@ impl LockWaits {
             .map(|(call, _)| *call)
     }
 
+    /// Keeps `question`, asked by call `owner` (which waited on a lock) while another was
+    /// followed, until `owner` goes on.
+    fn keep_question(&mut self, owner: u64, question: Question) {
+        self.questions.insert(owner, question);
+        self.blocked.remove(&owner);
+    }
+
     /// Forgets call `id`, answered.
     fn forget(&mut self, id: u64) {
         self.backend_of.remove(&id);
         self.connection_of.remove(&id);
         self.changes.remove(&id);
         self.questions.remove(&id);
+        self.results.remove(&id);
+        self.blocked.remove(&id);
     }
 }
 
@@ -436,21 +456,23 @@ impl McpStore {
             server.end_sessions()?;
             database
                 .restore_under_server()
-                .unwrap_or_else(|why| panic!("{why}"));
+                .unwrap_or_else(|why| fail_subject(why.to_string()));
             return Ok(());
         }
         server.kill();
-        database.server_gone().unwrap_or_else(|why| panic!("{why}"));
+        database
+            .server_gone()
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         database
             .restore_stopped()
-            .unwrap_or_else(|why| panic!("{why}"));
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         self.start_server()
     }
 
     /// Starts the server, and puts the harness's triggers back where its start undid them.
     fn start_server(&mut self) -> Result<(), McpError> {
         self.server.get_mut().start()?;
-        (self.database.get_mut().after_start()).unwrap_or_else(|why| panic!("{why}"));
+        (self.database.get_mut().after_start()).unwrap_or_else(|why| fail_subject(why.to_string()));
         Ok(())
     }
 
@@ -459,11 +481,31 @@ impl McpStore {
     /// let go on; what the server said for it meanwhile is kept for it.
     fn follow(&self, id: u64) -> Result<Said, Interrupted> {
         loop {
-            if let Some(question) = self.waits.borrow_mut().questions.remove(&id) {
-                return Ok(Said::Asked(question));
+            {
+                let mut waits = self.waits.borrow_mut();
+                waits.blocked.remove(&id);
+                if let Some(question) = waits.questions.remove(&id) {
+                    return Ok(Said::Asked(question));
+                }
+                if let Some(result) = waits.results.remove(&id) {
+                    return Ok(Said::Result(result));
+                }
             }
             let heard = if self.sees_lock_waits && self.calls_in_flight.get() > 1 {
                 let mut look = || self.waiting_now(id);
+                self.server.borrow_mut().next_until(id, Some(&mut look))?
+            } else if self.sees_lock_waits {
+                // No other call is paused: a lock this one waits on is held outside the
+                // requests, and is named if it falls silent.
+                let mut looks = 0u32;
+                let mut look = || {
+                    looks += 1;
+                    if looks % HOLDER_LOOK_EVERY_LOOKS == 0 {
+                        let held = self.database.borrow_mut().lock_held_outside_requests();
+                        *self.lock_held_outside.borrow_mut() = held;
+                    }
+                    false
+                };
                 self.server.borrow_mut().next_until(id, Some(&mut look))?
             } else {
                 self.server.borrow_mut().next_until(id, None)?
@@ -471,22 +513,78 @@ impl McpStore {
             match heard {
                 Some(Said::Asked(question)) => {
                     if let Some(owner) = self.owner_of(id, &question) {
-                        self.waits.borrow_mut().questions.insert(owner, question);
+                        self.waits.borrow_mut().keep_question(owner, question);
                         continue;
                     }
+                    self.settle_released(id)?;
                     return Ok(Said::Asked(question));
                 }
-                Some(result @ Said::Result(_)) => return Ok(result),
+                Some(result @ Said::Result(_)) => {
+                    self.settle_released(id)?;
+                    return Ok(result);
+                }
                 None => {
                     // It waits on a lock: let the schedule pick another call; when it lets
                     // this one go on, look again. A crash, or the run's end, stops it here
                     // (the caller kills the server, or leaves the call to finish).
+                    self.waits.borrow_mut().blocked.insert(id);
                     if !crate::sqlite::wait_for_lock(0) {
                         return Err(Interrupted::Crash(Crash { point: LOCK_WAIT }));
                     }
                 }
             }
         }
+    }
+
+    /// Follows each call that waited on a lock and has been let go since (`followed` has
+    /// committed or rolled back what it waited on) until it asks, answers or waits again,
+    /// keeping what it said for it. Every other call is paused at a question now, so only it
+    /// runs in the server: a question on a connection not seen before is its own, and never
+    /// taken for the next call sent.
+    fn settle_released(&self, followed: u64) -> Result<(), Interrupted> {
+        if !self.sees_lock_waits || self.calls_in_flight.get() < 2 {
+            return Ok(());
+        }
+        while let Some(call) = self.released_waiter(followed) {
+            let mut look = || self.waiting_now(call);
+            let heard = self.server.borrow_mut().next_until(call, Some(&mut look))?;
+            let mut waits = self.waits.borrow_mut();
+            match heard {
+                Some(Said::Asked(question)) => {
+                    waits
+                        .connection_of
+                        .entry(call)
+                        .or_insert(question.connection);
+                    waits.keep_question(call, question);
+                }
+                Some(Said::Result(result)) => {
+                    waits.results.insert(call, result);
+                    waits.blocked.remove(&call);
+                }
+                // It waits on another lock: it is seen waiting, and not let go yet.
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A call other than `followed` paused because it waited on a lock, from which nothing
+    /// has been heard since, and whose backend waits no more.
+    fn released_waiter(&self, followed: u64) -> Option<u64> {
+        let unsettled: Vec<(u64, i32)> = {
+            let waits = self.waits.borrow();
+            (waits.blocked.iter())
+                .filter(|call| **call != followed)
+                .filter_map(|call| Some((*call, *waits.backend_of.get(call)?)))
+                .collect()
+        };
+        if unsettled.is_empty() {
+            return None;
+        }
+        let waiting = self.database.borrow_mut().waiting_backends();
+        (unsettled.into_iter())
+            .find(|(_, backend)| !waiting.contains(backend))
+            .map(|(call, _)| call)
     }
 
     /// Lets call `id`, whose run has ended (pruned) while it waited on `question`, finish in
@@ -539,10 +637,11 @@ impl McpStore {
             if !self.server.get_mut().is_running() {
                 return;
             }
-            let kept = self.waits.get_mut().questions.remove(&id);
-            let said = match kept {
-                Some(question) => Ok(Said::Asked(question)),
-                None => self.server.get_mut().next(id).map_err(Interrupted::Failed),
+            let waits = self.waits.get_mut();
+            let said = match (waits.questions.remove(&id), waits.results.remove(&id)) {
+                (Some(question), _) => Ok(Said::Asked(question)),
+                (None, Some(result)) => Ok(Said::Result(result)),
+                (None, None) => self.server.get_mut().next(id).map_err(Interrupted::Failed),
             };
             match said {
                 Ok(Said::Asked(question)) => self.finish_abandoned(id, question, 0),
@@ -605,11 +704,11 @@ impl McpStore {
                 waits.connection_of.insert(owner, connection);
                 Some(owner)
             }
-            _ => panic!(
+            _ => fail_subject(format!(
                 "the server asked on a new side-channel connection while {} calls that waited \
                  on a lock had gone on: the harness cannot tell whose question it is",
                 gone_on.len()
-            ),
+            )),
         }
     }
 }
@@ -693,10 +792,10 @@ impl OnMcp {
             return Reply::Lost(why.to_string().into());
         }
         let Some(status) = result["status"].as_u64() else {
-            panic!(
+            fail_subject(format!(
                 "no response could be read from the server: {}",
                 result["broken"].as_str().unwrap_or("broken")
-            )
+            ))
         };
         let retry_after_ms = result["headers"]["retry-after"]
             .as_str()
@@ -731,10 +830,10 @@ impl OnMcp {
             Some(value) => value.to_string(),
             None => {
                 let answer: String = result.to_string().chars().take(200).collect();
-                panic!(
+                fail_subject(format!(
                     "value = {pointer:?} (a JSON pointer) matches nothing in the successful \
                      answer {answer}: point at a field every successful answer has"
-                )
+                ))
             }
         }
     }
@@ -908,13 +1007,13 @@ trait OrFail<T> {
 
 impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
     fn or_fail(self, what: &str) -> T {
-        self.unwrap_or_else(|error| panic!("{what}: {error}"))
+        self.unwrap_or_else(|error| fail_subject(format!("{what}: {error}")))
     }
 }
 
 /// Panics with `error`'s line: a server that fails the harness ends the check.
 fn failed(error: &McpError) -> ! {
-    panic!("{error}")
+    fail_subject(error.to_string())
 }
 
 impl StoreKind for OnMcp {
@@ -938,11 +1037,12 @@ impl StoreKind for OnMcp {
         .or_fail("a scratch directory cannot be made");
         let directory = scratch.path();
         let provider = self.0.provider_env.as_ref().map(|_| {
-            LoopbackProvider::start().unwrap_or_else(|error| panic!("the provider starts: {error}"))
+            LoopbackProvider::start()
+                .unwrap_or_else(|error| fail_subject(format!("the provider starts: {error}")))
         });
         let mut database = self
             .new_database(directory)
-            .unwrap_or_else(|why| panic!("{why}"));
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         let command = self.command(database.as_ref(), provider.as_ref());
         let mut server = self
             .0
@@ -950,10 +1050,12 @@ impl StoreKind for OnMcp {
             .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();
-        database.server_gone().unwrap_or_else(|why| panic!("{why}"));
+        database
+            .server_gone()
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         database
             .install(&self.0.effect_tables)
-            .unwrap_or_else(|why| panic!("{why}"));
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         McpStore {
             server: RefCell::new(server),
             sees_lock_waits: self.0.database == DatabaseKind::Postgres,
@@ -963,6 +1065,7 @@ impl StoreKind for OnMcp {
             calls_in_flight: Cell::new(0),
             waits: RefCell::new(LockWaits::default()),
             left_running: RefCell::new(Vec::new()),
+            lock_held_outside: RefCell::new(None),
             _scratch: scratch,
             provider,
             seen: RefCell::new(Seen {
@@ -988,7 +1091,8 @@ impl StoreKind for OnMcp {
         *store.waits.get_mut() = LockWaits::default();
         store.left_running.get_mut().clear();
         store.server.get_mut().kill();
-        (store.database.get_mut().server_gone()).unwrap_or_else(|why| panic!("{why}"));
+        (store.database.get_mut().server_gone())
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         store.start_server().unwrap_or_else(|error| failed(&error));
     }
 
@@ -1144,16 +1248,20 @@ impl System for OnMcp {
         let answer = loop {
             match store.follow(id) {
                 Ok(Said::Result(result)) => break Ok(result),
-                Err(Interrupted::Failed(error @ McpError::Silent { .. }))
-                    if in_flight.get() > 1 =>
-                {
-                    panic!(
+                Err(Interrupted::Failed(error @ McpError::Silent { .. })) => {
+                    if let Some(held) = store.lock_held_outside.borrow_mut().take() {
+                        fail_subject(format!("{error}: {held}"))
+                    }
+                    if in_flight.get() < 2 {
+                        break Err(Interrupted::Failed(error));
+                    }
+                    fail_subject(format!(
                         "{error}, while another call waited at a crash point: a server that \
                          serves one call at a time must not say concurrent = true; an asyncio \
                          server (uvicorn, FastAPI, aiohttp) whose crash point blocks its event \
                          loop serves none meanwhile: await point(...) from \
                          helpers/retrysim_points_asyncio.py there"
-                    )
+                    ))
                 }
                 Err(Interrupted::Crash(crash)) if crash.point == LOCK_WAIT => {
                     store.stop_waiting(id, ctx.abandoned());
@@ -1176,7 +1284,10 @@ impl System for OnMcp {
         };
         in_flight.set(in_flight.get().saturating_sub(1));
         effects += store.take_effects(Some(id));
-        store.waits.borrow_mut().forget(id);
+        if !store.left_running.borrow().contains(&id) {
+            // A call left running keeps what it said once let go, for the next run to finish.
+            store.waits.borrow_mut().forget(id);
+        }
         let reply = self.answered(answer, effects > 0)?;
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)

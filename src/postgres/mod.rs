@@ -11,7 +11,7 @@ mod client;
 
 pub use client::{PgClient, PgRows, PgStatementError, PgValue, PG_MESSAGE_BYTES_MAX, PG_READ_WAIT};
 
-use crate::process::{kill_group, track_group, track_quit_first, ScratchDir};
+use crate::process::{kill_group, spawn_in_group, Quit, ScratchDir};
 use std::ffi::CString;
 use std::fmt;
 use std::os::unix::process::CommandExt;
@@ -136,13 +136,9 @@ impl PgCluster {
             .args(["-c", "autovacuum=off"])
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
-        let postmaster = as_user(postgres, run_as)
-            .spawn()
+            .stderr(log_err);
+        let postmaster = spawn_in_group(&mut as_user(postgres, run_as), Some(Quit::Postmaster))
             .map_err(|error| PgError(format!("postgres does not start: {error}")))?;
-        track_group(postmaster.id());
-        track_quit_first(postmaster.id());
         let mut cluster = PgCluster {
             bin,
             postmaster,
@@ -354,12 +350,20 @@ fn as_user(mut command: Command, user: Option<RunAs>) -> Command {
     command
 }
 
-/// Runs `command` to its end; its standard output, or an error with the end of what it said.
+/// Runs `command` to its end, in a process group of its own that SIGINT or SIGTERM lets
+/// finish before this process ends (`initdb`'s backends then free their shared memory); its
+/// standard output, or an error with the end of what it said.
 fn run_to_end(mut command: Command, what: &str) -> Result<String, PgError> {
-    let output = command
+    command
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = spawn_in_group(&mut command, Some(Quit::LetFinish))
         .map_err(|error| PgError(format!("{what} does not start: {error}")))?;
+    let pid = child.id();
+    let waited = child.wait_with_output();
+    crate::process::forget_group_of(pid);
+    let output = waited.map_err(|error| PgError(format!("{what} did not end: {error}")))?;
     if output.status.success() {
         return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }

@@ -12,27 +12,44 @@ mod lines;
 
 pub use lines::{read_line_capped, skip_line, CappedLine};
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::sync::Mutex;
 
 /// The process groups and scratch directories alive now.
 static ALIVE: Mutex<Alive> = Mutex::new(Alive {
     groups: BTreeSet::new(),
-    quit_first: BTreeSet::new(),
+    quit_first: BTreeMap::new(),
     directories: BTreeSet::new(),
 });
 
 struct Alive {
     groups: BTreeSet<i32>,
-    /// Children asked to end with SIGQUIT before their groups are killed (a PostgreSQL
-    /// postmaster, which then frees its shared memory).
-    quit_first: BTreeSet<i32>,
+    /// Children asked to end, or let finish, before their groups are killed: a PostgreSQL
+    /// postmaster (SIGQUIT), which then frees its shared memory, and `initdb`, let finish
+    /// (a few seconds), whose backends then free theirs.
+    quit_first: BTreeMap<i32, Quit>,
     directories: BTreeSet<PathBuf>,
+}
+
+/// How a child is asked to end before its group is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quit {
+    /// SIGQUIT to the child alone (a PostgreSQL postmaster: an immediate shutdown).
+    Postmaster,
+    /// No signal: the child's group is let finish, as `initdb` and the backends it runs
+    /// (which a signal would stop before they free their shared memory) are.
+    LetFinish,
 }
 
 /// How long [`end_all`] waits for the children asked with SIGQUIT to end, in real time.
 const QUIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long [`end_all`] waits for a command let finish ([`Quit::LetFinish`]), in real time:
+/// `initdb` takes a second or two, more on a loaded machine.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn alive() -> std::sync::MutexGuard<'static, Alive> {
     // A panic while the list was held leaves it as it was: still the truth.
@@ -66,11 +83,30 @@ pub fn track_group(group: u32) {
     }
 }
 
-/// Notes that the child `pid` (a process group's leader, tracked with [`track_group`]) is
-/// asked with SIGQUIT to end, and given a moment, before its group is killed on a signal.
-pub fn track_quit_first(pid: u32) {
+/// Starts `command` in a process group of its own and notes the group, at once: SIGINT or
+/// SIGTERM coming while it starts finds the group noted (or the child not yet made), never a
+/// child that no list holds. With `quit`, the child is asked to end that way, and given a
+/// moment, before its group is killed on a signal.
+pub fn spawn_in_group(command: &mut Command, quit: Option<Quit>) -> std::io::Result<Child> {
+    command.process_group(0);
+    let mut alive = alive();
+    let child = command.spawn()?;
+    if let Ok(pid) = i32::try_from(child.id()) {
+        alive.groups.insert(pid);
+        if let Some(quit) = quit {
+            alive.quit_first.insert(pid, quit);
+        }
+    }
+    Ok(child)
+}
+
+/// Forgets the group of the child `pid` (started with [`spawn_in_group`]), which has ended
+/// by itself and been waited for.
+pub fn forget_group_of(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
-        alive().quit_first.insert(pid);
+        let mut alive = alive();
+        alive.groups.remove(&pid);
+        alive.quit_first.remove(&pid);
     }
 }
 
@@ -127,33 +163,148 @@ pub fn end_all() {
             libc::kill(-group, libc::SIGKILL);
         }
     }
-    alive.groups.clear();
+    // What the killed servers leave behind is adopted once they are gone: ended then.
+    let leaders: Vec<i32> = std::mem::take(&mut alive.groups).into_iter().collect();
+    let asked = std::time::Instant::now();
+    while leaders.iter().any(|&pid| !ended(pid)) && asked.elapsed() < QUIT_WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    end_adopted_by(&alive);
     for directory in std::mem::take(&mut alive.directories) {
         let _ = std::fs::remove_dir_all(directory);
     }
 }
 
-/// Sends SIGQUIT to each child of `pids` and waits, up to [`QUIT_WAIT`], until each has
-/// ended (reaping it).
-fn quit_and_wait(pids: &BTreeSet<i32>) {
-    for &pid in pids {
-        // SAFETY: `kill` signals one process; it touches no memory.
-        unsafe {
-            libc::kill(pid, libc::SIGQUIT);
+/// Asks each child of `pids` to end its way and waits until each has ended: a postmaster up
+/// to [`QUIT_WAIT`], a command let finish up to [`FINISH_WAIT`]. The waits overlap.
+fn quit_and_wait(pids: &BTreeMap<i32, Quit>) {
+    for (&pid, quit) in pids {
+        if *quit == Quit::Postmaster {
+            // SAFETY: `kill` signals one process; it touches no memory.
+            unsafe {
+                libc::kill(pid, libc::SIGQUIT);
+            }
         }
     }
     let asked = std::time::Instant::now();
-    let mut waiting: BTreeSet<i32> = pids.clone();
-    while !waiting.is_empty() && asked.elapsed() < QUIT_WAIT {
-        waiting.retain(|&pid| {
-            let mut status = 0;
-            // SAFETY: `waitpid` with WNOHANG reaps the child `pid` if it has ended; it writes
-            // only `status`.
-            let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            reaped == 0
+    let mut waiting: BTreeMap<i32, Quit> = pids.clone();
+    while !waiting.is_empty() {
+        let waited = asked.elapsed();
+        waiting.retain(|&pid, quit| {
+            let bound = match quit {
+                Quit::Postmaster => QUIT_WAIT,
+                Quit::LetFinish => FINISH_WAIT,
+            };
+            waited < bound && !group_ended(pid)
         });
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// Whether the group led by our child `leader` has ended: the leader has (gone, or a zombie
+/// not reaped yet), and no other process is left in the group.
+fn group_ended(leader: i32) -> bool {
+    if !ended(leader) {
+        return false;
+    }
+    let members = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    !members.into_iter().any(|entry| {
+        let Some(pid) = entry.file_name().to_str().and_then(|pid| pid.parse::<i32>().ok()) else {
+            return false;
+        };
+        // SAFETY: `getpgid` reads a process's group id; it touches no memory.
+        pid != leader && unsafe { libc::getpgid(pid) } == leader && !ended(pid)
+    })
+}
+
+/// The variable every server's environment holds: this process's id. The processes a server
+/// leaves behind when it ends (a daemon, a child in a session of its own) are adopted by the
+/// harness ([`adopt_orphans`]) and known by it, to be ended.
+pub const HARNESS_ENV: &str = "RETRYSIM_HARNESS_PID";
+
+/// Whether this process adopts the orphans of its descendants ([`adopt_orphans`]).
+static ADOPTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process the reaper of its descendants' orphans (Linux's
+/// `PR_SET_CHILD_SUBREAPER`): a process a server started in a session or group of its own
+/// becomes this process's child when the server ends, and [`end_adopted`] ends it. Called
+/// once by the command line, with [`end_on_signal`].
+pub fn adopt_orphans() {
+    // SAFETY: `prctl` with PR_SET_CHILD_SUBREAPER sets a flag of this process; it reads and
+    // writes no memory of ours.
+    let set = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    ADOPTING.store(set == 0, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Kills and reaps every process this process adopted from a server (its environment holds
+/// [`HARNESS_ENV`] with this process's id, and it is none of the groups started here), with
+/// its group: called once a server has been killed and waited for.
+pub fn end_adopted() {
+    if ADOPTING.load(std::sync::atomic::Ordering::SeqCst) {
+        end_adopted_by(&alive());
+    }
+}
+
+/// [`end_adopted`], with the list of what is alive held: a server being started meanwhile
+/// is either not made yet or noted in it.
+fn end_adopted_by(alive: &Alive) {
+    if !ADOPTING.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let marker = format!("{HARNESS_ENV}={}", std::process::id());
+    // An adopted process's own children are adopted in turn once it is killed.
+    for _ in 0..ADOPTED_GENERATIONS_MAX {
+        let adopted: Vec<i32> = (children().into_iter())
+            .filter(|pid| !alive.groups.contains(pid) && has_variable(*pid, &marker))
+            .collect();
+        if adopted.is_empty() {
+            return;
+        }
+        for pid in adopted {
+            // SAFETY: `kill` signals a group and a process, `waitpid` reaps our own child
+            // `pid`, writing only `status`.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+            }
+        }
+    }
+}
+
+/// How many generations of adopted processes [`end_adopted`] ends, each adopted once the one
+/// before is killed.
+const ADOPTED_GENERATIONS_MAX: usize = 8;
+
+/// This process's children, of every thread.
+fn children() -> Vec<i32> {
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten();
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Whether the environment of process `pid` holds `variable` (`NAME=value`).
+fn has_variable(pid: i32, variable: &str) -> bool {
+    let environment = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    environment
+        .split(|&byte| byte == 0)
+        .any(|entry| entry == variable.as_bytes())
+}
+
+/// Whether the process `pid` has ended: gone, or a zombie not reaped yet.
+fn ended(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .is_none_or(|rest| rest.trim_start().is_empty() || rest.trim_start().starts_with('Z'))
 }
 
 /// Set once SIGINT or SIGTERM has come: every server is being ended, and the process exits

@@ -522,3 +522,32 @@ fn an_asyncio_server_awaits_its_points() {
         "an asyncio server (uvicorn, FastAPI, aiohttp) whose crash point blocks its event loop",
     );
 }
+
+/// A server that starts a helper in a session of its own at each start (`setsid`): the
+/// harness adopts it when the server is crashed, and ends it before the next start (the
+/// server exits 5 if an earlier start's helper is alive), and none is left once the check
+/// ends. With and without the spare.
+#[test]
+fn what_a_server_leaves_behind_in_another_session_is_ended() {
+    for spare in ["spare = true", "spare = false"] {
+        let written = variant(
+            &format!("daemon-{}", spare.len()),
+            r#"env = { KEYED = "1" }"#,
+            r#"env = { KEYED = "1", DAEMON = "1" }"#,
+        );
+        let text = std::fs::read_to_string(written.path()).unwrap();
+        std::fs::write(written.path(), text.replace("spare = true ", spare)).unwrap();
+        let args = ["mcp", &written.path(), "--threads", "1"];
+        let report = expect(&[&args[..], &CRASHES_ONLY[..]].concat(), 0);
+        assert!(report.contains("bound: exhausted"), "{spare}: {report}");
+        assert!(!report.contains("crashes 0"), "{spare}: {report}");
+        let daemons = crate::processes_with_environment("RETRYSIM_HARNESS_PID=");
+        let helpers: Vec<String> = (daemons.into_iter())
+            .filter(|pid| {
+                let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                argv == b"sleep\x0086399\x00"
+            })
+            .collect();
+        assert_eq!(helpers, Vec::<String>::new(), "{spare}: a helper is left");
+    }
+}

@@ -65,6 +65,11 @@ fn run(test: &str, args: &[&str]) -> Option<(i32, String)> {
 /// The on-conflict variant's check: clean over the whole bound but for no-silent-key-reuse,
 /// which one intent per client cannot reuse (exit 3), with crashes at its crash point.
 fn assert_clean_with_crashes(status: i32, report: &str) {
+    assert_clean_with_crashes_at(status, report, "after-claim");
+}
+
+/// A variant's check: clean but for no-silent-key-reuse (exit 3), with crashes at `point`.
+fn assert_clean_with_crashes_at(status: i32, report: &str, point: &str) {
     assert_eq!(status, 3, "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
     assert!(report.contains("bound: exhausted"), "{report}");
@@ -72,7 +77,7 @@ fn assert_clean_with_crashes(status: i32, report: &str) {
         report.contains("no-silent-key-reuse      untested"),
         "{report}"
     );
-    assert!(report.contains("after-claim"), "{report}");
+    assert!(report.contains(point), "{report}");
     assert!(
         !report.contains("crashes 0,"),
         "crashes were explored: {report}"
@@ -565,4 +570,211 @@ fn ground_truth_survives_migrations_replica_and_names_on_postgres() {
     let (status, report) = run("the rebuilt schema's check", &check).expect("ran once");
     assert_caught_by_crash(status, &report);
     assert!(!report.contains("NONDETERMINISTIC"), "{report}");
+}
+
+/// `examples/http/counter_pg_lock.toml` with its server's environment `env` (replacing
+/// `LOCK = "advisory"`), written beside it.
+fn lock_variant(name: &str, env: &str) -> crate::ScenarioVariant {
+    crate::ScenarioVariant::of(
+        "http/counter_pg_lock.toml",
+        name,
+        r#"LOCK = "advisory""#,
+        env,
+    )
+}
+
+/// A lock the service takes before its lookup is a lock wait whatever its kind: an
+/// advisory lock (`pg_advisory_xact_lock`), a row lock (`SELECT ... FOR UPDATE`) and a table
+/// lock (`LOCK TABLE`). A retry beside its original waits on it and replays: clean, with two
+/// calls in flight and crashes. The same lock taken after the lookup is caught with no fault.
+/// (A unique-index insert is the on-conflict service's wait, tested above.)
+#[test]
+fn every_kind_of_lock_is_a_lock_wait_and_a_late_one_is_caught() {
+    for lock in ["advisory", "for-update", "lock-table"] {
+        let correct = lock_variant(lock, &format!(r#"LOCK = "{lock}""#));
+        let check = ["mcp", &correct.path(), "--intents", "1", "--clients", "1"];
+        let Some((status, report)) = run("the lock kinds", &check) else {
+            return;
+        };
+        assert_clean_with_crashes_at(status, &report, "after-lock");
+        let late = lock_variant(
+            &format!("{lock}-late"),
+            &format!(r#"LOCK = "{lock}", LOCK_AT = "after-lookup""#),
+        );
+        let check = ["mcp", &late.path(), "--intents", "1", "--clients", "1"];
+        let check = [&check[..], &["--faults-max", "0"]].concat();
+        let (status, report) = run("the lock kinds", &check).expect("ran once");
+        assert_eq!(status, 1, "{lock}: {report}");
+        assert!(
+            report.contains("VIOLATED at-most-once-effect"),
+            "{lock}: {report}"
+        );
+        assert!(
+            report.contains("pauses at after-lookup"),
+            "{lock}: {report}"
+        );
+    }
+}
+
+/// Two schedules of the shipped advisory-lock scenario (two clients, one's retry beside its
+/// original) that were once refused as "the server did not answer": a call let go by a lock
+/// asked its next question while the next call was sent, and its question was taken for
+/// the new call's. Each replays clean.
+#[test]
+fn a_call_let_go_by_a_lock_is_heard_before_the_next_is_sent() {
+    for tape in [
+        "0,0,0,0,0,1,1,0,2,2,2,1,2,2,1,0,0,1,1,1",
+        "0,0,0,0,0,1,1,0,2,2,2,1,2,2,1,0,0,0,1,1",
+    ] {
+        let replay = [
+            "replay",
+            "--model",
+            "mcp",
+            "--handler",
+            "examples/http/counter_pg_lock.toml",
+            "--intents",
+            "1",
+            "--faults-max",
+            "0",
+            "--tape",
+            tape,
+        ];
+        let Some((status, timeline)) = run("the advisory lock's schedules", &replay) else {
+            return;
+        };
+        assert_eq!(status, 0, "{tape}: {timeline}");
+        assert!(
+            timeline.contains("waits: the database is"),
+            "{tape}: {timeline}"
+        );
+        assert!(
+            timeline.contains("invariants: all hold"),
+            "{tape}: {timeline}"
+        );
+    }
+}
+
+/// A transaction the server opens at start and never ends (a row locked FOR UPDATE) blocks
+/// every addition: the check ends in one line that names the backend holding the lock, its
+/// state and what it ran, not "the server did not answer" alone.
+#[test]
+fn a_transaction_the_server_leaves_open_is_named() {
+    let held = crate::ScenarioVariant::of(
+        "http/counter_pg.toml",
+        "held",
+        r#"env = { VARIANT = "on-conflict" }"#,
+        r#"env = { VARIANT = "on-conflict", HOLD_LOCK = "1" }
+answer_wait_ms = 3000"#,
+    );
+    let check = ["mcp", &held.path(), "--intents", "1", "--clients", "1"];
+    let Some((status, report)) = run("the lock held outside requests", &check) else {
+        return;
+    };
+    assert_eq!(status, 2, "{report}");
+    assert_eq!(report.trim().lines().count(), 1, "{report}");
+    assert!(report.contains("did not answer within 3000 ms"), "{report}");
+    assert!(
+        report.contains("which no request paused by the harness owns: it is idle in transaction"),
+        "{report}"
+    );
+    assert!(report.contains("FOR UPDATE"), "{report}");
+    assert!(report.contains("--tape"), "{report}");
+}
+
+/// Shared memory PostgreSQL made that nothing uses and whose maker is gone: SysV segments
+/// (by id) with no process attached whose creator has ended, and `/dev/shm/PostgreSQL.*`
+/// files that no process maps.
+fn orphaned_shared_memory() -> std::collections::BTreeSet<String> {
+    let alive = |pid: &str| std::path::Path::new("/proc").join(pid).exists();
+    let sysv = std::fs::read_to_string("/proc/sysvipc/shm").unwrap_or_default();
+    let mut orphans: std::collections::BTreeSet<String> = (sysv.lines().skip(1))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (id, cpid, attached) = (fields.get(1)?, fields.get(4)?, fields.get(6)?);
+            (*attached == "0" && !alive(cpid)).then(|| format!("shmid {id}"))
+        })
+        .collect();
+    let mapped: String = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("maps")).ok())
+        .collect();
+    let files = std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten();
+    for file in files {
+        let name = file.file_name().to_string_lossy().into_owned();
+        if name.starts_with("PostgreSQL.") && !mapped.contains(&format!("/dev/shm/{name}")) {
+            orphans.insert(format!("/dev/shm/{name}"));
+        }
+    }
+    orphans
+}
+
+/// SIGINT at every moment of a check's first five seconds on PostgreSQL (0.2 s apart: while
+/// `initdb` runs, while the cluster starts, while the server makes its schema, while runs go
+/// on) leaves nothing: no process, no file in the temporary directory, no shared memory.
+#[test]
+fn sigint_at_any_moment_of_the_start_leaves_nothing_behind() {
+    if !postgres_installed("sigint_at_any_moment_of_the_start_leaves_nothing_behind") {
+        return;
+    }
+    let Some(python) = PSYCOPG.find_or_left_out("the SIGINT sweep") else {
+        return;
+    };
+    let before = orphaned_shared_memory();
+    let tmp = crate::scratch_dir().join("sigint-sweep");
+    for step in 1..=25u64 {
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .args(["mcp", "examples/http/counter_pg.toml"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("RETRYSIM_PG_PYTHON", &python)
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the binary runs");
+        std::thread::sleep(std::time::Duration::from_millis(200 * step));
+        let sent = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let status = child.wait().expect("the command ends");
+        // 130 once its handler is in place; before that, the signal's own end (nothing has
+        // started yet).
+        assert!(
+            status.code() == Some(130) || status.code().is_none(),
+            "at {} ms: {status}",
+            200 * step
+        );
+        let mentioning = tmp.display().to_string();
+        for _ in 0..300 {
+            if processes_mentioning(&mentioning).is_empty()
+                && crate::processes_with_environment(&mentioning).is_empty()
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let at = format!("at {} ms", 200 * step);
+        assert_eq!(
+            processes_mentioning(&mentioning),
+            Vec::<String>::new(),
+            "{at}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+        assert!(
+            left.is_empty(),
+            "{at}: {left:?} left in the temporary directory"
+        );
+        let orphans: Vec<String> = orphaned_shared_memory()
+            .difference(&before)
+            .cloned()
+            .collect();
+        assert!(orphans.is_empty(), "{at}: {orphans:?} left");
+    }
 }

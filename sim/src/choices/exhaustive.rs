@@ -350,11 +350,13 @@ impl Choices for EnumeratedRun<'_> {
                 options: known,
                 ..
             }) => {
-                assert_eq!(
-                    known, options,
-                    "nondeterminism: choice {} had {known} options on an earlier run and {options} now",
-                    self.position + 1
-                );
+                if known != options {
+                    crate::fail_subject(format!(
+                        "nondeterminism: choice {} had {known} options on an earlier run and \
+                         {options} now",
+                        self.position + 1
+                    ));
+                }
                 answer
             }
             None => {

@@ -85,6 +85,15 @@ pub struct Told {
     pub rows: usize,
 }
 
+impl Drop for Decider<'_> {
+    /// A run a panic ends keeps its answers so far, for the message that reports the panic.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            crate::failure::keep_panicked_run(&self.answers);
+        }
+    }
+}
+
 /// Asks a [`Choices`] source and records every answer: the run's tape.
 ///
 /// A choice with a single option is not asked and not recorded, so tapes hold only real
@@ -225,8 +234,8 @@ impl<'s> Decider<'s> {
     }
 
     /// Ends the run's questioning, returning the recorded tape (trailing zeros trimmed).
-    pub fn into_tape(self) -> Tape {
-        Tape::from_answers(self.answers)
+    pub fn into_tape(mut self) -> Tape {
+        self.take_tape()
     }
 
     /// Ends the run's questioning in place, returning the recorded tape (trailing zeros

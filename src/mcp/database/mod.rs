@@ -62,6 +62,13 @@ pub(super) trait ServerDatabase {
     /// locks); none where the database has no such waits.
     fn waiting_backends(&mut self) -> Vec<i32>;
 
+    /// When a request of the server's waits on a lock that no request holds (a transaction
+    /// the server leaves open between requests), a line naming the backend that holds it and
+    /// what it last ran; `None` otherwise, and where the database has no such waits.
+    fn lock_held_outside_requests(&mut self) -> Option<String> {
+        None
+    }
+
     /// Puts the template back under a running server, which reads it at its next
     /// transaction.
     fn restore_under_server(&mut self) -> Result<(), String>;

@@ -19,6 +19,7 @@
 //! back where a start-up migration rebuilt an effect table without them.
 
 use super::{quoted_name, Change, ServerDatabase};
+use crate::fail_subject;
 use crate::postgres::{PgClient, PgCluster, PgError, PgRows};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -289,7 +290,7 @@ impl ServerDatabase for PostgresDatabase {
                 "DELETE FROM retrysim_harness.effects RETURNING operation, backend",
                 "the harness's record of effects cannot be read",
             )
-            .unwrap_or_else(|why| panic!("{why}"));
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         rows.into_iter()
             .filter_map(|row| match row.as_slice() {
                 [Some(operation), backend] => Some(Change {
@@ -308,22 +309,53 @@ impl ServerDatabase for PostgresDatabase {
     }
 
     /// Backends that wait on a heavyweight lock (a row, a key, a transaction, an advisory
-    /// lock), which only another transaction's end lets go; not the relation extension or
-    /// page locks that pass by themselves.
+    /// lock, a table) that another backend holds, which only that one's transaction's end (or
+    /// its unlock) lets go; not the relation extension or page locks that pass by themselves,
+    /// and not a backend whose lock was granted and which has not woken yet.
     fn waiting_backends(&mut self) -> Vec<i32> {
         let rows = self
             .run(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
                  AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' \
-                 AND wait_event NOT IN ('extend', 'page', 'frozenid') ORDER BY pid",
+                 AND wait_event NOT IN ('extend', 'page', 'frozenid') \
+                 AND cardinality(pg_blocking_pids(pid)) > 0 ORDER BY pid",
                 "the server's connections cannot be listed",
             )
-            .unwrap_or_else(|why| panic!("{why}"));
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
         rows.into_iter()
             .flatten()
             .flatten()
             .filter_map(|pid| pid.parse().ok())
             .collect()
+    }
+
+    /// The first backend found waiting on a lock, with the first that blocks it: called when
+    /// a request has fallen silent with no other request paused that could hold the lock.
+    fn lock_held_outside_requests(&mut self) -> Option<String> {
+        let rows = self
+            .run(
+                "SELECT w.pid, b.pid, b.state, left(regexp_replace(b.query, '\\s+', ' ', 'g'), \
+                 200) FROM pg_stat_activity w \
+                 CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS blocker(pid) \
+                 JOIN pg_stat_activity b ON b.pid = blocker.pid \
+                 WHERE w.datname = current_database() AND w.wait_event_type = 'Lock' \
+                 ORDER BY w.pid, b.pid LIMIT 1",
+                "the server's lock waits cannot be listed",
+            )
+            .ok()?;
+        let row = rows.into_iter().next()?;
+        let [Some(waiting), Some(holder), state, query] = &row[..] else {
+            return None;
+        };
+        let state = state.as_deref().unwrap_or("gone");
+        let query = query.as_deref().unwrap_or("");
+        Some(format!(
+            "a request's database session (backend {waiting}) waits on a lock that backend \
+             {holder} holds, which no request paused by the harness owns: it is {state} after \
+             `{query}`; a transaction the server leaves open between requests (a background \
+             job, a connection not given back to its pool) blocks every request that needs \
+             the lock"
+        ))
     }
 
     fn restore_under_server(&mut self) -> Result<(), String> {

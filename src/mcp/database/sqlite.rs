@@ -11,6 +11,7 @@
 //! opens the file as the crash left it (SQLite's own recovery runs on it).
 
 use super::{quoted_name, Change, ServerDatabase};
+use crate::fail_subject;
 use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::table_rows;
 use std::path::{Path, PathBuf};
@@ -146,9 +147,9 @@ impl ServerDatabase for SqliteFile {
             rows.collect()
         };
         let operations = read().unwrap_or_else(|error| {
-            panic!(
+            fail_subject(format!(
                 "the harness's record of effects in the server's database cannot be read: {error}"
-            )
+            ))
         });
         self.rows_seen += i64::try_from(operations.len()).unwrap_or(0);
         operations
@@ -177,7 +178,9 @@ impl ServerDatabase for SqliteFile {
             Ok(locked)
         };
         probe(&self.keeper).unwrap_or_else(|error| {
-            panic!("the harness cannot probe the server's database for its lock: {error}")
+            fail_subject(format!(
+                "the harness cannot probe the server's database for its lock: {error}"
+            ))
         })
     }
 
