@@ -52,22 +52,28 @@ pub(super) fn write_out(printed: Printed) -> ExitCode {
 }
 
 /// Whether the process was started with its standard output closed (`retrysim list >&-`).
-/// Rust's runtime then opens `/dev/null` on it, read-write, before `main`, and the output
-/// would be lost with exit status 0. A shell's `> /dev/null` opens it write-only, so the
-/// two are told apart by the descriptor's access mode (Linux: `/proc/self/fdinfo`).
+/// Rust's runtime then opens `/dev/null` on it before `main`, and the output would be lost
+/// with exit status 0; so the descriptor is looked at before the runtime starts
+/// ([`look_at_standard_output`]), and `> /dev/null` or `1<> /dev/null` are outputs as any.
 pub(super) fn standard_output_closed() -> bool {
-    const READ_WRITE: u32 = 2;
-    const ACCESS_MODE: u32 = 3;
-    let on_null = std::fs::read_link("/proc/self/fd/1")
-        .is_ok_and(|target| target == std::path::Path::new("/dev/null"));
-    let flags = std::fs::read_to_string("/proc/self/fdinfo/1")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("flags:"))
-                .and_then(|octal| u32::from_str_radix(octal.trim(), 8).ok())
-        });
-    on_null && flags.is_some_and(|flags| flags & ACCESS_MODE == READ_WRITE)
+    STANDARD_OUTPUT_CLOSED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Whether descriptor 1 was closed as the process started.
+static STANDARD_OUTPUT_CLOSED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Runs as the program is loaded, before Rust's runtime opens `/dev/null` on closed standard
+/// descriptors: notes whether descriptor 1 is closed.
+#[used]
+#[link_section = ".init_array"]
+static LOOK_AT_STANDARD_OUTPUT: extern "C" fn() = look_at_standard_output;
+
+/// Notes whether descriptor 1 is open ([`STANDARD_OUTPUT_CLOSED`]).
+extern "C" fn look_at_standard_output() {
+    // SAFETY: `fcntl` with F_GETFD reads a descriptor's flags; it touches no memory.
+    let closed = unsafe { libc::fcntl(1, libc::F_GETFD) } == -1;
+    STANDARD_OUTPUT_CLOSED.store(closed, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// A line on standard error; an error writing it has nowhere left to go.

@@ -326,3 +326,37 @@ fn quiet_subject_failures() {
         }));
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario() -> Scenario {
+        Scenario::load(std::path::Path::new("examples/http/counter.toml")).expect("it loads")
+    }
+
+    /// A server's failure, raised as a [`SubjectFailure`], is one line of bad input.
+    #[test]
+    fn a_server_failure_is_bad_input() {
+        let failed = server_failures_as_errors(
+            || -> Result<(), UsageError> { crate::fail_subject("the server exited") },
+            &scenario(),
+        );
+        let UsageError(message) = failed.expect_err("an error");
+        assert!(message.starts_with("the server exited"), "{message}");
+    }
+
+    /// Any other panic is the harness's bug: it goes on as a panic (the process exits 101
+    /// with its location), never dressed as bad input.
+    #[test]
+    fn a_bug_stays_a_panic() {
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            server_failures_as_errors(
+                || -> Result<(), UsageError> { panic!("index out of bounds") },
+                &scenario(),
+            )
+        }));
+        let payload = caught.expect_err("the panic goes on");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"index out of bounds"));
+    }
+}

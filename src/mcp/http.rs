@@ -376,6 +376,12 @@ impl Transport for HttpServer {
     fn is_running(&self) -> bool {
         self.running.is_some()
     }
+
+    fn exited_by_itself(&mut self) -> Option<McpError> {
+        let status = self.running.as_mut()?.child.ended()?;
+        let stderr = tail_of(&self.running.take()?.stderr);
+        Some(McpError::Exited { status, stderr })
+    }
 }
 
 impl Drop for HttpServer {

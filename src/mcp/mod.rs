@@ -125,6 +125,12 @@ pub trait Transport {
 
     /// Whether a process of the server is running (started and not killed or failed).
     fn is_running(&self) -> bool;
+
+    /// Between runs: the error that says the server's process has exited by itself since it
+    /// last answered (it is forgotten then), where the transport can tell; `None` otherwise.
+    fn exited_by_itself(&mut self) -> Option<McpError> {
+        None
+    }
 }
 
 /// What a server says next about a call.

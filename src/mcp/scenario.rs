@@ -476,6 +476,7 @@ impl ScenarioFile {
         }
         if let Some(database) = &self.database {
             env_name("database.env", database.env()?)?;
+            env_set_by_harness("database.env", database.env()?)?;
             let mut listed = BTreeSet::new();
             for table in &database.effect_tables {
                 if !listed.insert(table) {
@@ -485,6 +486,7 @@ impl ScenarioFile {
         }
         if let Some(provider) = &self.provider {
             env_name("provider.env", &provider.env)?;
+            env_set_by_harness("provider.env", &provider.env)?;
         }
         let harness_names = [
             Some((SIDE_CHANNEL_ENV, "the side channel's")),
@@ -692,6 +694,7 @@ impl ScenarioFile {
         }
         if let Some(port_env) = &self.server.port_env {
             env_name("server.port_env", port_env)?;
+            env_set_by_harness("server.port_env", port_env)?;
         }
         Ok(McpTarget {
             server: ServerCommand {
@@ -762,6 +765,40 @@ fn env_name(field: &str, name: &str) -> Result<(), String> {
     if name.is_empty() || name.contains(['=', '\0']) {
         return Err(format!(
             "{field}: {name:?} cannot name an environment variable (empty, or with `=` or NUL)"
+        ));
+    }
+    Ok(())
+}
+
+/// Variables a process needs from the environment it inherits, which the harness must not
+/// set to a port, a path or an address in the server's place; and those it sets itself.
+const ENV_NOT_FOR_THE_HARNESS: [&str; 16] = [
+    "PATH",
+    "HOME",
+    "PWD",
+    "SHELL",
+    "USER",
+    "LANG",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PYTHONPATH",
+    "NODE_PATH",
+    "PGHOST",
+    "PGPORT",
+    "PGUSER",
+    "PGDATABASE",
+    crate::process::HARNESS_ENV,
+];
+
+/// A variable `field` names, which the harness sets for the server: refused when the process
+/// needs it for itself (`PATH`) or the harness sets it to something else already.
+fn env_set_by_harness(field: &str, name: &str) -> Result<(), String> {
+    if ENV_NOT_FOR_THE_HARNESS.contains(&name) {
+        return Err(format!(
+            "{field} is {name:?}, a variable the server's process needs for itself or the \
+             harness sets already, which the harness would set in its place: give it a name \
+             of its own"
         ));
     }
     Ok(())

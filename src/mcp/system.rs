@@ -452,6 +452,9 @@ impl McpStore {
         }
         let database = self.database.get_mut();
         let server = self.server.get_mut();
+        if let Some(exited) = server.exited_by_itself() {
+            return Err(exited);
+        }
         if self.reuse && server.is_running() {
             server.end_sessions()?;
             database

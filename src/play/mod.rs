@@ -38,11 +38,11 @@ pub use api::{Goal, PlayTarget, ReplayCommand};
 
 use crate::process::read_line_capped;
 use crate::Subject;
+use std::collections::BTreeMap;
 use std::io::{self, BufReader, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 pub use crate::report::PLAY_PORT_DEFAULT as PORT_DEFAULT;
@@ -51,7 +51,7 @@ pub use crate::report::PLAY_PORT_DEFAULT as PORT_DEFAULT;
 pub const REQUEST_LINE_BYTES_MAX: usize = 16 * 1024;
 /// The most header lines read of one request.
 pub const HEADER_LINES_MAX: usize = 100;
-/// The most connections read at once; more are closed at once.
+/// The most connections read at once; a new one closes the one read longest.
 pub const CONNECTIONS_MAX: usize = 64;
 /// How long a connection may take to send its request, or to take its answer, in real time;
 /// a silent one is closed then. It bounds only waiting on a browser, never a run.
@@ -98,30 +98,53 @@ impl PlayServer {
 }
 
 /// Accepts connections, each read on a thread of its own, and hands each request's path to
-/// the serving thread.
+/// the serving thread. At most [`CONNECTIONS_MAX`] are read at once: a new one closes the one
+/// that has been read longest, so that connections that send nothing, or send it slowly,
+/// never keep a browser's request out.
 fn accept(listener: TcpListener, requests: mpsc::Sender<(String, TcpStream)>) {
-    let reading = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
+    let reading: Arc<Mutex<BTreeMap<u64, TcpStream>>> = Arc::default();
+    for (number, stream) in (0u64..).zip(listener.incoming()) {
         let Ok(mut stream) = stream else { continue };
-        if reading.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
-            let _ = respond(&mut stream, 503, TEXT, b"too many connections at once\n");
-            continue;
+        {
+            let mut reading = reading.lock().unwrap_or_else(PoisonError::into_inner);
+            if reading.len() >= CONNECTIONS_MAX {
+                if let Some((_, oldest)) = reading.pop_first() {
+                    let _ = oldest.shutdown(Shutdown::Both);
+                }
+            }
+            if let Ok(copy) = stream.try_clone() {
+                reading.insert(number, copy);
+            }
         }
-        reading.fetch_add(1, Ordering::SeqCst);
         let (reading, requests) = (Arc::clone(&reading), requests.clone());
         std::thread::spawn(move || {
             let read = read_request(&stream);
-            reading.fetch_sub(1, Ordering::SeqCst);
+            (reading.lock().unwrap_or_else(PoisonError::into_inner)).remove(&number);
             match read {
                 Ok(path) => {
                     let _ = requests.send((path, stream));
                 }
                 Err(why) => {
                     let _ = respond(&mut stream, 400, TEXT, format!("{why}\n").as_bytes());
+                    drain(&mut stream);
                 }
             }
         });
     }
+}
+
+/// The most bytes read and dropped of a refused request after its answer.
+const DRAINED_BYTES_MAX: u64 = 1 << 20;
+
+/// Reads and drops what a refused request still sends (up to [`DRAINED_BYTES_MAX`], within
+/// [`REQUEST_WAIT`]): a socket closed with bytes unread is reset, and the reset can reach
+/// the browser before the answer does.
+fn drain(stream: &mut TcpStream) {
+    let _ = stream.set_read_timeout(Some(REQUEST_WAIT));
+    let _ = io::copy(
+        &mut io::Read::take(&*stream, DRAINED_BYTES_MAX),
+        &mut io::sink(),
+    );
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";

@@ -209,7 +209,11 @@ fn group_ended(leader: i32) -> bool {
     }
     let members = std::fs::read_dir("/proc").into_iter().flatten().flatten();
     !members.into_iter().any(|entry| {
-        let Some(pid) = entry.file_name().to_str().and_then(|pid| pid.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
             return false;
         };
         // SAFETY: `getpgid` reads a process's group id; it touches no memory.

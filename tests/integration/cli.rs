@@ -1177,7 +1177,8 @@ fn bounds_no_run_can_hold_are_refused() {
 }
 
 /// Started with its standard output closed, the CLI writes nothing it could lose: exit 2 and
-/// one line on standard error. Sent to `/dev/null` by the shell, it runs as usual.
+/// one line on standard error. Sent to `/dev/null` by the shell, opened write-only or
+/// read-write, it runs as usual.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_closed_standard_output_is_an_error() {
@@ -1197,8 +1198,15 @@ fn a_closed_standard_output_is_an_error() {
         stderr(&closed),
         "error: standard output is closed: nowhere to write the output\n"
     );
-    let discarded = run("> /dev/null");
-    assert_eq!(discarded.status.code(), Some(0), "{}", stderr(&discarded));
+    for discard in ["> /dev/null", "1<> /dev/null"] {
+        let discarded = run(discard);
+        assert_eq!(
+            discarded.status.code(),
+            Some(0),
+            "{discard}: {}",
+            stderr(&discarded)
+        );
+    }
 }
 
 /// `list` fits the width in force, and its columns line up whatever the longest name: each

@@ -122,6 +122,18 @@ fn an_http_scenario_is_checked_at_load() {
             r#"client 1 call 2: path = "/add\u{1b}" must start with /"#,
         ),
         (
+            "port-env-path",
+            r#"clock = "harness""#,
+            "clock = \"harness\"\nport_env = \"PATH\"",
+            r#"server.port_env is "PATH", a variable the server's process needs for itself"#,
+        ),
+        (
+            "database-env-pgport",
+            r#"env = "RETRYSIM_DB""#,
+            r#"env = "PGPORT""#,
+            r#"database.env is "PGPORT", a variable the server's process needs for itself"#,
+        ),
+        (
             "wait-forever",
             r#"clock = "harness""#,
             "clock = \"harness\"\nanswer_wait_ms = 9223372036854775807",
