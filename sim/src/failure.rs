@@ -2,10 +2,7 @@
 //! a replayed run differently) is no bug of the harness: it ends the check with a panic whose
 //! payload is a [`SubjectFailure`], which a caller tells from any other panic (a bug, to be
 //! reported with its location). The tape of the run a panic ended is kept
-//! ([`panicked_run_tape`]), so that the failure can be replayed.
-
-use crate::choices::Tape;
-use std::sync::Mutex;
+//! ([`crate::panicked_run_tape`]), so that the failure can be replayed.
 
 /// The payload of a panic that says the system under test failed the harness, in one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,25 +17,4 @@ impl std::fmt::Display for SubjectFailure {
 /// Ends the check: the system under test failed the harness, as `message` says.
 pub fn fail_subject(message: impl Into<String>) -> ! {
     std::panic::panic_any(SubjectFailure(message.into()))
-}
-
-/// The tape of the first run a panic ended since the last call, if any.
-pub fn panicked_run_tape() -> Option<Tape> {
-    PANICKED_RUN_TAPE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
-}
-
-/// The answers of the first run a panic ended, kept for [`panicked_run_tape`].
-static PANICKED_RUN_TAPE: Mutex<Option<Tape>> = Mutex::new(None);
-
-/// Keeps `answers`, the answers of a run a panic is ending, unless a run's are kept already.
-pub(crate) fn keep_panicked_run(answers: &[u32]) {
-    let mut kept = PANICKED_RUN_TAPE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if kept.is_none() {
-        *kept = Some(Tape::from_answers(answers.to_vec()));
-    }
 }

@@ -51,8 +51,8 @@ pub use check_report::{
 };
 pub use checker::{exhaust, exhaust_on, exhaust_on_reporting};
 pub use choices::{
-    ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds, Paths,
-    SeededChoices, SetAside, Tape, TapeChoices, TapeError, Told,
+    panicked_run_tape, ChoiceKind, Choices, Decider, EnumeratedRun, Enumerator, FaultsSpent, Odds,
+    Paths, SeededChoices, SetAside, Tape, TapeChoices, TapeError, Told,
 };
 pub use clock::{Clock, Deadline, Timeouts};
 pub use ctx::{Crash, Ctx, Link, Session};
@@ -60,7 +60,7 @@ pub use determinism::{check_determinism, check_replays};
 pub use explore::{
     explore, explore_with_progress, Exploration, Failure, SubjectFactory, THREADS_MAX,
 };
-pub use failure::{fail_subject, panicked_run_tape, SubjectFailure};
+pub use failure::{fail_subject, SubjectFailure};
 pub use invariant::{Invariant, Violation};
 pub use play::{goal_met, play, shortest_breaking, Asked, PlayError, Played};
 pub use policy::ClientPolicy;

@@ -306,8 +306,8 @@ fn cut(paths: Paths, parts: usize) -> Vec<Paths> {
 }
 
 /// How many runs a chunk counts before it adds them to the shared progress counters (which
-/// only a progress line reads).
-const PROGRESS_RUNS_PER_REPORT: u64 = 1024;
+/// only a progress line reads): few, so that a real server's slow runs show as they end.
+const PROGRESS_RUNS_PER_REPORT: u64 = 16;
 
 /// Explores `chunk` of the workload whose runs begin with `prefix` at `bounds`.
 pub(crate) fn explore_chunk(

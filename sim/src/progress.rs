@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Progress {
     runs: AtomicU64,
     violating: AtomicU64,
+    /// The fault level being explored, plus one (0 before the first begins).
+    level: AtomicU64,
+    /// Runs finished when that level began.
+    runs_before_level: AtomicU64,
 }
 
 impl Progress {
@@ -37,6 +41,24 @@ impl Progress {
     /// Runs finished so far.
     pub fn runs(&self) -> u64 {
         self.runs.load(Ordering::Relaxed)
+    }
+
+    /// A check has begun its level `faults_max` (its runs from now on are that level's).
+    pub fn level_began(&self, faults_max: u32) {
+        self.runs_before_level.store(self.runs(), Ordering::Relaxed);
+        self.level
+            .store(u64::from(faults_max) + 1, Ordering::Relaxed);
+    }
+
+    /// The fault level being explored and its runs so far, once a check has begun one.
+    pub fn level(&self) -> Option<(u32, u64)> {
+        let level = self.level.load(Ordering::Relaxed).checked_sub(1)?;
+        let runs = self.runs()
+            - self
+                .runs_before_level
+                .load(Ordering::Relaxed)
+                .min(self.runs());
+        Some((u32::try_from(level).unwrap_or(u32::MAX), runs))
     }
 
     /// Runs so far that broke an invariant.

@@ -121,8 +121,8 @@ pub(super) enum Shown {
 /// How often a check or exploration off a terminal says it is still running, in seconds.
 pub(super) const PROGRESS_LOG_SECONDS: u64 = 30;
 
-/// Runs `work`, and while it runs shows its progress on stderr as `shown` says (runs, runs/s,
-/// runs that broke an invariant, elapsed) from the counters it bumps. A redrawn line is
+/// Runs `work`, and while it runs shows its progress on stderr as `shown` says (runs, and
+/// those of the fault level being checked, runs/s, runs that broke an invariant, elapsed) from the counters it bumps. A redrawn line is
 /// cleared at the end. It reads the counters only: what `work` does is the same either way.
 pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) -> T {
     let progress = Progress::new();
@@ -143,8 +143,11 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
             {
                 let seconds = started.elapsed().as_secs_f64();
                 let runs = counters.runs();
+                let level = (counters.level())
+                    .map(|(faults_max, runs)| format!(" ({runs} at faults_max={faults_max})"))
+                    .unwrap_or_default();
                 let line = format!(
-                    "{runs} runs, {:.0} runs/s, {} violating, {seconds:.1} s",
+                    "{runs} runs{level}, {:.0} runs/s, {} violating, {seconds:.1} s",
                     runs as f64 / seconds.max(1e-9),
                     counters.violating()
                 );

@@ -728,7 +728,9 @@ fn orphaned_shared_memory() -> std::collections::BTreeSet<String> {
 
 /// SIGINT at every moment of a check's first five seconds on PostgreSQL (0.2 s apart: while
 /// `initdb` runs, while the cluster starts, while the server makes its schema, while runs go
-/// on) leaves nothing: no process, no file in the temporary directory, no shared memory.
+/// on) leaves nothing: no process, no file in the temporary directory, no shared memory. Five
+/// checks run at once, each with a temporary directory of its own, interrupted at five
+/// successive moments.
 #[test]
 fn sigint_at_any_moment_of_the_start_leaves_nothing_behind() {
     if !postgres_installed("sigint_at_any_moment_of_the_start_leaves_nothing_behind") {
@@ -738,56 +740,71 @@ fn sigint_at_any_moment_of_the_start_leaves_nothing_behind() {
         return;
     };
     let before = orphaned_shared_memory();
-    let tmp = crate::scratch_dir().join("sigint-sweep");
-    for step in 1..=25u64 {
-        std::fs::create_dir_all(&tmp).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-            .args(["mcp", "examples/http/counter_pg.toml"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("RETRYSIM_PG_PYTHON", &python)
-            .env("TMPDIR", &tmp)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("the binary runs");
-        std::thread::sleep(std::time::Duration::from_millis(200 * step));
-        let sent = Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success());
-        let status = child.wait().expect("the command ends");
-        // 130 once its handler is in place; before that, the signal's own end (nothing has
-        // started yet).
-        assert!(
-            status.code() == Some(130) || status.code().is_none(),
-            "at {} ms: {status}",
-            200 * step
-        );
-        let mentioning = tmp.display().to_string();
-        for _ in 0..300 {
-            if processes_mentioning(&mentioning).is_empty()
-                && crate::processes_with_environment(&mentioning).is_empty()
-            {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+    for batch in 0..5u64 {
+        let moments_ms: Vec<u64> = (1..=5).map(|k| 200 * (5 * batch + k)).collect();
+        let checks: Vec<(u64, std::path::PathBuf, std::process::Child)> = (moments_ms.iter())
+            .map(|&at_ms| {
+                let tmp = crate::scratch_dir().join(format!("sigint-at-{at_ms}"));
+                std::fs::create_dir_all(&tmp).unwrap();
+                let child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
+                    .args(["mcp", "examples/http/counter_pg.toml"])
+                    .current_dir(env!("CARGO_MANIFEST_DIR"))
+                    .env("RETRYSIM_PG_PYTHON", &python)
+                    .env("TMPDIR", &tmp)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("the binary runs");
+                (at_ms, tmp, child)
+            })
+            .collect();
+        let mut waited_ms = 0;
+        for (at_ms, tmp, mut child) in checks {
+            std::thread::sleep(std::time::Duration::from_millis(at_ms - waited_ms));
+            waited_ms = at_ms;
+            let sent = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status()
+                .expect("kill runs");
+            assert!(sent.success());
+            let status = child.wait().expect("the command ends");
+            // 130 once its handler is in place; before that, the signal's own end (nothing
+            // has started yet).
+            let at = format!("at {at_ms} ms");
+            assert!(
+                status.code() == Some(130) || status.code().is_none(),
+                "{at}: {status}"
+            );
+            assert_nothing_left(&tmp, &at);
         }
-        let at = format!("at {} ms", 200 * step);
-        assert_eq!(
-            processes_mentioning(&mentioning),
-            Vec::<String>::new(),
-            "{at}"
-        );
-        let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
-        assert!(
-            left.is_empty(),
-            "{at}: {left:?} left in the temporary directory"
-        );
         let orphans: Vec<String> = orphaned_shared_memory()
             .difference(&before)
             .cloned()
             .collect();
-        assert!(orphans.is_empty(), "{at}: {orphans:?} left");
+        assert!(orphans.is_empty(), "{moments_ms:?} ms: {orphans:?} left");
     }
+}
+
+/// No process mentions `tmp` (waiting a bounded while for killed ones to go), and `tmp` is
+/// empty.
+fn assert_nothing_left(tmp: &std::path::Path, at: &str) {
+    let mentioning = tmp.display().to_string();
+    for _ in 0..300 {
+        if processes_mentioning(&mentioning).is_empty()
+            && crate::processes_with_environment(&mentioning).is_empty()
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        processes_mentioning(&mentioning),
+        Vec::<String>::new(),
+        "{at}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp).unwrap().flatten().collect();
+    assert!(
+        left.is_empty(),
+        "{at}: {left:?} left in the temporary directory"
+    );
 }

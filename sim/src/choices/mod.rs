@@ -89,8 +89,30 @@ impl Drop for Decider<'_> {
     /// A run a panic ends keeps its answers so far, for the message that reports the panic.
     fn drop(&mut self) {
         if std::thread::panicking() {
-            crate::failure::keep_panicked_run(&self.answers);
+            keep_panicked_run(&self.answers);
         }
+    }
+}
+
+/// The tape of the first run a panic ended since the last call, if any: the answers its
+/// decider had recorded when the panic went through it.
+pub fn panicked_run_tape() -> Option<Tape> {
+    PANICKED_RUN_TAPE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
+
+/// The answers of the first run a panic ended, kept for [`panicked_run_tape`].
+static PANICKED_RUN_TAPE: std::sync::Mutex<Option<Tape>> = std::sync::Mutex::new(None);
+
+/// Keeps `answers`, the answers of a run a panic is ending, unless a run's are kept already.
+fn keep_panicked_run(answers: &[u32]) {
+    let mut kept = PANICKED_RUN_TAPE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if kept.is_none() {
+        *kept = Some(Tape::from_answers(answers.to_vec()));
     }
 }
 
