@@ -67,6 +67,22 @@ struct RunningHttp {
     generation: u64,
     port: u16,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Set once its standard error has been read to its end.
+    stderr_read: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RunningHttp {
+    /// The last lines of its standard error, once a process that has ended has had them
+    /// read (waiting up to [`EXIT_SHOWS_WITHIN`]: a child it left may hold the pipe open).
+    fn last_words(&self) -> Vec<String> {
+        let started = Instant::now();
+        while !self.stderr_read.load(std::sync::atomic::Ordering::SeqCst)
+            && started.elapsed() < EXIT_SHOWS_WITHIN
+        {
+            thread::sleep(LISTEN_POLL_EVERY);
+        }
+        tail_of(&self.stderr)
+    }
 }
 
 impl HttpServer {
@@ -210,13 +226,18 @@ impl HttpServer {
     ) -> RunningHttp {
         self.generation += 1;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        let kept = Arc::clone(&stderr);
-        thread::spawn(move || super::command::keep_stderr_tail(stderr_pipe, &kept));
+        let stderr_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (kept, read) = (Arc::clone(&stderr), Arc::clone(&stderr_read));
+        thread::spawn(move || {
+            super::command::keep_stderr_tail(stderr_pipe, &kept);
+            read.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
         RunningHttp {
             child,
             generation: self.generation,
             port,
             stderr,
+            stderr_read,
         }
     }
 
@@ -262,7 +283,7 @@ impl HttpServer {
         let started = Instant::now();
         loop {
             if let Some(status) = running.child.ended() {
-                let stderr = tail_of(&running.stderr);
+                let stderr = running.last_words();
                 self.running = None;
                 return Err(McpError::Exited { status, stderr });
             }
@@ -379,7 +400,7 @@ impl Transport for HttpServer {
 
     fn exited_by_itself(&mut self) -> Option<McpError> {
         let status = self.running.as_mut()?.child.ended()?;
-        let stderr = tail_of(&self.running.take()?.stderr);
+        let stderr = self.running.take()?.last_words();
         Some(McpError::Exited { status, stderr })
     }
 }

@@ -500,6 +500,7 @@ impl McpStore {
             } else if self.sees_lock_waits {
                 // No other call is paused: a lock this one waits on is held outside the
                 // requests, and is named if it falls silent.
+                *self.lock_held_outside.borrow_mut() = None;
                 let mut looks = 0u32;
                 let mut look = || {
                     looks += 1;
