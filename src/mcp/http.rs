@@ -74,6 +74,7 @@ struct RunningHttp {
 impl RunningHttp {
     /// The last lines of its standard error, once a process that has ended has had them
     /// read (waiting up to [`EXIT_SHOWS_WITHIN`]: a child it left may hold the pipe open).
+    /// The real-time wait shapes only the text of an error that ends the check, never a run.
     fn last_words(&self) -> Vec<String> {
         let started = Instant::now();
         while !self.stderr_read.load(std::sync::atomic::Ordering::SeqCst)

@@ -163,7 +163,8 @@ pub fn end_all() {
             libc::kill(-group, libc::SIGKILL);
         }
     }
-    // What the killed servers leave behind is adopted once they are gone: ended then.
+    // What the killed servers leave behind is adopted once they are gone: ended then. The
+    // process is exiting on a signal: this real-time wait bounds its clean-up, not a run.
     let leaders: Vec<i32> = std::mem::take(&mut alive.groups).into_iter().collect();
     let asked = std::time::Instant::now();
     while leaders.iter().any(|&pid| !ended(pid)) && asked.elapsed() < QUIT_WAIT {
