@@ -70,8 +70,17 @@ impl ServerProcess {
         }
     }
 
-    /// How it ended, if it has.
+    /// How it ended, if it has (its group then forgotten).
     pub(super) fn ended(&mut self) -> Option<String> {
+        let ended = self.ended_unforgotten();
+        if ended.is_some() {
+            crate::process::forget_group_of(self.id());
+        }
+        ended
+    }
+
+    /// [`ServerProcess::ended`], its group still noted.
+    fn ended_unforgotten(&mut self) -> Option<String> {
         match self {
             ServerProcess::Spawned(child) => match child.try_wait() {
                 Ok(Some(status)) => Some(status.to_string()),
@@ -102,6 +111,13 @@ impl ServerProcess {
     /// Kills its process group and waits until it is gone; how it ended.
     fn kill_and_wait(&mut self) -> String {
         crate::process::kill_group(self.id());
+        let ended = self.wait_killed();
+        crate::process::forget_group_of(self.id());
+        ended
+    }
+
+    /// Waits until the killed process is gone; how it ended.
+    fn wait_killed(&mut self) -> String {
         match self {
             ServerProcess::Spawned(child) => child
                 .wait()

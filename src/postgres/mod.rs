@@ -266,6 +266,7 @@ impl Drop for PgCluster {
         }
         kill_group(self.postmaster.id());
         let _ = self.postmaster.wait();
+        crate::process::forget_group_of(self.postmaster.id());
     }
 }
 

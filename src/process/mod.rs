@@ -101,7 +101,7 @@ pub fn spawn_in_group(command: &mut Command, quit: Option<Quit>) -> std::io::Res
 }
 
 /// Forgets the group of the child `pid` (started with [`spawn_in_group`]), which has ended
-/// by itself and been waited for.
+/// (by itself or killed) and been waited for.
 pub fn forget_group_of(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {
         let mut alive = alive();
@@ -110,7 +110,9 @@ pub fn forget_group_of(pid: u32) {
     }
 }
 
-/// Sends SIGKILL to every process of the group `group` and forgets it.
+/// Sends SIGKILL to every process of the group `group`. The group stays noted until its
+/// leader has been waited for ([`forget_group_of`]): until then [`end_adopted`] knows the
+/// leader for one of ours, not one a server left behind.
 pub fn kill_group(group: u32) {
     let Ok(group) = i32::try_from(group) else {
         return;
@@ -122,7 +124,6 @@ pub fn kill_group(group: u32) {
             libc::kill(-group, libc::SIGKILL);
         }
     }
-    alive().groups.remove(&group);
 }
 
 /// A scratch directory removed, with everything in it, when dropped (and by
@@ -241,9 +242,11 @@ pub fn adopt_orphans() {
     ADOPTING.store(set == 0, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// Kills and reaps every process this process adopted from a server (its environment holds
-/// [`HARNESS_ENV`] with this process's id, and it is none of the groups started here), with
-/// its group: called once a server has been killed and waited for.
+/// Kills and reaps every process this process adopted from a server, with its group: called
+/// once a server has been killed and waited for. An adopted process is a child that none of
+/// the groups started here holds: one in a group or session other than this process's (every
+/// child started here is in this process's group or one it noted), or one whose environment
+/// holds [`HARNESS_ENV`] with this process's id. Those that have ended already are reaped.
 pub fn end_adopted() {
     if ADOPTING.load(std::sync::atomic::Ordering::SeqCst) {
         end_adopted_by(&alive());
@@ -257,10 +260,17 @@ fn end_adopted_by(alive: &Alive) {
         return;
     }
     let marker = format!("{HARNESS_ENV}={}", std::process::id());
+    // SAFETY: `getpgrp` reads this process's group id; it touches no memory.
+    let own_group = unsafe { libc::getpgrp() };
     // An adopted process's own children are adopted in turn once it is killed.
     for _ in 0..ADOPTED_GENERATIONS_MAX {
         let adopted: Vec<i32> = (children().into_iter())
-            .filter(|pid| !alive.groups.contains(pid) && has_variable(*pid, &marker))
+            .filter(|pid| !alive.groups.contains(pid))
+            .filter(|&pid| {
+                // A process mid-exec, or ended, shows no environment: its group tells.
+                group_of(pid).is_some_and(|group| group != own_group)
+                    || has_variable(pid, &marker)
+            })
             .collect();
         if adopted.is_empty() {
             return;
@@ -276,6 +286,14 @@ fn end_adopted_by(alive: &Alive) {
             }
         }
     }
+}
+
+/// The process group of process `pid`, from `/proc` (which has it for a zombie too).
+fn group_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name in parentheses: state, parent, group.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// How many generations of adopted processes [`end_adopted`] ends, each adopted once the one

@@ -540,8 +540,6 @@ fn an_asyncio_server_awaits_its_points() {
 /// server exits 5 if an earlier start's helper is alive), and none is left once the check
 /// ends. With and without the spare.
 #[test]
-#[ignore = "passes on a quiet machine; with two busy loops beside the suite a helper once \
-            outlived its server's crash (spare = false, tape 1,1,1,2,0,1): cause not found yet"]
 fn what_a_server_leaves_behind_in_another_session_is_ended() {
     for spare in ["spare = true", "spare = false"] {
         let written = variant(
