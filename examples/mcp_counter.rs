@@ -6,7 +6,8 @@
 //! `cargo run --example mcp_counter` checks both; `cargo test` runs the test below.
 
 use retrysim::mcp::{
-    Call, DatabaseKind, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand, ServerTransport,
+    Call, DatabaseKind, FreshValues, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand,
+    ServerTransport,
 };
 use retrysim::{exhaust, Bounds, CheckOptions, CheckReport, Simulator};
 use serde_json::json;
@@ -42,6 +43,8 @@ fn counter(keyed: bool) -> McpTarget {
         reuse: true,
         // Each restart starts Python afresh (a spare would need the helper's gate).
         spare: false,
+        // Learned before a check by the command line; this server stores nothing fresh.
+        fresh: FreshValues::default(),
         concurrent: false,
         // It reads no clock: all the time it sees is the harness's.
         clock: ServerClock::Harness,

@@ -12,6 +12,26 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
     command_for("replay", entry, bounds, schedule)
 }
 
+/// How far a check stopped by its time budget got: the levels exhausted and the runs of the
+/// one it was in.
+fn asked_stop_line(report: &CheckReport) -> String {
+    let Some((last, exhausted)) = report.levels.split_last() else {
+        return "NOT exhausted: the time budget ran out before a run ended".to_string();
+    };
+    let done = match exhausted.last() {
+        Some(level) => format!(
+            "the levels up to faults_max={} exhausted; ",
+            level.faults_max
+        ),
+        None => String::new(),
+    };
+    format!(
+        "NOT exhausted: the time budget ran out ({done}faults_max={} stopped after {} runs, \
+         {} new states); this is no verdict",
+        last.faults_max, last.runs, last.unique_states
+    )
+}
+
 /// The port `retrysim play` serves on by default; failure pages link to it.
 pub const PLAY_PORT_DEFAULT: u16 = 7878;
 
@@ -520,6 +540,7 @@ pub fn check_report(
             "NOT exhausted: runs_max reached ({} runs; --runs-max raises it)",
             options.runs_max
         ),
+        Stopped::Asked => asked_stop_line(report),
     };
     let _ = writeln!(out, "bound: {bound}");
     let last_level = report.levels.last().map_or(0, |l| l.faults_max);

@@ -370,6 +370,9 @@ pub enum Stopped {
     Violation,
     /// `runs_max` was reached first.
     RunsMax,
+    /// The check was asked to stop ([`crate::Progress::ask_stop`]: its time budget ran out)
+    /// during its last level.
+    Asked,
 }
 
 /// The result of an exhaustive check.

@@ -87,7 +87,7 @@ fn exhaust_counting(
             });
         let kept = search.level_of(parts);
         search.note_visited(&visits);
-        search.merge_reporting(&bounds, kept, level_done);
+        search.merge_reporting(&bounds, kept, (level_done, progress.stop_asked()));
         if search.take_forget_states() {
             visits = fresh_visits(options, workloads.len(), steps_matter);
         }
@@ -114,7 +114,7 @@ fn explore_alone(
     while !level.finished() {
         let explore = |chunk| explore_chunk(subject, (bounds, options), (prefix, chunk), progress);
         let done = level.chunks().into_iter().map(explore).collect();
-        level.take(done, options.stop);
+        level.take(done, (options.stop, progress.stop_asked()));
     }
     let (part, explored) = level.end(subject, (prefix, bounds));
     *visited = explored;
@@ -195,7 +195,7 @@ fn exhaust_on_counting(
                     WorkloadLevel::new(index, visited.take(), bounds.faults_max, budget)
                 })
                 .collect();
-            pool.explore(&bounds, &mut levels, options.stop);
+            pool.explore(&bounds, &mut levels, (options.stop, progress));
             let parts: Vec<Part> = levels
                 .into_iter()
                 .zip(&workloads)
@@ -209,7 +209,7 @@ fn exhaust_on_counting(
             // The parts one thread would have explored: the others are dropped.
             let kept = search.level_of(parts.into_iter());
             search.note_visited(&visits);
-            search.merge_reporting(&bounds, kept, level_done);
+            search.merge_reporting(&bounds, kept, (level_done, progress.stop_asked()));
             if search.take_forget_states() {
                 visits = fresh_visits(options, workloads.len(), steps_matter);
             }
@@ -308,12 +308,18 @@ impl Pool {
 
     /// Explores every round of every workload of `levels`: the first round of each at once,
     /// then each workload's next as soon as its own is done and taken in, in part order.
-    fn explore(&self, bounds: &Bounds, levels: &mut [WorkloadLevel], stop: StopAt) {
+    fn explore(
+        &self,
+        bounds: &Bounds,
+        levels: &mut [WorkloadLevel],
+        (stop, progress): (StopAt, &Progress),
+    ) {
         // For each workload, the chunks of its round explored so far, by their place.
         let mut rounds: Vec<Vec<Option<ChunkDone>>> = levels.iter().map(|_| Vec::new()).collect();
         let mut out = 0;
         for (workload, level) in levels.iter_mut().enumerate() {
-            out += self.send_round(bounds, (workload, level), &mut rounds[workload], stop);
+            let round = &mut rounds[workload];
+            out += self.send_round(bounds, (workload, level), round, (stop, progress));
         }
         while out > 0 {
             let ((workload, place), done) = self.done.recv().expect("a thread waits for chunks");
@@ -323,9 +329,9 @@ impl Pool {
             round[place] = Some(done);
             if round.iter().all(Option::is_some) {
                 let chunks = round.drain(..).map(|done| done.expect("all came back"));
-                levels[workload].take(chunks.collect(), stop);
+                levels[workload].take(chunks.collect(), (stop, progress.stop_asked()));
                 let level = (workload, &mut levels[workload]);
-                out += self.send_round(bounds, level, round, stop);
+                out += self.send_round(bounds, level, round, (stop, progress));
             }
         }
     }
@@ -337,12 +343,12 @@ impl Pool {
         bounds: &Bounds,
         (workload, level): (usize, &mut WorkloadLevel),
         round: &mut Vec<Option<ChunkDone>>,
-        stop: StopAt,
+        (stop, progress): (StopAt, &Progress),
     ) -> usize {
         while !level.finished() {
             let chunks = level.chunks();
             if chunks.is_empty() {
-                level.take(Vec::new(), stop);
+                level.take(Vec::new(), (stop, progress.stop_asked()));
                 continue;
             }
             round.clear();
@@ -444,14 +450,23 @@ impl<'o> Search<'o> {
         *peak = (*peak).max(bytes);
     }
 
+    /// When `stop_asked`, the level was cut short: it is not handed over, and the check
+    /// ends with it ([`Stopped::Asked`], unless it found a violation).
     fn merge_reporting(
         &mut self,
         bounds: &Bounds,
         parts: Vec<Part>,
-        level_done: &mut dyn FnMut(&Level),
+        (level_done, stop_asked): (&mut dyn FnMut(&Level), bool),
     ) {
         let levels_before = self.report.levels.len();
         self.merge(bounds, parts);
+        if stop_asked {
+            self.next_faults_max = None;
+            if self.report.stopped != Stopped::Violation {
+                self.report.stopped = Stopped::Asked;
+            }
+            return;
+        }
         if self.report.levels.len() > levels_before {
             level_done(self.report.levels.last().expect("a level was added"));
         }

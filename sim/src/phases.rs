@@ -208,8 +208,9 @@ impl WorkloadLevel {
     }
 
     /// Takes in the chunks of the round, in their order, up to the one that ends the part:
-    /// it found the first violation a check stopping there looks for, or the runs ran out.
-    pub(crate) fn take(&mut self, chunks: Vec<ChunkDone>, stop: StopAt) {
+    /// it found the first violation a check stopping there looks for, or the runs ran out,
+    /// or the check was asked to stop (`stop_asked`).
+    pub(crate) fn take(&mut self, chunks: Vec<ChunkDone>, (stop, stop_asked): (StopAt, bool)) {
         for chunk in chunks {
             self.part.add(chunk.part);
             self.finals.extend(chunk.finals);
@@ -231,7 +232,7 @@ impl WorkloadLevel {
             }
             let first_violation =
                 stop == StopAt::FirstViolation && !self.part.violations.is_empty();
-            if first_violation || self.part.level.runs >= self.runs_max {
+            if first_violation || self.part.level.runs >= self.runs_max || stop_asked {
                 self.done = true;
                 return;
             }
@@ -357,7 +358,7 @@ pub(crate) fn explore_chunk(
             finals.insert(state);
         }
         let stop = options.stop == StopAt::FirstViolation && !part.violations.is_empty();
-        part.level.runs < runs_max && !stop
+        part.level.runs < runs_max && !stop && !progress.stop_asked()
     };
     subject.enumerate(bounds, enumeration, &mut each);
     progress.runs_ended(unreported.0, unreported.1);

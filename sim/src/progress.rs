@@ -1,7 +1,7 @@
 //! [`Progress`]: counters an exploration or check bumps as its runs end, for a progress line.
 //! Reading them never changes what a run does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Runs finished so far, and how many of them broke an invariant, counted across threads.
 #[derive(Debug, Default)]
@@ -12,6 +12,8 @@ pub struct Progress {
     level: AtomicU64,
     /// Runs finished when that level began.
     runs_before_level: AtomicU64,
+    /// Whether the check was asked to stop ([`Progress::ask_stop`]).
+    stop_asked: AtomicBool,
 }
 
 impl Progress {
@@ -59,6 +61,18 @@ impl Progress {
                 .load(Ordering::Relaxed)
                 .min(self.runs());
         Some((u32::try_from(level).unwrap_or(u32::MAX), runs))
+    }
+
+    /// Asks the check counting into these counters to stop after the runs in progress (a
+    /// time budget ran out): it ends with what it explored, its report
+    /// [`crate::Stopped::Asked`].
+    pub fn ask_stop(&self) {
+        self.stop_asked.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`Progress::ask_stop`] was called.
+    pub fn stop_asked(&self) -> bool {
+        self.stop_asked.load(Ordering::SeqCst)
     }
 
     /// Runs so far that broke an invariant.

@@ -2,7 +2,8 @@
 //! returns what it prints.
 
 use super::output::{
-    clear_progress_line, note, progress_shown, timed, with_progress, Printed, Shown,
+    clear_progress_line, note, progress_shown, timed, with_progress, with_progress_until, Printed,
+    Shown,
 };
 use super::*;
 
@@ -229,7 +230,11 @@ fn check_on(
     let threads = threads_in_force(search.threads);
     let started = Instant::now();
     let shown = progress_shown(json);
-    let report = with_progress(shown, |progress| {
+    let fresh_line = resolved.learn_fresh_values(&options.bounds);
+    if let Some(line) = &fresh_line {
+        note(&format!("retrysim: {line}"));
+    }
+    let report = with_progress_until(shown, search.time_budget, |progress| {
         let mut level_done = |level: &Level| {
             clear_progress_line(shown == Shown::Redrawn);
             note(&level_line(level, started));
@@ -279,9 +284,10 @@ fn check_on(
         });
         // A real server's report says whether its failure replayed alike, and whose clock
         // it read.
-        if resolved.scenario.is_some() {
+        if let Some(scenario) = &resolved.scenario {
             value["nondeterministic"] = json!(nondeterminism);
             value["clock"] = json!(resolved.clock_name());
+            value["fresh_values"] = json!(scenario.target.fresh.learned().tables);
         }
         let _ = writeln!(out.text, "{value}");
     } else {
@@ -304,6 +310,9 @@ fn check_on(
         }
         if let Some(clock) = resolved.clock_note() {
             out.text.push_str(&clock);
+        }
+        if let Some(line) = &fresh_line {
+            let _ = writeln!(out.text, "\n{line}.");
         }
         if let Some(overlap) = &overlap_note {
             out.text.push_str(overlap);
@@ -495,9 +504,10 @@ fn explore_on(
         });
         // A real server's report says whether its failure replayed alike, and whose clock
         // it read.
-        if resolved.scenario.is_some() {
+        if let Some(scenario) = &resolved.scenario {
             value["nondeterministic"] = json!(nondeterminism);
             value["clock"] = json!(resolved.clock_name());
+            value["fresh_values"] = json!(scenario.target.fresh.learned().tables);
         }
         let _ = writeln!(out.text, "{value}");
     } else {

@@ -393,6 +393,11 @@ struct SearchArgs {
     /// workloads: the last workload begun may take up to as many again).
     #[arg(long, default_value_t = CHECK_RUNS_MAX)]
     runs_max: u64,
+    /// Wall-clock time after which the check stops with what it explored (`90s`, `10m`,
+    /// `1h`, or seconds): the levels exhausted and how far into the next, exit 3, as no
+    /// verdict. A check that ends sooner is not changed by it.
+    #[arg(long, value_parser = parse_time_budget)]
+    time_budget: Option<std::time::Duration>,
     /// After the first violation, finish its fault level to find the first counterexample
     /// of every invariant broken there.
     #[arg(long)]
@@ -418,6 +423,22 @@ struct SearchArgs {
     /// matrix) together check every workload once.
     #[arg(long, value_name = "I/N", default_value = "1/1")]
     shard: Shard,
+}
+
+/// Parses `--time-budget`: a whole number of seconds, or one followed by `s`, `m` or `h`.
+fn parse_time_budget(text: &str) -> Result<std::time::Duration, String> {
+    let (number, seconds_each) = match text.char_indices().last() {
+        Some((at, 's')) => (&text[..at], 1),
+        Some((at, 'm')) => (&text[..at], 60),
+        Some((at, 'h')) => (&text[..at], 3600),
+        _ => (text, 1),
+    };
+    let problem = || format!("`{text}` is no duration (expected e.g. 90s, 10m, 1h, or seconds)");
+    let count: u64 = number.parse().map_err(|_| problem())?;
+    match count.checked_mul(seconds_each) {
+        Some(seconds) if seconds > 0 => Ok(std::time::Duration::from_secs(seconds)),
+        _ => Err(problem()),
+    }
 }
 
 /// Parses `--reduction`: `all`, `none`, or a comma-separated list of reductions.

@@ -3,6 +3,7 @@
 
 use super::*;
 use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 /// What a command prints on standard output, and the status it ends with. Commands write
 /// here, and [`main`] writes it out once, so that a closed pipe or a full disk is one error
@@ -125,8 +126,18 @@ pub(super) const PROGRESS_LOG_SECONDS: u64 = 30;
 /// those of the fault level being checked, runs/s, runs that broke an invariant, elapsed) from the counters it bumps. A redrawn line is
 /// cleared at the end. It reads the counters only: what `work` does is the same either way.
 pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) -> T {
+    with_progress_until(shown, None, work)
+}
+
+/// [`with_progress`], asking the work to stop ([`Progress::ask_stop`]) once `budget` has
+/// passed since it began.
+pub(super) fn with_progress_until<T>(
+    shown: Shown,
+    budget: Option<Duration>,
+    work: impl FnOnce(&Progress) -> T,
+) -> T {
     let progress = Progress::new();
-    if shown == Shown::Never {
+    if shown == Shown::Never && budget.is_none() {
         return work(&progress);
     }
     // The sender is dropped however `work` ends, a panic included (a real server that failed
@@ -139,28 +150,13 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
         scope.spawn(move || {
             let mut logged_at = 0;
             while let Err(RecvTimeoutError::Timeout) =
-                until_finished.recv_timeout(std::time::Duration::from_millis(200))
+                until_finished.recv_timeout(Duration::from_millis(200))
             {
-                let seconds = started.elapsed().as_secs_f64();
-                let runs = counters.runs();
-                let level = (counters.level())
-                    .map(|(faults_max, runs)| format!(" ({runs} at faults_max={faults_max})"))
-                    .unwrap_or_default();
-                let line = format!(
-                    "{runs} runs{level}, {:.0} runs/s, {} violating, {seconds:.1} s",
-                    runs as f64 / seconds.max(1e-9),
-                    counters.violating()
-                );
-                let elapsed = started.elapsed().as_secs();
-                match shown {
-                    Shown::Redrawn => {
-                        let _ = write!(std::io::stderr(), "\r\x1b[K{line}");
-                    }
-                    _ if elapsed >= logged_at + PROGRESS_LOG_SECONDS => {
-                        logged_at = elapsed;
-                        let _ = writeln!(std::io::stderr(), "retrysim: still running: {line}");
-                    }
-                    _ => {}
+                if budget.is_some_and(|budget| started.elapsed() >= budget) {
+                    counters.ask_stop();
+                }
+                if shown != Shown::Never {
+                    show_progress(counters, started, shown, &mut logged_at);
                 }
             }
             clear_progress_line(shown == Shown::Redrawn);
@@ -168,6 +164,32 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
         let _finished_on_exit = finished;
         work(&progress)
     })
+}
+
+/// Draws the progress line (`Shown::Redrawn`), or logs it every [`PROGRESS_LOG_SECONDS`]
+/// (the last at `logged_at`).
+fn show_progress(counters: &Progress, started: Instant, shown: Shown, logged_at: &mut u64) {
+    let seconds = started.elapsed().as_secs_f64();
+    let runs = counters.runs();
+    let level = (counters.level())
+        .map(|(faults_max, runs)| format!(" ({runs} at faults_max={faults_max})"))
+        .unwrap_or_default();
+    let line = format!(
+        "{runs} runs{level}, {:.0} runs/s, {} violating, {seconds:.1} s",
+        runs as f64 / seconds.max(1e-9),
+        counters.violating()
+    );
+    let elapsed = started.elapsed().as_secs();
+    match shown {
+        Shown::Redrawn => {
+            let _ = write!(std::io::stderr(), "\r\x1b[K{line}");
+        }
+        _ if elapsed >= *logged_at + PROGRESS_LOG_SECONDS => {
+            *logged_at = elapsed;
+            let _ = writeln!(std::io::stderr(), "retrysim: still running: {line}");
+        }
+        _ => {}
+    }
 }
 
 /// Clears the progress line, when one is shown, so that a note can take its place.

@@ -5,8 +5,9 @@
 use super::{Target, UsageError};
 use crate::mcp::{OnMcp, Scenario, ServerClock, MCP_MODEL};
 use crate::{
-    check_replays, replay, shrink, try_shrink, Bounds, BoundsError, Invariant, Shrunk, Simulator,
-    Subject, SubjectFactory, SubjectFailure, System as _, Tape,
+    check_replays, replay, shrink, try_shrink, Bounds, BoundsError, Choices, Invariant,
+    SeededChoices, Shrunk, Simulator, Subject, SubjectFactory, SubjectFailure, System as _, Tape,
+    TapeChoices,
 };
 use retrysim_models::{self as models, Declared, HandlerEntry};
 use retrysim_sim::{interleaving_gap, overlap_gap};
@@ -15,6 +16,10 @@ use std::panic::{self, AssertUnwindSafe};
 /// How many times a failure found on a real server is replayed, on a fresh process each
 /// time, before it is reported.
 pub const REPLAYS_BEFORE_REPORT: u32 = 2;
+
+/// How many seeded schedules, besides the first, a check of a scenario runs twice to learn
+/// its fresh values ([`Resolved::learn_fresh_values`]).
+pub const FRESH_PROBE_SEEDS: u64 = 2;
 
 /// A failure of a real server that did not replay alike.
 pub(super) struct Unconfirmed {
@@ -151,6 +156,30 @@ impl Resolved {
             Some(scenario) => server_failures_as_errors(work, scenario),
             None => work(),
         }
+    }
+
+    /// For a scenario: runs the first schedule (each choice's first option) and
+    /// [`FRESH_PROBE_SEEDS`] seeded ones twice each, and learns which values of the server's
+    /// tables are fresh, differing between two runs of one schedule
+    /// ([`crate::mcp::FreshValues`]); the line that names them, if any. Built-in handlers
+    /// store nothing fresh.
+    pub fn learn_fresh_values(&self, bounds: &Bounds) -> Option<String> {
+        let fresh = &self.scenario.as_ref()?.target.fresh;
+        let mut subject = self.subject();
+        let mut store_after = |source: &mut dyn Choices| {
+            let outcome = subject.run(source, bounds, true);
+            outcome.timeline.map(|timeline| timeline.store)
+        };
+        for seed in 0..=FRESH_PROBE_SEEDS {
+            let mut twice = (0..2).map(|_| match seed {
+                0 => store_after(&mut TapeChoices::lenient(&[])),
+                seed => store_after(&mut SeededChoices::new(seed)),
+            });
+            if let (Some(Some(first)), Some(Some(second))) = (twice.next(), twice.next()) {
+                fresh.learn(&first, &second);
+            }
+        }
+        fresh.learned().line()
     }
 
     /// What a report says of a scenario whose server reads its own clock: time in the check

@@ -11,6 +11,7 @@
 
 mod command;
 mod database;
+mod fresh;
 mod http;
 mod provider;
 mod scenario;
@@ -22,6 +23,7 @@ mod system;
 
 pub use command::{ServerCommand, STDERR_LINES_KEPT};
 pub use database::DatabaseKind;
+pub use fresh::{FreshValues, Learned, FRESH_TOKEN_CHARS_MIN};
 pub use http::HttpServer;
 pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};

@@ -751,6 +751,7 @@ impl ScenarioFile {
             }),
             reuse: self.server.reuse.unwrap_or(database.is_some()),
             spare: self.server.spare.unwrap_or(false),
+            fresh: super::FreshValues::default(),
             concurrent: self.server.concurrent.unwrap_or(false),
             clock: match self.server.clock {
                 Some(ClockFile::Harness) => ServerClock::Harness,

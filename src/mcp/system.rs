@@ -15,8 +15,8 @@
 
 use super::database::{Change, DatabaseKind, PostgresDatabase, ServerDatabase, SqliteFile};
 use super::{
-    Ask, Interrupted, LoopbackProvider, McpError, Question, Said, ServerCommand, StdioServer,
-    Transport,
+    Ask, FreshValues, Interrupted, LoopbackProvider, McpError, Question, Said, ServerCommand,
+    StdioServer, Transport,
 };
 use crate::fail_subject;
 use crate::process::ScratchDir;
@@ -99,6 +99,10 @@ pub struct McpTarget {
     /// swapped in at a crash or a fresh run's start. Far faster restarts, for a server that
     /// imports the helper before it opens its database.
     pub spare: bool,
+    /// The values found fresh before the check (they differ between two runs of one
+    /// schedule: a uuid, a `created_at`), shared by every clone: a state's fingerprint names
+    /// them by where they repeat, not by their values.
+    pub fresh: FreshValues,
 }
 
 /// How a tool's answer says "in progress, try later": the value at `pointer` in the answer
@@ -1147,7 +1151,7 @@ impl StoreKind for OnMcp {
     /// The committed store; without a database, what the server was told in the run too:
     /// its state is hidden from the harness, and is a function of that.
     fn fingerprint(&self, store: &McpStore) -> u64 {
-        let described = self.describe_store(store);
+        let described = self.0.fresh.canonical(&self.describe_store(store));
         if self.0.database_env.is_some() {
             return crate::fingerprint_of(&described);
         }

@@ -268,8 +268,7 @@ fn end_adopted_by(alive: &Alive) {
             .filter(|pid| !alive.groups.contains(pid))
             .filter(|&pid| {
                 // A process mid-exec, or ended, shows no environment: its group tells.
-                group_of(pid).is_some_and(|group| group != own_group)
-                    || has_variable(pid, &marker)
+                group_of(pid).is_some_and(|group| group != own_group) || has_variable(pid, &marker)
             })
             .collect();
         if adopted.is_empty() {
