@@ -95,6 +95,11 @@ struct CheckJson {
     /// A real server's: whose clock it read.
     #[serde(default)]
     clock: Option<String>,
+    /// A real server's: the tables that hold fresh values, each with one of them (the same
+    /// learning in every shard; not merged further).
+    #[serde(default)]
+    #[allow(dead_code)]
+    fresh_values: std::collections::BTreeMap<String, String>,
 }
 
 /// What the report of a real server adds: whether its failure replayed alike, and whose
@@ -215,6 +220,8 @@ enum StoppedJson {
     Exhausted,
     Violation,
     RunsMax,
+    /// A shard's time budget ran out.
+    Asked,
 }
 
 /// One fault level of a check.
@@ -443,11 +450,11 @@ fn merge_checks(reports: &[(&str, CheckJson)]) -> Result<Merged, MergeError> {
     });
     let stopped = if !violations.is_empty() && stop != "end-of-bound" {
         StoppedJson::Violation
-    } else if checks
-        .iter()
-        .any(|check| check.report.stopped == StoppedJson::RunsMax)
+    } else if let Some(unfinished) = (checks.iter())
+        .map(|check| check.report.stopped)
+        .find(|stopped| matches!(stopped, StoppedJson::RunsMax | StoppedJson::Asked))
     {
-        StoppedJson::RunsMax
+        unfinished
     } else {
         StoppedJson::Exhausted
     };
@@ -692,6 +699,7 @@ fn check_summary(report: &Value, stopped: StoppedJson, gaps: &[String]) -> Strin
         StoppedJson::Exhausted => "exhausted",
         StoppedJson::Violation => "stopped at a violation",
         StoppedJson::RunsMax => "NOT exhausted: a shard reached its runs_max",
+        StoppedJson::Asked => "NOT exhausted: a shard's time budget ran out",
     };
     let mut text = format!(
         "{}/{}: {} check shards merged\nruns explored: {}; unique states: {}\n\

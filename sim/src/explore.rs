@@ -160,7 +160,12 @@ pub fn explore_with_progress(
             .collect();
         handles
             .into_iter()
-            .map(|handle| handle.join().expect("an exploring thread panicked"))
+            // A thread's panic (a real server that failed the harness) goes on as it was.
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
             .collect()
     });
     let mut total = Tally::default();

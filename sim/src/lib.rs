@@ -69,7 +69,9 @@ pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL}
 pub use run::{Enumeration, FaultCounts, RunEnd, RunOutcome, Simulator, Visited};
 pub use sandbox::Sandbox;
 pub use shard::Shard;
-pub use shrink::{shrink, shrink_by, try_shrink, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX};
+pub use shrink::{
+    shrink, shrink_by, try_shrink, ShrinkRuns, Shrunk, SHRINK_RUNS_MAX, SHRINK_SEARCH_RUNS_MAX,
+};
 pub use situation::Situation;
 pub use sql_handler::{AdminSql, OnSql, SqlHandler, SqlStore};
 pub use sqlite::Stop;

@@ -14,10 +14,44 @@ use crate::subject::Subject;
 use crate::Invariant;
 
 /// How many runs one shrink may spend before settling for what it has.
-pub const SHRINK_RUNS_MAX: u32 = 5_000;
+pub const SHRINK_RUNS_MAX: u32 = ShrinkRuns::CHEAP.edits_max;
 
 /// How many runs the search for a counterexample with fewer faults may spend.
-pub const SHRINK_SEARCH_RUNS_MAX: u64 = 300_000;
+pub const SHRINK_SEARCH_RUNS_MAX: u64 = ShrinkRuns::CHEAP.search_runs_max;
+
+/// How many runs shrinking may spend: on the edits of a tape, and on the search for a
+/// counterexample with fewer faults (a quarter of it each for one with fewer clients and for
+/// a shorter one at the same level).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShrinkRuns {
+    /// Runs of edited tapes, per shrink.
+    pub edits_max: u32,
+    /// Runs of the search with fewer faults.
+    pub search_runs_max: u64,
+}
+
+impl ShrinkRuns {
+    /// For a system whose runs take microseconds.
+    pub const CHEAP: ShrinkRuns = ShrinkRuns {
+        edits_max: 5_000,
+        search_runs_max: 300_000,
+    };
+    /// For one whose runs drive a real process ([`crate::System::runs_are_costly`]): at
+    /// 40 runs a second, about a minute at most in all.
+    pub const COSTLY: ShrinkRuns = ShrinkRuns {
+        edits_max: 600,
+        search_runs_max: 1_200,
+    };
+
+    /// The budget for `subject`.
+    pub fn of(subject: &dyn Subject) -> ShrinkRuns {
+        if subject.runs_are_costly() {
+            ShrinkRuns::COSTLY
+        } else {
+            ShrinkRuns::CHEAP
+        }
+    }
+}
 
 /// A shrunk counterexample.
 #[derive(Clone, Debug)]
@@ -55,7 +89,7 @@ struct Shrinker<'a> {
 impl Shrinker<'_> {
     /// Tries `answers`; keeps them if the run still fails and is smaller.
     fn attempt(&mut self, answers: &[u32]) -> bool {
-        if self.runs >= SHRINK_RUNS_MAX {
+        if self.runs >= ShrinkRuns::of(&*self.subject).edits_max {
             return false;
         }
         self.runs += 1;
@@ -166,13 +200,14 @@ fn shorter(subject: &mut dyn Subject, shrunk: &Shrunk, invariant: Invariant) -> 
         faults_max: shrunk.outcome.faults.total(),
         ..shrunk.bounds
     };
-    search(subject, &same_level, SHRINK_SEARCH_RUNS_MAX / 4, invariant)
+    let runs_max = ShrinkRuns::of(subject).search_runs_max / 4;
+    search(subject, &same_level, runs_max, invariant)
         .filter(|found| size(&found.outcome) < size(&shrunk.outcome))
 }
 
 /// Edits that lower answers cannot turn a fault into a timeout; a bounded exhaustive search
 /// with fewer faults can. It looks for the same invariant at fault levels below the shrunk
-/// tape's, within [`SHRINK_SEARCH_RUNS_MAX`] runs.
+/// tape's, within [`ShrinkRuns::search_runs_max`] runs.
 fn fewer_faults(
     subject: &mut dyn Subject,
     bounds: &Bounds,
@@ -184,7 +219,8 @@ fn fewer_faults(
         faults_max: faults.checked_sub(1)?,
         ..*bounds
     };
-    search(subject, &fewer, SHRINK_SEARCH_RUNS_MAX, invariant)
+    let runs_max = ShrinkRuns::of(subject).search_runs_max;
+    search(subject, &fewer, runs_max, invariant)
 }
 
 /// Nor can they remove a client, whose choices sit early on the tape: a small exhaustive
@@ -200,7 +236,8 @@ fn fewer_clients(
         faults_max: shrunk.outcome.faults.total(),
         ..shrunk.bounds
     };
-    search(subject, &fewer, SHRINK_SEARCH_RUNS_MAX / 4, invariant)
+    let runs_max = ShrinkRuns::of(subject).search_runs_max / 4;
+    search(subject, &fewer, runs_max, invariant)
         .filter(|found| found.outcome.faults.total() <= shrunk.outcome.faults.total())
 }
 
@@ -225,7 +262,7 @@ fn search(
 }
 
 /// Shrinks `tape` to the smallest tape whose run still satisfies `keep` (e.g. "the reply is
-/// dropped and the retry is replayed"), within [`SHRINK_RUNS_MAX`] runs. With `trace`, every
+/// dropped and the retry is replayed"), within [`ShrinkRuns::edits_max`] runs. With `trace`, every
 /// candidate run is traced, so `keep` can read the timeline. `None` if `tape`'s own run does
 /// not satisfy `keep`.
 pub fn shrink_by(

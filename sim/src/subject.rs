@@ -48,6 +48,12 @@ pub trait Subject {
         false
     }
 
+    /// Whether a run drives a real process ([`crate::System::runs_are_costly`]). The
+    /// default is `false`.
+    fn runs_are_costly(&self) -> bool {
+        false
+    }
+
     /// Refuses bounds no run of this system can reach: those [`Bounds::validate_for`]
     /// refuses, and storage faults where the store has none.
     fn check_bounds(&self, bounds: &Bounds) -> Result<(), BoundsError> {
@@ -111,6 +117,10 @@ impl<S: System> Subject for Simulator<S> {
 
     fn overlaps(&self) -> bool {
         Simulator::overlaps(self)
+    }
+
+    fn runs_are_costly(&self) -> bool {
+        self.system().runs_are_costly()
     }
 
     fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {

@@ -271,6 +271,13 @@ pub trait System: StoreKind {
         unreachable!("run_job is called only for a system whose job_due says work is queued")
     }
 
+    /// Whether a run drives a real process (tens of milliseconds a run, not microseconds):
+    /// shrinking then spends [`crate::ShrinkRuns::COSTLY`] instead of
+    /// [`crate::ShrinkRuns::CHEAP`]. The default is `false`.
+    fn runs_are_costly(&self) -> bool {
+        false
+    }
+
     /// Whether [`System::handle`] answers every submission with a verdict (applied, replayed,
     /// key reuse, refused or denied), unless a storage fault stops it. A client acts on an
     /// answer that is no verdict (pending, retry after, unavailable) only when it answers its

@@ -195,6 +195,43 @@ pub(super) fn check_options(
     })
 }
 
+/// The seeded runs a check of a real server makes before its levels, at the check's whole
+/// bounds: a violation a random schedule meets shows up in seconds, while the levels, in
+/// order, still find its fewest-fault form.
+pub const SEEDED_PASS_RUNS: u64 = 64;
+
+/// Runs [`SEEDED_PASS_RUNS`] seeds on `resolved` (a scenario's server; built-in handlers
+/// are checked fast enough without) before a whole, unsharded check, and says on standard
+/// error what the first violation is and how long after `started` it was found.
+fn seeded_pass(
+    resolved: &Resolved,
+    options: &CheckOptions,
+    threads: usize,
+    started: Instant,
+) -> Option<crate::Failure> {
+    let whole = options.shard.is_whole() && options.prefix.is_empty();
+    if resolved.scenario.is_none() || !whole {
+        return None;
+    }
+    let progress = crate::Progress::new();
+    let explored = explore_with_progress(
+        resolved.factory(),
+        0..SEEDED_PASS_RUNS,
+        &options.bounds,
+        threads,
+        &progress,
+    );
+    let failure = explored.first()?.clone();
+    note(&format!(
+        "retrysim: a seeded run breaks {} ({:.1} s in, seed {} of {SEEDED_PASS_RUNS}); the \
+         levels follow, for its fewest-fault form",
+        failure.invariant,
+        started.elapsed().as_secs_f64(),
+        failure.seed
+    ));
+    Some(failure)
+}
+
 /// A line on standard error as each level of a check is done.
 pub(super) fn level_line(level: &Level, started: Instant) -> String {
     format!(
@@ -234,6 +271,7 @@ fn check_on(
     if let Some(line) = &fresh_line {
         note(&format!("retrysim: {line}"));
     }
+    let seeded = seeded_pass(resolved, &options, threads, started);
     let report = with_progress_until(shown, search.time_budget, |progress| {
         let mut level_done = |level: &Level| {
             clear_progress_line(shown == Shown::Redrawn);
@@ -330,8 +368,30 @@ fn check_on(
             options.shard
         );
     }
+    // A violation a seeded run found that the levels did not reach (they stopped first).
+    let seeded_only = seeded.filter(|_| report.violations.is_empty());
+    if let Some(failure) = &seeded_only {
+        let shrunk = crate::try_shrink(
+            &mut *subject,
+            &options.bounds,
+            &failure.tape,
+            failure.invariant,
+        );
+        let (tape, bounds) = shrunk.map_or((failure.tape.clone(), options.bounds), |shrunk| {
+            (shrunk.tape, shrunk.bounds)
+        });
+        let replay = report::replay_command(entry, &bounds, &Schedule::Tape(tape));
+        let _ = writeln!(
+            out.text,
+            "\nVIOLATED {} in a seeded run before the levels (seed {}); the levels stopped \
+             before they met it. reproduce: {replay}",
+            failure.invariant, failure.seed
+        );
+    }
     let inconclusive = nothing_explored || (nondeterminism.is_some() && minimal.is_none());
-    Ok(out.ending(if inconclusive {
+    Ok(out.ending(if seeded_only.is_some() {
+        ExitCode::from(1)
+    } else if inconclusive {
         ExitCode::from(3)
     } else if !report.violations.is_empty() {
         ExitCode::from(1)

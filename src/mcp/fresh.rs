@@ -21,7 +21,7 @@ pub struct FreshValues(Arc<Mutex<Learned>>);
 /// What [`FreshValues::learn`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Learned {
-    /// The shapes of the fresh tokens ([`shape`]).
+    /// The shapes of the fresh tokens: punctuation kept, letters and digits as `h` (all hex) or `w`.
     pub shapes: BTreeSet<String>,
     /// The tables they were seen in, each with one of its fresh values.
     pub tables: BTreeMap<String, String>,

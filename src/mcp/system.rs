@@ -1174,6 +1174,11 @@ impl StoreKind for OnMcp {
 }
 
 impl System for OnMcp {
+    /// Every run drives the server's process: shrinking spends a smaller budget.
+    fn runs_are_costly(&self) -> bool {
+        true
+    }
+
     /// The target's clients and calls, as many as the bounds allow, each call under a
     /// request id of its own (`r1`, `r2`, ...), or under an earlier call's where it says so
     /// ([`Call::key_of`]).
