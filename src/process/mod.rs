@@ -44,8 +44,10 @@ pub enum Quit {
     LetFinish,
 }
 
-/// How long [`end_all`] waits for the children asked with SIGQUIT to end, in real time.
-const QUIT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long [`end_all`] waits for the children asked with SIGQUIT to end, in real time. A
+/// postmaster quits in well under a second; one still starting, on a loaded machine, took
+/// more than 5 s, and was killed before it removed its shared memory segment.
+const QUIT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long [`end_all`] waits for a command let finish ([`Quit::LetFinish`]), in real time:
 /// `initdb` takes a second or two, more on a loaded machine.
