@@ -7,6 +7,7 @@
 //! differed are fresh, and from then on every token of a fresh shape is named by where it
 //! first appears in the state ([`FreshValues::canonical`]), not by its value.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -64,10 +65,10 @@ impl FreshValues {
     /// `description` with every token of a fresh shape replaced by `?N`, N the order in
     /// which the distinct values first appear: two states that differ only in which fresh
     /// values they hold, not in where each repeats, read alike.
-    pub fn canonical(&self, description: &str) -> String {
+    pub fn canonical<'a>(&self, description: &'a str) -> Cow<'a, str> {
         let learned = self.0.lock().expect("the fresh values");
         if learned.shapes.is_empty() {
-            return description.to_string();
+            return Cow::Borrowed(description);
         }
         let mut names: BTreeMap<&str, usize> = BTreeMap::new();
         let mut canonical = String::with_capacity(description.len());
@@ -83,7 +84,7 @@ impl FreshValues {
             copied_to = offset + token.len();
         }
         canonical.push_str(&description[copied_to..]);
-        canonical
+        Cow::Owned(canonical)
     }
 }
 
@@ -191,9 +192,11 @@ mod tests {
     fn states_that_differ_only_in_fresh_values_read_alike_and_others_do_not() {
         let fresh = learned_from_uuids();
         let state = |id: &str, total: u32| {
-            fresh.canonical(&format!(
-                "charges [{id},{total}] keys [k1,{{\"id\": \"{id}\", \"total\": {total}}}]"
-            ))
+            fresh
+                .canonical(&format!(
+                    "charges [{id},{total}] keys [k1,{{\"id\": \"{id}\", \"total\": {total}}}]"
+                ))
+                .into_owned()
         };
         assert_eq!(state(UUID_A, 5), state(UUID_C, 5));
         assert_ne!(
@@ -202,9 +205,11 @@ mod tests {
             "a total is no fresh value"
         );
         // Where a fresh value repeats is kept: the key's answer names another charge.
-        let crossed = fresh.canonical(&format!(
-            "charges [{UUID_A},5] keys [k1,{{\"id\": \"{UUID_C}\", \"total\": 5}}]"
-        ));
+        let crossed = fresh
+            .canonical(&format!(
+                "charges [{UUID_A},5] keys [k1,{{\"id\": \"{UUID_C}\", \"total\": 5}}]"
+            ))
+            .into_owned();
         assert_ne!(crossed, state(UUID_A, 5));
     }
 

@@ -1151,7 +1151,8 @@ impl StoreKind for OnMcp {
     /// The committed store; without a database, what the server was told in the run too:
     /// its state is hidden from the harness, and is a function of that.
     fn fingerprint(&self, store: &McpStore) -> u64 {
-        let described = self.0.fresh.canonical(&self.describe_store(store));
+        let store_text = self.describe_store(store);
+        let described = self.0.fresh.canonical(&store_text);
         if self.0.database_env.is_some() {
             return crate::fingerprint_of(&described);
         }
