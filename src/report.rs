@@ -12,11 +12,11 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
     command_for("replay", entry, bounds, schedule)
 }
 
-/// How far a check stopped by its time budget got: the levels exhausted and the runs of the
-/// one it was in.
-fn asked_stop_line(report: &CheckReport) -> String {
+/// How far a check stopped before its end got (its time budget ran out, or a signal came:
+/// `cause`): the levels exhausted and the runs of the one it was in.
+fn asked_stop_line(report: &CheckReport, cause: &str) -> String {
     let Some((last, exhausted)) = report.levels.split_last() else {
-        return "NOT exhausted: the time budget ran out before a run ended".to_string();
+        return format!("NOT exhausted: {cause} before a run ended");
     };
     let done = match exhausted.last() {
         Some(level) => format!(
@@ -26,8 +26,8 @@ fn asked_stop_line(report: &CheckReport) -> String {
         None => String::new(),
     };
     format!(
-        "NOT exhausted: the time budget ran out ({done}faults_max={} stopped after {} runs, \
-         {} new states); this is no verdict",
+        "NOT exhausted: {cause} ({done}faults_max={} stopped after {} runs, {} new states); \
+         this is no verdict",
         last.faults_max, last.runs, last.unique_states
     )
 }
@@ -456,12 +456,14 @@ const LEVELS_LEGEND: &str = "\n(runs: runs explored at that fault budget; pruned
      judged)\n";
 
 /// Summary of an exhaustive check: levels, states, whether the bound was exhausted, coverage,
-/// each invariant's verdict, and the minimal counterexample with its reproduction.
+/// each invariant's verdict, and the minimal counterexample with its reproduction. The check
+/// took `elapsed_seconds`; a check stopped before its end ([`Stopped::Asked`]) is said to have
+/// stopped because `asked_stop_cause` ("the time budget ran out", "SIGTERM came").
 pub fn check_report(
     entry: &HandlerEntry,
     options: &CheckOptions,
     report: &CheckReport,
-    elapsed_seconds: f64,
+    (elapsed_seconds, asked_stop_cause): (f64, &str),
     counterexample: Counterexample<'_>,
     (applicable, gaps): (&[Invariant], &[String]),
     width_chars: usize,
@@ -540,7 +542,7 @@ pub fn check_report(
             "NOT exhausted: runs_max reached ({} runs; --runs-max raises it)",
             options.runs_max
         ),
-        Stopped::Asked => asked_stop_line(report),
+        Stopped::Asked => asked_stop_line(report, asked_stop_cause),
     };
     let _ = writeln!(out, "bound: {bound}");
     let last_level = report.levels.last().map_or(0, |l| l.faults_max);

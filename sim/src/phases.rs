@@ -344,14 +344,16 @@ pub(crate) fn explore_chunk(
         symmetry: options.reduction.symmetry,
     };
     let mut points = PointTally::default();
-    // Runs and violating runs not yet added to `progress`.
-    let mut unreported = (0u64, 0u64);
+    // Runs, violating runs and pruned runs not yet added to `progress`.
+    let mut unreported = (0u64, 0u64, 0u64);
     let mut each = |outcome: &RunOutcome| {
         unreported.0 += 1;
         unreported.1 += u64::from(!outcome.violations.is_empty());
+        unreported.2 += u64::from(outcome.end == RunEnd::Pruned);
         if unreported.0 == PROGRESS_RUNS_PER_REPORT {
             progress.runs_ended(unreported.0, unreported.1);
-            unreported = (0, 0);
+            progress.pruned_runs_ended(unreported.2);
+            unreported = (0, 0, 0);
         }
         count_run((&mut part, &mut points), outcome, (bounds, options));
         if let Some(state) = outcome.final_state {
@@ -362,6 +364,7 @@ pub(crate) fn explore_chunk(
     };
     subject.enumerate(bounds, enumeration, &mut each);
     progress.runs_ended(unreported.0, unreported.1);
+    progress.pruned_runs_ended(unreported.2);
     points.add_to(&mut part.coverage);
     ChunkDone {
         part,

@@ -3,11 +3,50 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Set by [`ask_every_check_to_stop`].
+static EVERY_CHECK_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// Runs the shrinkers of this process have made, for a progress line.
+static SHRINK_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Asks every check, exploration and shrink of this process to stop after the runs in
+/// progress, each ending with what it explored (a check's report [`crate::Stopped::Asked`], a
+/// shrink's smallest tape so far): what a command does on SIGINT or SIGTERM, so that a check
+/// stopped by a CI job's timeout still reports what it learned. It cannot be undone.
+pub fn ask_every_check_to_stop() {
+    EVERY_CHECK_ASKED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`ask_every_check_to_stop`] was called.
+pub fn every_check_asked_to_stop() -> bool {
+    EVERY_CHECK_ASKED.load(Ordering::Relaxed)
+}
+
+/// Runs the shrinkers of this process have made so far, for a progress line while a
+/// counterexample is shrunk. Reading it never changes what a run does.
+pub fn shrink_runs() -> u64 {
+    SHRINK_RUNS.load(Ordering::Relaxed)
+}
+
+/// Counts one run of a shrinker ([`shrink_runs`]).
+pub(crate) fn shrink_run_made() {
+    shrink_runs_made(1);
+}
+
+/// Counts `runs` runs of a shrinker ([`shrink_runs`]).
+pub(crate) fn shrink_runs_made(runs: u64) {
+    SHRINK_RUNS.fetch_add(runs, Ordering::Relaxed);
+}
+
 /// Runs finished so far, and how many of them broke an invariant, counted across threads.
 #[derive(Debug, Default)]
 pub struct Progress {
     runs: AtomicU64,
     violating: AtomicU64,
+    /// Runs that ended where they met a state explored before (state hashing).
+    pruned: AtomicU64,
+    /// Pruned runs when the level began.
+    pruned_before_level: AtomicU64,
     /// The fault level being explored, plus one (0 before the first begins).
     level: AtomicU64,
     /// Runs finished when that level began.
@@ -40,6 +79,20 @@ impl Progress {
         }
     }
 
+    /// Counts `runs` finished runs that ended where they met a state explored before.
+    pub fn pruned_runs_ended(&self, runs: u64) {
+        if runs > 0 {
+            self.pruned.fetch_add(runs, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs of the level being explored that met a state explored before (0 before a level
+    /// begins): none after thousands of runs means every state is new.
+    pub fn level_pruned(&self) -> u64 {
+        let pruned = self.pruned.load(Ordering::Relaxed);
+        pruned - self.pruned_before_level.load(Ordering::Relaxed).min(pruned)
+    }
+
     /// Runs finished so far.
     pub fn runs(&self) -> u64 {
         self.runs.load(Ordering::Relaxed)
@@ -48,6 +101,8 @@ impl Progress {
     /// A check has begun its level `faults_max` (its runs from now on are that level's).
     pub fn level_began(&self, faults_max: u32) {
         self.runs_before_level.store(self.runs(), Ordering::Relaxed);
+        self.pruned_before_level
+            .store(self.pruned.load(Ordering::Relaxed), Ordering::Relaxed);
         self.level
             .store(u64::from(faults_max) + 1, Ordering::Relaxed);
     }
@@ -70,9 +125,9 @@ impl Progress {
         self.stop_asked.store(true, Ordering::SeqCst);
     }
 
-    /// Whether [`Progress::ask_stop`] was called.
+    /// Whether [`Progress::ask_stop`] or [`ask_every_check_to_stop`] was called.
     pub fn stop_asked(&self) -> bool {
-        self.stop_asked.load(Ordering::SeqCst)
+        self.stop_asked.load(Ordering::SeqCst) || every_check_asked_to_stop()
     }
 
     /// Runs so far that broke an invariant.

@@ -89,10 +89,13 @@ struct Shrinker<'a> {
 impl Shrinker<'_> {
     /// Tries `answers`; keeps them if the run still fails and is smaller.
     fn attempt(&mut self, answers: &[u32]) -> bool {
-        if self.runs >= ShrinkRuns::of(&*self.subject).edits_max {
+        if self.runs >= ShrinkRuns::of(&*self.subject).edits_max
+            || crate::progress::every_check_asked_to_stop()
+        {
             return false;
         }
         self.runs += 1;
+        crate::progress::shrink_run_made();
         let outcome =
             self.subject
                 .run(&mut TapeChoices::lenient(answers), &self.bounds, self.trace);
@@ -255,6 +258,7 @@ fn search(
         ..CheckOptions::new(*bounds)
     };
     let report = exhaust(subject, &options);
+    crate::progress::shrink_runs_made(report.runs());
     let found = report.violation(invariant)?;
     let level = found.bounds(bounds);
     let breaks = move |outcome: &RunOutcome| outcome.violates(invariant);
@@ -273,6 +277,7 @@ pub fn shrink_by(
     trace: bool,
 ) -> Option<Shrunk> {
     let first = subject.run(&mut TapeChoices::lenient(tape.answers()), bounds, trace);
+    crate::progress::shrink_runs_made(1);
     if !keep(&first) {
         return None;
     }

@@ -2,8 +2,8 @@
 //! returns what it prints.
 
 use super::output::{
-    clear_progress_line, note, progress_shown, timed, with_progress, with_progress_until, Printed,
-    Shown,
+    clear_progress_line, note, progress_shown, timed, with_check_progress, with_progress,
+    with_shrink_progress, CheckAdvice, Printed, Shown,
 };
 use super::*;
 
@@ -232,6 +232,42 @@ fn seeded_pass(
     Some(failure)
 }
 
+/// What a check of `resolved` under `options` may warn of as it goes ([`CheckAdvice`]).
+fn check_advice(resolved: &Resolved, options: &CheckOptions) -> CheckAdvice {
+    let bounds = &options.bounds;
+    let fresh_tables = resolved
+        .scenario
+        .as_ref()
+        .map_or_else(Vec::new, |scenario| {
+            let learned = scenario.target.fresh.learned();
+            learned.tables.keys().cloned().collect()
+        });
+    let lower = [
+        (bounds.clients_max > 1, "one client (`--clients 1`)"),
+        (bounds.faults_max > 0, "no fault (`--faults-max 0`)"),
+        (
+            bounds.invocations_max > 1,
+            "one request in flight (`--invocations-max 1`)",
+        ),
+    ];
+    let smaller_first = lower
+        .into_iter()
+        .filter_map(|(higher, flag)| higher.then_some(flag))
+        .collect();
+    CheckAdvice::new(options.reduction.states, smaller_first, fresh_tables)
+}
+
+/// What asked a check to stop before its end ([`crate::Stopped::Asked`]), as its report
+/// says it: a signal, or else its time budget.
+fn asked_stop_cause() -> String {
+    match crate::process::signal_asked() {
+        Some(libc::SIGINT) => "SIGINT came".to_string(),
+        Some(libc::SIGTERM) => "SIGTERM came".to_string(),
+        Some(signal) => format!("signal {signal} came"),
+        None => "the time budget ran out".to_string(),
+    }
+}
+
 /// A line on standard error as each level of a check is done.
 pub(super) fn level_line(level: &Level, started: Instant) -> String {
     format!(
@@ -262,6 +298,9 @@ fn check_on(
     (bounds, width_chars): (Bounds, usize),
 ) -> Result<Printed, UsageError> {
     let entry = resolved.entry;
+    // SIGINT or SIGTERM from here stops the check with a report of what it explored.
+    crate::process::end_on_signal();
+    let _reports_on_signal = crate::process::stopping_reports();
     let mut subject = resolved.subject();
     let options = check_options(search, bounds, &mut *subject)?;
     let threads = threads_in_force(search.threads);
@@ -272,7 +311,8 @@ fn check_on(
         note(&format!("retrysim: {line}"));
     }
     let seeded = seeded_pass(resolved, &options, threads, started);
-    let report = with_progress_until(shown, search.time_budget, |progress| {
+    let advice = check_advice(resolved, &options);
+    let report = with_check_progress(shown, search.time_budget, advice, |progress| {
         let mut level_done = |level: &Level| {
             clear_progress_line(shown == Shown::Redrawn);
             note(&level_line(level, started));
@@ -289,8 +329,9 @@ fn check_on(
     let mut nondeterminism = None;
     let minimal = report.violations.first().and_then(|found| {
         let found_bounds = found.bounds(&options.bounds);
-        let shrunk =
-            resolved.shrink_confirmed(&mut *subject, (&found.tape, &found_bounds), found.invariant);
+        let shrunk = with_shrink_progress(shown, || {
+            resolved.shrink_confirmed(&mut *subject, (&found.tape, &found_bounds), found.invariant)
+        });
         confirmed_or_in_ground_truth(shrunk, &mut nondeterminism)
     });
     let mut gaps = report.coverage.gaps(&options.bounds);
@@ -327,13 +368,16 @@ fn check_on(
             value["clock"] = json!(resolved.clock_name());
             value["fresh_values"] = json!(scenario.target.fresh.learned().tables);
         }
+        if report.stopped == crate::Stopped::Asked {
+            value["stop_cause"] = json!(asked_stop_cause());
+        }
         let _ = writeln!(out.text, "{value}");
     } else {
         out.text = report::check_report(
             entry,
             &options,
             &report,
-            elapsed_seconds,
+            (elapsed_seconds, &asked_stop_cause()),
             match (&minimal, &nondeterminism) {
                 (Some(minimal), _) => report::Counterexample::Minimal(minimal),
                 (None, Some(_)) => report::Counterexample::Unconfirmed,

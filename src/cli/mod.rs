@@ -597,13 +597,16 @@ where
         Err(error) => Err(UsageError(one_line(&error.render().to_string()))),
     };
     crate::process::wait_if_stopping();
-    match result {
+    let status = match result {
         Ok(printed) => write_out(printed),
         Err(UsageError(message)) => {
             note(&format!("error: {message}"));
             ExitCode::from(2)
         }
-    }
+    };
+    // A check a signal stopped has written what it explored; its status is the signal's.
+    crate::process::exit_if_signalled();
+    status
 }
 
 /// `TMPDIR`, when it is set and names no directory: the harness would make it (and leave

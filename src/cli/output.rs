@@ -123,8 +123,9 @@ pub(super) enum Shown {
 pub(super) const PROGRESS_LOG_SECONDS: u64 = 30;
 
 /// Runs `work`, and while it runs shows its progress on stderr as `shown` says (runs, and
-/// those of the fault level being checked, runs/s, runs that broke an invariant, elapsed) from the counters it bumps. A redrawn line is
-/// cleared at the end. It reads the counters only: what `work` does is the same either way.
+/// those of the fault level being checked, runs/s, runs that broke an invariant, elapsed) from
+/// the counters it bumps. A redrawn line is cleared at the end. It reads the counters only:
+/// what `work` does is the same either way.
 pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) -> T {
     with_progress_until(shown, None, work)
 }
@@ -134,6 +135,130 @@ pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) 
 pub(super) fn with_progress_until<T>(
     shown: Shown,
     budget: Option<Duration>,
+    work: impl FnOnce(&Progress) -> T,
+) -> T {
+    with_line(
+        shown,
+        budget,
+        |counters, seconds| (progress_line(counters, seconds), None),
+        work,
+    )
+}
+
+/// A check's runs after which a level where no run met a state explored before gets a
+/// warning: every state new, the level may not end ([`CheckAdvice`]).
+pub const NO_REPEAT_WARNING_RUNS: u64 = 2_000;
+
+/// A check's runs in one level after which it advises a smaller first check ([`CheckAdvice`]).
+pub const LARGE_LEVEL_RUNS: u64 = 5_000;
+
+/// What a check's progress may warn of, once each, beside its line: a level where no state
+/// repeats, and a level large enough that a first check had better be smaller.
+pub(super) struct CheckAdvice {
+    /// Whether states are hashed (else no state is ever met again, and no warning is due).
+    pub(super) hashing: bool,
+    /// The bounds a first check had better lower (`clients_max = 1`, `--faults-max 0`), none
+    /// when they are as low as they go.
+    pub(super) smaller_first: Vec<&'static str>,
+    /// The tables whose fresh values were learned, named in the warning.
+    pub(super) fresh_tables: Vec<String>,
+    warned: bool,
+    advised: bool,
+}
+
+impl CheckAdvice {
+    /// Advice not given yet.
+    pub(super) fn new(
+        hashing: bool,
+        smaller_first: Vec<&'static str>,
+        fresh_tables: Vec<String>,
+    ) -> Self {
+        CheckAdvice {
+            hashing,
+            smaller_first,
+            fresh_tables,
+            warned: false,
+            advised: false,
+        }
+    }
+
+    /// The note due now, if one is, given once.
+    fn due(&mut self, counters: &Progress) -> Option<String> {
+        let (faults_max, runs) = counters.level()?;
+        if self.hashing && !self.warned && runs >= NO_REPEAT_WARNING_RUNS {
+            self.warned = true;
+            if counters.level_pruned() == 0 {
+                return Some(self.no_repeat_warning(faults_max, runs));
+            }
+        }
+        if !self.smaller_first.is_empty() && !self.advised && runs >= LARGE_LEVEL_RUNS {
+            self.advised = true;
+            return Some(format!(
+                "retrysim: faults_max={faults_max} is large ({runs} runs and not done): a first \
+                 check of a service ends sooner with {}, raised once it is clean; \
+                 `--time-budget` keeps what a long check explored",
+                self.smaller_first.join(" and ")
+            ));
+        }
+        None
+    }
+
+    fn no_repeat_warning(&self, faults_max: u32, runs: u64) -> String {
+        let fresh = if self.fresh_tables.is_empty() {
+            "no table's values differed between two replays of one schedule".to_string()
+        } else {
+            format!(
+                "the fresh values of {} are told apart already",
+                self.fresh_tables.join(", ")
+            )
+        };
+        format!(
+            "retrysim: warning: no run at faults_max={faults_max} has met a state explored \
+             before in {runs} runs: every state is new, and the level may not end. A value \
+             that differs in every run of the same schedule keeps states apart ({fresh}); a \
+             value kept outside the database, or a clock read, is one"
+        )
+    }
+}
+
+/// [`with_progress_until`] for a check: its line says too how many runs of the level met a
+/// state explored before, and `advice` is given as it falls due.
+pub(super) fn with_check_progress<T>(
+    shown: Shown,
+    budget: Option<Duration>,
+    mut advice: CheckAdvice,
+    work: impl FnOnce(&Progress) -> T,
+) -> T {
+    let line = move |counters: &Progress, seconds: f64| {
+        let mut line = progress_line(counters, seconds);
+        if advice.hashing && counters.level().is_some() {
+            let _ = write!(line, ", {} met a known state", counters.level_pruned());
+        }
+        (line, advice.due(counters))
+    };
+    with_line(shown, budget, line, work)
+}
+
+/// Runs a shrink (`work`), showing on stderr as `shown` says how many runs it has made.
+pub(super) fn with_shrink_progress<T>(shown: Shown, work: impl FnOnce() -> T) -> T {
+    let before = crate::shrink_runs();
+    let line = move |_: &Progress, seconds: f64| {
+        let line = format!(
+            "shrinking the counterexample: {} runs, {seconds:.1} s",
+            crate::shrink_runs() - before
+        );
+        (line, None)
+    };
+    with_line(shown, None, line, |_| work())
+}
+
+/// Runs `work` with counters, showing on stderr as `shown` says the line `line` makes of them
+/// and the seconds since it began (and the note it gives, on a line of its own), and asking
+/// the work to stop once `budget` has passed.
+fn with_line<T>(
+    shown: Shown,
+    budget: Option<Duration>,
+    mut line: impl FnMut(&Progress, f64) -> (String, Option<String>) + Send,
     work: impl FnOnce(&Progress) -> T,
 ) -> T {
     let progress = Progress::new();
@@ -156,7 +281,12 @@ pub(super) fn with_progress_until<T>(
                     counters.ask_stop();
                 }
                 if shown != Shown::Never {
-                    show_progress(counters, started, shown, &mut logged_at);
+                    let (text, note_due) = line(counters, started.elapsed().as_secs_f64());
+                    if let Some(due) = note_due {
+                        clear_progress_line(shown == Shown::Redrawn);
+                        note(&due);
+                    }
+                    show_line(&text, started, shown, &mut logged_at);
                 }
             }
             clear_progress_line(shown == Shown::Redrawn);
@@ -166,19 +296,22 @@ pub(super) fn with_progress_until<T>(
     })
 }
 
-/// Draws the progress line (`Shown::Redrawn`), or logs it every [`PROGRESS_LOG_SECONDS`]
-/// (the last at `logged_at`).
-fn show_progress(counters: &Progress, started: Instant, shown: Shown, logged_at: &mut u64) {
-    let seconds = started.elapsed().as_secs_f64();
+/// The progress line of a check or exploration `seconds` in.
+fn progress_line(counters: &Progress, seconds: f64) -> String {
     let runs = counters.runs();
     let level = (counters.level())
         .map(|(faults_max, runs)| format!(" ({runs} at faults_max={faults_max})"))
         .unwrap_or_default();
-    let line = format!(
+    format!(
         "{runs} runs{level}, {:.0} runs/s, {} violating, {seconds:.1} s",
         runs as f64 / seconds.max(1e-9),
         counters.violating()
-    );
+    )
+}
+
+/// Draws `line` (`Shown::Redrawn`), or logs it every [`PROGRESS_LOG_SECONDS`] (the last at
+/// `logged_at`).
+fn show_line(line: &str, started: Instant, shown: Shown, logged_at: &mut u64) {
     let elapsed = started.elapsed().as_secs();
     match shown {
         Shown::Redrawn => {
@@ -205,4 +338,65 @@ pub(super) fn timed<T>(work: impl FnOnce() -> T) -> (T, f64) {
     let started = Instant::now();
     let result = work();
     (result, started.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counters `runs` into a check's level `faults_max`, `pruned` of them pruned.
+    fn level_with(faults_max: u32, runs: u64, pruned: u64) -> Progress {
+        let progress = Progress::new();
+        progress.runs_ended(7, 0);
+        progress.level_began(faults_max);
+        progress.runs_ended(runs, 0);
+        progress.pruned_runs_ended(pruned);
+        progress
+    }
+
+    #[test]
+    fn a_level_where_no_state_repeats_is_warned_of_once_naming_the_fresh_tables() {
+        let mut advice = CheckAdvice::new(true, Vec::new(), vec!["charges".to_string()]);
+        let early = level_with(0, NO_REPEAT_WARNING_RUNS - 1, 0);
+        assert_eq!(advice.due(&early), None);
+        let due = advice.due(&level_with(0, NO_REPEAT_WARNING_RUNS, 0));
+        let warning = due.expect("a warning at the threshold");
+        assert!(
+            warning.contains("no run at faults_max=0 has met a state"),
+            "{warning}"
+        );
+        assert!(warning.contains("the fresh values of charges"), "{warning}");
+        assert_eq!(advice.due(&level_with(0, NO_REPEAT_WARNING_RUNS, 0)), None);
+    }
+
+    #[test]
+    fn states_that_repeat_or_are_not_hashed_get_no_warning() {
+        let repeating = level_with(1, NO_REPEAT_WARNING_RUNS, 1);
+        assert_eq!(
+            CheckAdvice::new(true, Vec::new(), Vec::new()).due(&repeating),
+            None
+        );
+        let unhashed = level_with(1, NO_REPEAT_WARNING_RUNS, 0);
+        assert_eq!(
+            CheckAdvice::new(false, Vec::new(), Vec::new()).due(&unhashed),
+            None
+        );
+    }
+
+    #[test]
+    fn a_large_level_gets_the_advice_of_a_smaller_first_check_once() {
+        let lower = vec!["no fault (`--faults-max 0`)"];
+        let mut advice = CheckAdvice::new(true, lower, Vec::new());
+        assert_eq!(advice.due(&level_with(1, LARGE_LEVEL_RUNS - 1, 9)), None);
+        let due = advice.due(&level_with(1, LARGE_LEVEL_RUNS, 9));
+        let advised = due.expect("advice at the threshold");
+        assert!(advised.contains("faults_max=1 is large"), "{advised}");
+        assert!(advised.contains("no fault (`--faults-max 0`)"), "{advised}");
+        assert_eq!(advice.due(&level_with(1, LARGE_LEVEL_RUNS + 1, 9)), None);
+        let lowest = level_with(0, LARGE_LEVEL_RUNS, 9);
+        assert_eq!(
+            CheckAdvice::new(true, Vec::new(), Vec::new()).due(&lowest),
+            None
+        );
+    }
 }

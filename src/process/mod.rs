@@ -343,20 +343,102 @@ pub fn wait_if_stopping() {
     }
 }
 
+/// How long a check asked to stop by a signal ([`stopping_reports`]) has to end its runs in
+/// progress and report, before its servers are ended without a report. A bound on the
+/// clean-up after a signal: a run on a server that hangs would otherwise hold the exit.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Commands alive now that report what they explored when a signal stops them
+/// ([`stopping_reports`]).
+static REPORTING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The signal that asked a reporting command to stop (0 while none did).
+static SIGNAL_ASKED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// While the returned guard lives, the first SIGINT or SIGTERM asks every check of this
+/// process to stop after its runs in progress ([`crate::ask_every_check_to_stop`]) so that
+/// the command reports what it explored, ends its servers the usual way and exits with the
+/// signal's status ([`exit_if_signalled`]); a second signal, or [`STOP_GRACE`] passing,
+/// ends everything at once as without the guard.
+pub fn stopping_reports() -> ReportsOnSignal {
+    REPORTING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    ReportsOnSignal(())
+}
+
+/// Held while a command reports on a signal ([`stopping_reports`]).
+#[must_use = "a command reports on a signal only while the guard lives"]
+pub struct ReportsOnSignal(());
+
+impl Drop for ReportsOnSignal {
+    fn drop(&mut self) {
+        REPORTING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The signal that asked this command to stop and report ([`stopping_reports`]), if one did.
+pub fn signal_asked() -> Option<i32> {
+    match SIGNAL_ASKED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// Once a command asked to stop by a signal has written its report: ends whatever is left
+/// and exits with the signal's status (130 or 143). Returns when no signal came.
+pub fn exit_if_signalled() {
+    if let Some(signal) = signal_asked() {
+        end_now(signal, "after its report");
+    }
+}
+
 /// From now on, SIGINT and SIGTERM end every process group and scratch directory alive, then
-/// this process, with status 130 or 143 as a shell reports a process those signals ended.
-/// Called once by the command line before it starts a server.
+/// this process, with status 130 or 143 as a shell reports a process those signals ended
+/// (a command that reports what it explored first: [`stopping_reports`]). Called once by the
+/// command line before it starts a server (again, it does nothing).
 pub fn end_on_signal() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(install_signal_handler);
+}
+
+/// Starts the thread that handles SIGINT and SIGTERM ([`end_on_signal`]).
+fn install_signal_handler() {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
         return;
     };
     std::thread::spawn(move || {
-        if let Some(signal) = signals.forever().next() {
-            STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
-            end_all();
-            eprintln!("retrysim: stopped by signal {signal}; every server it started is ended");
-            std::process::exit(128 + signal);
+        for signal in signals.forever() {
+            let reporting = REPORTING.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            if reporting && signal_asked().is_none() {
+                SIGNAL_ASKED.store(signal, std::sync::atomic::Ordering::SeqCst);
+                crate::ask_every_check_to_stop();
+                eprintln!(
+                    "retrysim: signal {signal}: stopping after the runs in progress to report \
+                     what was explored (a second signal ends at once)"
+                );
+                std::thread::spawn(move || {
+                    std::thread::sleep(STOP_GRACE);
+                    // A command whose report is made ends its servers the usual way.
+                    if REPORTING.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                        end_now(signal, "before its report: its runs did not end in time");
+                    }
+                });
+                continue;
+            }
+            end_now(signal, "");
         }
     });
+}
+
+/// Ends every server and scratch directory, then this process with `signal`'s status.
+fn end_now(signal: i32, when: &str) -> ! {
+    STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+    end_all();
+    let when = if when.is_empty() {
+        String::new()
+    } else {
+        format!(" {when}")
+    };
+    eprintln!("retrysim: stopped by signal {signal}{when}; every server it started is ended");
+    std::process::exit(128 + signal);
 }

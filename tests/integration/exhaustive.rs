@@ -1215,7 +1215,7 @@ fn the_invariants_table_agrees_with_the_counterexample_under_it() {
         entry,
         &options,
         &report,
-        0.0,
+        (0.0, "the time budget ran out"),
         retrysim::report::Counterexample::Minimal(&shrunk),
         (subject.invariants(), &[]),
         100,

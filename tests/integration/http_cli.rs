@@ -655,3 +655,60 @@ fn a_time_budget_ends_a_check_with_what_it_explored() {
         );
     }
 }
+
+/// SIGTERM (a CI job's timeout) or SIGINT in the middle of a check of a real service ends it
+/// with what it explored: the report on standard output says how far it got and that it is no
+/// verdict, the status is the signal's (143, 130), and no scratch directory is left.
+#[test]
+fn a_signal_ends_a_check_with_what_it_explored() {
+    for (signal, status) in [("TERM", 143), ("INT", 130)] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .args(["mcp", &shipped("charge.toml"), "--width", "400"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        // Waits (bounded by the check's own length, never raced) until the check has learned
+        // its fresh values: its server runs and its levels are about to begin.
+        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
+        let mut line = String::new();
+        while std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr reads") > 0 {
+            if line.contains("fresh values:") {
+                break;
+            }
+            line.clear();
+        }
+        assert!(line.contains("fresh values:"), "the check never began");
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr reads");
+        let pid = child.id();
+        let ended = child.wait_with_output().expect("the command ends");
+        let report = String::from_utf8_lossy(&ended.stdout);
+        assert_eq!(ended.status.code(), Some(status), "SIG{signal}: {rest}");
+        let scratch_prefix = format!("retrysim-mcp-{pid}-");
+        let left = ["/dev/shm", "/tmp"]
+            .iter()
+            .filter_map(|root| std::fs::read_dir(root).ok())
+            .flatten()
+            .flatten()
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&scratch_prefix)
+            })
+            .count();
+        assert_eq!(left, 0, "SIG{signal}: scratch directories left");
+        assert!(
+            report.contains(&format!("bound: NOT exhausted: SIG{signal} came")),
+            "SIG{signal}: {report}"
+        );
+        assert!(report.contains("this is no verdict"), "{report}");
+        assert!(rest.contains("after its report"), "SIG{signal}: {rest}");
+    }
+}
