@@ -16,7 +16,7 @@ pub fn replay_command(entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule
 /// `cause`): the levels exhausted and the runs of the one it was in.
 fn asked_stop_line(report: &CheckReport, cause: &str) -> String {
     let Some((last, exhausted)) = report.levels.split_last() else {
-        return format!("NOT exhausted: {cause} before a run ended");
+        return format!("NOT exhausted: {cause} (no level's run ended)");
     };
     let done = match exhausted.last() {
         Some(level) => format!(
@@ -536,7 +536,12 @@ pub fn check_report(
         Stopped::Exhausted => "exhausted".to_string(),
         Stopped::Violation => format!(
             "stopped at a violation at faults_max={} (lower levels are clean)",
-            report.levels.last().map_or(0, |l| l.faults_max)
+            (report
+                .violations
+                .first()
+                .map(|found| found.level_faults_max))
+            .or_else(|| report.levels.last().map(|level| level.faults_max))
+            .unwrap_or(0)
         ),
         Stopped::RunsMax => format!(
             "NOT exhausted: runs_max reached ({} runs; --runs-max raises it)",

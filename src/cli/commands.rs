@@ -259,12 +259,126 @@ fn check_advice(resolved: &Resolved, options: &CheckOptions) -> CheckAdvice {
 
 /// What asked a check to stop before its end ([`crate::Stopped::Asked`]), as its report
 /// says it: a signal, or else its time budget.
-fn asked_stop_cause() -> String {
-    match crate::process::signal_asked() {
-        Some(libc::SIGINT) => "SIGINT came".to_string(),
-        Some(libc::SIGTERM) => "SIGTERM came".to_string(),
-        Some(signal) => format!("signal {signal} came"),
-        None => "the time budget ran out".to_string(),
+fn asked_stop_cause(seeded: Option<&SeededFound>) -> String {
+    match (crate::process::signal_asked(), seeded) {
+        (Some(libc::SIGINT), _) => "SIGINT came".to_string(),
+        (Some(libc::SIGTERM), _) => "SIGTERM came".to_string(),
+        (Some(signal), _) => format!("signal {signal} came"),
+        (None, Some(_)) => format!(
+            "a seeded run broke an invariant, and the levels below its faults had {} s",
+            LEVELS_AFTER_SEEDED.as_secs()
+        ),
+        (None, None) => "the time budget ran out".to_string(),
+    }
+}
+
+/// A seeded run's violation, shrunk: its tape, the bounds it replays under and the faults it
+/// spends, which the levels need not reach.
+struct SeededFound {
+    failure: crate::Failure,
+    tape: Tape,
+    bounds: Bounds,
+    faults: u32,
+    /// Its shrunk run, traced; none where its tape did not break the invariant again.
+    shrunk: Option<Shrunk>,
+}
+
+/// `failure`, a seeded run's at `bounds`, shrunk by edits of its tape on `subject` (its own
+/// tape where it does not shrink).
+fn seeded_shrunk(
+    failure: crate::Failure,
+    subject: &mut dyn Subject,
+    bounds: &Bounds,
+    shown: Shown,
+) -> SeededFound {
+    // Edits only: the levels below its faults, run next, look for a form with fewer.
+    let invariant = failure.invariant;
+    let breaks = move |outcome: &crate::RunOutcome| outcome.violates(invariant);
+    let shrunk = with_shrink_progress(shown, || {
+        crate::shrink_by(subject, bounds, &failure.tape, &breaks, false)
+    });
+    let (tape, bounds, faults) = match &shrunk {
+        Some(shrunk) => (
+            shrunk.tape.clone(),
+            shrunk.bounds,
+            shrunk.outcome.faults.total(),
+        ),
+        None => (failure.tape.clone(), *bounds, bounds.faults_max),
+    };
+    SeededFound {
+        failure,
+        tape,
+        bounds,
+        faults,
+        shrunk,
+    }
+}
+
+/// How long the levels of a check run once a seeded run has broken an invariant: they look
+/// only for a form of it with fewer faults, and the user has a verdict already.
+pub const LEVELS_AFTER_SEEDED: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The options and time budget of a check's levels: as asked, or, after a seeded run's
+/// violation (`seeded`), only the levels below its faults within [`LEVELS_AFTER_SEEDED`]
+/// (none when it spends none).
+fn levels_after(
+    seeded: Option<&SeededFound>,
+    options: &CheckOptions,
+    budget: Option<std::time::Duration>,
+) -> Option<(CheckOptions, Option<std::time::Duration>)> {
+    let Some(found) = seeded else {
+        return Some((options.clone(), budget));
+    };
+    let below = found.faults.checked_sub(1)?;
+    let mut levels = options.clone();
+    levels.bounds.faults_max = below.min(options.bounds.faults_max);
+    let budget = budget.map_or(LEVELS_AFTER_SEEDED, |budget| {
+        budget.min(LEVELS_AFTER_SEEDED)
+    });
+    Some((levels, Some(budget)))
+}
+
+/// Makes `found`, a seeded run's violation the levels did not meet, `report`'s counterexample:
+/// at the level of its faults, above which nothing was run, when every level below it is
+/// clean (or there is none); else the levels' budget ran out first.
+fn take_seeded(report: &mut crate::CheckReport, found: &SeededFound) {
+    report.violations.push(crate::Counterexample {
+        invariant: found.failure.invariant,
+        tape: found.tape.clone(),
+        faults: found.faults,
+        level_faults_max: found.faults,
+    });
+    if report.levels.is_empty() || report.stopped == crate::Stopped::Exhausted {
+        report.stopped = crate::Stopped::Violation;
+    }
+}
+
+/// What the levels of a check learned of `found`, a seeded run's violation.
+fn seeded_levels(found: &SeededFound, report: &crate::CheckReport) -> String {
+    match (found.faults, report.stopped) {
+        (0, _) => "it spends no fault, so no level was run for one with fewer".to_string(),
+        (faults, crate::Stopped::Violation) => {
+            format!("every level below its {faults} fault(s) is clean")
+        }
+        (faults, _) => format!(
+            "the levels below its {faults} fault(s) had {} s and did not meet one",
+            LEVELS_AFTER_SEEDED.as_secs()
+        ),
+    }
+}
+
+/// The report of a check whose levels were not run (a seeded run's violation spent no
+/// fault): nothing explored, stopped before its first run.
+fn no_levels() -> crate::CheckReport {
+    crate::CheckReport {
+        levels: Vec::new(),
+        stopped: crate::Stopped::Asked,
+        step_limited: 0,
+        coverage: crate::Coverage::default(),
+        violations: Vec::new(),
+        workloads: 0,
+        symmetric_workloads: 0,
+        visited_bytes_peak: 0,
     }
 }
 
@@ -310,28 +424,50 @@ fn check_on(
     if let Some(line) = &fresh_line {
         note(&format!("retrysim: {line}"));
     }
-    let seeded = seeded_pass(resolved, &options, threads, started);
-    let advice = check_advice(resolved, &options);
-    let report = with_check_progress(shown, search.time_budget, advice, |progress| {
-        let mut level_done = |level: &Level| {
-            clear_progress_line(shown == Shown::Redrawn);
-            note(&level_line(level, started));
-        };
-        exhaust_on_reporting(
-            resolved.factory(),
-            &options,
-            threads,
-            (&mut level_done, progress),
-        )
-    });
+    let seeded = seeded_pass(resolved, &options, threads, started)
+        .map(|failure| seeded_shrunk(failure, &mut *subject, &options.bounds, shown));
+    let levels = levels_after(seeded.as_ref(), &options, search.time_budget);
+    let mut report = match &levels {
+        Some((level_options, budget)) => {
+            let advice = check_advice(resolved, level_options);
+            with_check_progress(shown, *budget, advice, |progress| {
+                let mut level_done = |level: &Level| {
+                    clear_progress_line(shown == Shown::Redrawn);
+                    note(&level_line(level, started));
+                };
+                exhaust_on_reporting(
+                    resolved.factory(),
+                    level_options,
+                    threads,
+                    (&mut level_done, progress),
+                )
+            })
+        }
+        None => no_levels(),
+    };
+    // A seeded run's violation the levels below its faults did not meet is the check's.
+    let seeded = seeded.filter(|_| report.violations.is_empty());
+    if let Some(found) = &seeded {
+        take_seeded(&mut report, found);
+    }
     let elapsed_seconds = started.elapsed().as_secs_f64();
     // A counterexample replays under the bounds of the level that found it.
     let mut nondeterminism = None;
     let minimal = report.violations.first().and_then(|found| {
-        let found_bounds = found.bounds(&options.bounds);
-        let shrunk = with_shrink_progress(shown, || {
-            resolved.shrink_confirmed(&mut *subject, (&found.tape, &found_bounds), found.invariant)
-        });
+        let shrunk = match seeded.as_ref().and_then(|seeded| seeded.shrunk.clone()) {
+            Some(shrunk) => resolved.confirmed(shrunk),
+            None => with_shrink_progress(shown, || {
+                let found_bounds = match &seeded {
+                    Some(seeded) => seeded.bounds,
+                    None => found.bounds(&options.bounds),
+                };
+                resolved.shrink_confirmed(
+                    &mut *subject,
+                    (&found.tape, &found_bounds),
+                    found.invariant,
+                )
+            }),
+        };
         confirmed_or_in_ground_truth(shrunk, &mut nondeterminism)
     });
     let mut gaps = report.coverage.gaps(&options.bounds);
@@ -369,7 +505,7 @@ fn check_on(
             value["fresh_values"] = json!(scenario.target.fresh.learned().tables);
         }
         if report.stopped == crate::Stopped::Asked {
-            value["stop_cause"] = json!(asked_stop_cause());
+            value["stop_cause"] = json!(asked_stop_cause(seeded.as_ref()));
         }
         let _ = writeln!(out.text, "{value}");
     } else {
@@ -377,7 +513,7 @@ fn check_on(
             entry,
             &options,
             &report,
-            (elapsed_seconds, &asked_stop_cause()),
+            (elapsed_seconds, &asked_stop_cause(seeded.as_ref())),
             match (&minimal, &nondeterminism) {
                 (Some(minimal), _) => report::Counterexample::Minimal(minimal),
                 (None, Some(_)) => report::Counterexample::Unconfirmed,
@@ -399,11 +535,21 @@ fn check_on(
         if let Some(overlap) = &overlap_note {
             out.text.push_str(overlap);
         }
+        if let Some(found) = &seeded {
+            let _ = writeln!(
+                out.text,
+                "\n{} was broken first by a seeded run (seed {} of {SEEDED_PASS_RUNS}), shrunk \
+                 above; {}.",
+                found.failure.invariant,
+                found.failure.seed,
+                seeded_levels(found, &report)
+            );
+        }
         out = out.fitted(width_chars);
     }
     // A shard's gaps may be another shard's coverage: `retrysim merge` judges them.
     let gaps_judged = options.shard.is_whole() && !gaps.is_empty();
-    let nothing_explored = report.runs() == 0;
+    let nothing_explored = report.runs() == 0 && seeded.is_none();
     if nothing_explored && !json {
         let _ = writeln!(
             out.text,
@@ -412,30 +558,8 @@ fn check_on(
             options.shard
         );
     }
-    // A violation a seeded run found that the levels did not reach (they stopped first).
-    let seeded_only = seeded.filter(|_| report.violations.is_empty());
-    if let Some(failure) = &seeded_only {
-        let shrunk = crate::try_shrink(
-            &mut *subject,
-            &options.bounds,
-            &failure.tape,
-            failure.invariant,
-        );
-        let (tape, bounds) = shrunk.map_or((failure.tape.clone(), options.bounds), |shrunk| {
-            (shrunk.tape, shrunk.bounds)
-        });
-        let replay = report::replay_command(entry, &bounds, &Schedule::Tape(tape));
-        let _ = writeln!(
-            out.text,
-            "\nVIOLATED {} in a seeded run before the levels (seed {}); the levels stopped \
-             before they met it. reproduce: {replay}",
-            failure.invariant, failure.seed
-        );
-    }
     let inconclusive = nothing_explored || (nondeterminism.is_some() && minimal.is_none());
-    Ok(out.ending(if seeded_only.is_some() {
-        ExitCode::from(1)
-    } else if inconclusive {
+    Ok(out.ending(if inconclusive {
         ExitCode::from(3)
     } else if !report.violations.is_empty() {
         ExitCode::from(1)

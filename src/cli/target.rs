@@ -94,6 +94,12 @@ impl Resolved {
         let shrunk = self
             .shrink_on(subject, (tape, bounds), invariant)
             .map_err(unconfirmed)?;
+        self.confirmed(shrunk)
+    }
+
+    /// `shrunk`, once replayed alike on fresh server processes (a real server's; any other is
+    /// taken as it is).
+    pub fn confirmed(&self, shrunk: Shrunk) -> Result<Shrunk, Unconfirmed> {
         if let Some(fresh_build) = &self.fresh_build {
             let mut fresh = fresh_build();
             let replayed = check_replays(

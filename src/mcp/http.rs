@@ -147,14 +147,15 @@ impl HttpServer {
         Ok(running)
     }
 
-    /// A port of 127.0.0.1 that no one listens on now.
+    /// A port of 127.0.0.1 that no one holds now ([`server_port`]).
     fn free_port(&self) -> Result<u16, McpError> {
-        let no_port = |error: std::io::Error| McpError::Start {
+        server_port().ok_or_else(|| McpError::Start {
             command: self.command.display(),
-            error: format!("no free port on 127.0.0.1: {error}"),
-        };
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(no_port)?;
-        Ok(listener.local_addr().map_err(no_port)?.port())
+            error: format!(
+                "no free port on 127.0.0.1 in {}..{}",
+                SERVER_PORTS.start, SERVER_PORTS.end
+            ),
+        })
     }
 
     /// A new process of the server forked by the spare, on a port of its own, its standard
@@ -617,4 +618,33 @@ fn read_body(reader: &mut impl BufRead, headers: &Map<String, Value>) -> Result<
         return Err(too_long());
     }
     Ok(body)
+}
+
+/// The ports handed to servers: below the kernel's default range of ephemeral ports
+/// (32768–60999), from which the ports of outgoing connections and of `bind` to port 0 are
+/// drawn. A port found free is closed before the server binds it; one drawn from that range
+/// could meanwhile become a connection's (a busy machine makes thousands), and the server
+/// would fail with "Address already in use".
+pub const SERVER_PORTS: std::ops::Range<u16> = 20_000..32_768;
+
+/// The next port [`server_port`] tries, as an offset into [`SERVER_PORTS`] (`u32::MAX` before
+/// the first): each process begins at an offset of its own and moves on, so that harnesses
+/// running side by side seldom try the same port, and a port just handed out is not handed
+/// out again before every other has been.
+static NEXT_SERVER_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// A port of [`SERVER_PORTS`] that no one holds on 127.0.0.1 now, or `None` if every one is
+/// held. Which port a server gets never reaches a run.
+fn server_port() -> Option<u16> {
+    use std::sync::atomic::Ordering;
+    let count = u32::from(SERVER_PORTS.end - SERVER_PORTS.start);
+    let begin = (std::process::id().wrapping_mul(7_919)) % count;
+    let _ = NEXT_SERVER_PORT.compare_exchange(u32::MAX, begin, Ordering::SeqCst, Ordering::SeqCst);
+    (0..count).find_map(|_| {
+        let offset = NEXT_SERVER_PORT.fetch_add(1, Ordering::SeqCst) % count;
+        let port = SERVER_PORTS.start + u16::try_from(offset).ok()?;
+        TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .ok()
+            .map(|_| port)
+    })
 }

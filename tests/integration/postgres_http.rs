@@ -808,3 +808,62 @@ fn assert_nothing_left(tmp: &std::path::Path, at: &str) {
         "{at}: {left:?} left in the temporary directory"
     );
 }
+
+/// The charge service on PostgreSQL (`charge_pg.py`: a pool, a start-up migration, a uuid id
+/// and a `created_at` PostgreSQL fills in), its variant `variant`.
+fn charge_pg(variant: &str) -> crate::ScenarioVariant {
+    crate::ScenarioVariant::of(
+        "http/charge_pg.toml",
+        variant,
+        r#"env = { VARIANT = "correct" }"#,
+        &format!(r#"env = {{ VARIANT = "{variant}" }}"#),
+    )
+}
+
+/// The charge service on PostgreSQL as teams write it is exhausted clean with a crash at any
+/// point and one request in flight (exit 3 for the overlap that bound leaves out): its fresh
+/// ids and timestamps are learned, and states repeat.
+#[test]
+fn the_charge_service_on_postgres_comes_out_clean_with_crashes() {
+    let mut args = vec![
+        "mcp",
+        "examples/http/charge_pg.toml",
+        "--invocations-max",
+        "1",
+    ];
+    args.extend(crate::http_cli::CRASHES_ONLY);
+    let Some((status, report)) = run("the charge service on PostgreSQL", &args) else {
+        return;
+    };
+    assert_eq!(status, 3, "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains("fresh values: charges"), "{report}");
+    assert!(!report.contains("crashes 0,"), "{report}");
+}
+
+/// Its faulty twins are caught: the key saved in a second transaction (a crash between the
+/// two) with one request in flight, and the lookup with no unique key (two in flight, no
+/// fault) by the seeded pass, its levels not run since no fault was spent.
+#[test]
+fn the_charge_services_faulty_twins_on_postgres_are_caught() {
+    let split = charge_pg("split");
+    let split_path = split.path();
+    let mut args = vec!["mcp", &split_path, "--invocations-max", "1"];
+    args.extend(crate::http_cli::CRASHES_ONLY);
+    let Some((status, report)) = run("the charge service's split twin", &args) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED"), "{report}");
+    let racy = charge_pg("racy");
+    let racy_path = racy.path();
+    let args = ["mcp", &racy_path, "--faults-max", "0"];
+    let (status, report) = run("the charge service's racy twin", &args).expect("found before");
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("a seeded run breaks"), "{report}");
+    assert!(
+        report.contains("it spends no fault, so no level has one with fewer"),
+        "{report}"
+    );
+}
