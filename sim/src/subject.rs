@@ -54,6 +54,12 @@ pub trait Subject {
         false
     }
 
+    /// `text` with the values that differ between runs of one schedule named by where they
+    /// repeat ([`crate::System::canonical_text`]). The default is `text` as it is.
+    fn canonical_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        std::borrow::Cow::Borrowed(text)
+    }
+
     /// Refuses bounds no run of this system can reach: those [`Bounds::validate_for`]
     /// refuses, and storage faults where the store has none.
     fn check_bounds(&self, bounds: &Bounds) -> Result<(), BoundsError> {
@@ -121,6 +127,10 @@ impl<S: System> Subject for Simulator<S> {
 
     fn runs_are_costly(&self) -> bool {
         self.system().runs_are_costly()
+    }
+
+    fn canonical_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        self.system().canonical_text(text)
     }
 
     fn workload_class(&self, workload_answers: &[u32], bounds: &Bounds) -> u64 {

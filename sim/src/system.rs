@@ -278,6 +278,15 @@ pub trait System: StoreKind {
         false
     }
 
+    /// `text` (a rendered timeline) with the values that differ between two runs of one
+    /// schedule (a fresh uuid, a wall-clock timestamp the system learned to tell apart)
+    /// named by where they repeat, as its state fingerprints name them: two replays of one
+    /// tape are compared in this form ([`crate::check_replays`]). The default is `text` as
+    /// it is.
+    fn canonical_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        std::borrow::Cow::Borrowed(text)
+    }
+
     /// Whether [`System::handle`] answers every submission with a verdict (applied, replayed,
     /// key reuse, refused or denied), unless a storage fault stops it. A client acts on an
     /// answer that is no verdict (pending, retry after, unavailable) only when it answers its

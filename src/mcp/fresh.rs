@@ -63,29 +63,192 @@ impl FreshValues {
     }
 
     /// `description` with every token of a fresh shape replaced by `?N`, N the order in
-    /// which the distinct values first appear: two states that differ only in which fresh
-    /// values they hold, not in where each repeats, read alike.
+    /// which the distinct values first appear, once each table's rows are put in an order of
+    /// their own ([`rows_in_canonical_order`]): two states that differ only in which fresh
+    /// values they hold, not in where each repeats, read alike, whatever order their fresh
+    /// ids put their rows in.
     pub fn canonical<'a>(&self, description: &'a str) -> Cow<'a, str> {
         let learned = self.0.lock().expect("the fresh values");
         if learned.shapes.is_empty() {
             return Cow::Borrowed(description);
         }
-        let mut names: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut canonical = String::with_capacity(description.len());
-        let mut copied_to = 0;
-        for (offset, token) in tokens(description) {
-            if token.len() < FRESH_TOKEN_CHARS_MIN || !learned.shapes.contains(&shape(token)) {
-                continue;
-            }
-            let next = names.len();
-            let name = *names.entry(token).or_insert(next);
-            canonical.push_str(&description[copied_to..offset]);
-            canonical.push_str(&format!("?{name}"));
-            copied_to = offset + token.len();
-        }
-        canonical.push_str(&description[copied_to..]);
-        Cow::Owned(canonical)
+        let is_fresh = |token: &str| {
+            token.len() >= FRESH_TOKEN_CHARS_MIN && learned.shapes.contains(&shape(token))
+        };
+        let ordered = rows_in_canonical_order(description, &is_fresh);
+        Cow::Owned(numbered(&ordered, &is_fresh))
     }
+}
+
+impl FreshValues {
+    /// `text`, a rendered timeline, as [`FreshValues::canonical`] writes a description: each
+    /// description of the tables in it (a cell of the table, or what follows a label such as
+    /// `store at end: `) with its rows in their own order, then every fresh token numbered
+    /// through the whole text. Two replays of a tape that drew other ids read alike.
+    pub fn canonical_timeline<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let learned = self.0.lock().expect("the fresh values");
+        if learned.shapes.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let is_fresh = |token: &str| {
+            token.len() >= FRESH_TOKEN_CHARS_MIN && learned.shapes.contains(&shape(token))
+        };
+        let lines: Vec<String> = (text.split('\n'))
+            .map(|line| {
+                let cells: Vec<String> = (line.split(" | "))
+                    .map(|cell| cell_in_canonical_order(cell, &is_fresh))
+                    .collect();
+                cells.join(" | ")
+            })
+            .collect();
+        Cow::Owned(numbered(&lines.join("\n"), &is_fresh))
+    }
+}
+
+/// `cell` with the description of tables it ends with (from its first `name [` that reads
+/// as one to its end, less trailing padding) in its rows' own order.
+fn cell_in_canonical_order(cell: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
+    let content = cell.trim_end();
+    let padding = &cell[content.len()..];
+    let starts = (content.char_indices())
+        .map(|(at, _)| at)
+        .filter(|&at| at == 0 || content[..at].ends_with(' '));
+    for start in starts {
+        let described = &content[start..];
+        if table_head(described).is_some() && sections(described).is_some() {
+            let ordered = rows_in_canonical_order(described, is_fresh);
+            return format!("{}{ordered}{padding}", &content[..start]);
+        }
+    }
+    cell.to_string()
+}
+
+/// `text` with each fresh token (`is_fresh`) replaced by `?N`, N the order in which the
+/// distinct values first appear.
+fn numbered(text: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut canonical = String::with_capacity(text.len());
+    let mut copied_to = 0;
+    for (offset, token) in tokens(text) {
+        if !is_fresh(token) {
+            continue;
+        }
+        let next = names.len();
+        let name = *names.entry(token).or_insert(next);
+        canonical.push_str(&text[copied_to..offset]);
+        canonical.push_str(&format!("?{name}"));
+        copied_to = offset + token.len();
+    }
+    canonical.push_str(&text[copied_to..]);
+    canonical
+}
+
+/// `text` with each fresh token replaced by `?`.
+fn neutral(text: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
+    let mut neutral = String::with_capacity(text.len());
+    let mut copied_to = 0;
+    for (offset, token) in tokens(text)
+        .into_iter()
+        .filter(|(_, token)| is_fresh(token))
+    {
+        neutral.push_str(&text[copied_to..offset]);
+        neutral.push('?');
+        copied_to = offset + token.len();
+    }
+    neutral.push_str(&text[copied_to..]);
+    neutral
+}
+
+/// One table of a description: `name [` and its rows.
+struct Section<'d> {
+    head: &'d str,
+    rows: Vec<&'d str>,
+}
+
+/// The tables of `description` (`name [row; row] name [row]`), or `None` where it does not
+/// read back as that.
+fn sections(description: &str) -> Option<Vec<Section<'_>>> {
+    let starts: Vec<usize> = (description.char_indices())
+        .map(|(at, _)| at)
+        .filter(|&at| at == 0 || description[..at].ends_with("] "))
+        .filter(|&at| table_head(&description[at..]).is_some())
+        .collect();
+    let mut found = Vec::with_capacity(starts.len());
+    for (index, &start) in starts.iter().enumerate() {
+        let end = starts
+            .get(index + 1)
+            .map_or(description.len(), |&next| next - 1);
+        let section = &description[start..end];
+        let head_len = table_head(section)?;
+        let inner = section[head_len..].strip_suffix(']')?;
+        let rows = if inner.is_empty() {
+            Vec::new()
+        } else {
+            inner.split("; ").collect()
+        };
+        found.push(Section {
+            head: &section[..head_len],
+            rows,
+        });
+    }
+    let rebuilt = joined(&found);
+    (rebuilt == description).then_some(found)
+}
+
+/// The length of `name [` at the start of `text`, when it begins so.
+fn table_head(text: &str) -> Option<usize> {
+    let name_len = text
+        .bytes()
+        .take_while(|&byte| byte.is_ascii_alphanumeric() || byte == b'_')
+        .count();
+    (name_len > 0 && text[name_len..].starts_with(" [")).then_some(name_len + 2)
+}
+
+/// `sections` written back as a description.
+fn joined(sections: &[Section<'_>]) -> String {
+    let tables: Vec<String> = (sections.iter())
+        .map(|section| format!("{}{}]", section.head, section.rows.join("; ")))
+        .collect();
+    tables.join(" ")
+}
+
+/// `description` with each table's rows in an order that does not depend on the values of
+/// their fresh tokens: by the row with those tokens as `?`, then, between rows alike so, by
+/// where else each of their fresh tokens appears (the other rows, so written, that hold
+/// it). A description that does not read as tables is kept as it is.
+fn rows_in_canonical_order(description: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
+    let Some(mut tables) = sections(description) else {
+        return description.to_string();
+    };
+    // Every row, by table and place, with its neutral form and its fresh tokens.
+    let mut holders: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for table in &tables {
+        for row in &table.rows {
+            let written = format!("{}{}", table.head, neutral(row, is_fresh));
+            for (_, token) in tokens(row).into_iter().filter(|(_, t)| is_fresh(t)) {
+                holders.entry(token).or_default().push(written.clone());
+            }
+        }
+    }
+    for table in &mut tables {
+        let head = table.head;
+        table.rows.sort_by_cached_key(|row| {
+            let written = format!("{head}{}", neutral(row, is_fresh));
+            let elsewhere: Vec<Vec<String>> = (tokens(row).into_iter())
+                .filter(|(_, token)| is_fresh(token))
+                .map(|(_, token)| {
+                    let mut others = holders.get(token).cloned().unwrap_or_default();
+                    if let Some(own) = others.iter().position(|other| *other == written) {
+                        others.remove(own);
+                    }
+                    others.sort();
+                    others
+                })
+                .collect();
+            (written, elsewhere)
+        });
+    }
+    joined(&tables)
 }
 
 impl Learned {
@@ -129,17 +292,29 @@ fn tokens(text: &str) -> Vec<(usize, &str)> {
 
 /// A token's shape: its punctuation kept, each letter or digit an `h` when all of them are
 /// hexadecimal digits (a uuid, a hex token, a number), a `w` otherwise (a timestamp with its
-/// `T`, a base-64 token).
+/// `T`, a base-64 token). The digits after a `.` are one `f` however many they are: a
+/// timestamp's fraction of a second, which PostgreSQL writes without its trailing zeros
+/// (`12:28:49.512+00` and `12:15:19.215566+00` are one shape).
 fn shape(token: &str) -> String {
     let all_hex = token
         .bytes()
         .filter(u8::is_ascii_alphanumeric)
         .all(|byte| byte.is_ascii_hexdigit());
     let class = if all_hex { 'h' } else { 'w' };
-    token
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { class } else { c })
-        .collect()
+    let mut shape = String::with_capacity(token.len());
+    let mut previous = ' ';
+    let mut in_fraction = false;
+    for c in token.chars() {
+        if previous == '.' && c.is_ascii_digit() {
+            in_fraction = true;
+            shape.push('f');
+        } else if !(in_fraction && c.is_ascii_digit()) {
+            in_fraction = false;
+            shape.push(if c.is_ascii_alphanumeric() { class } else { c });
+        }
+        previous = c;
+    }
+    shape
 }
 
 /// The table whose rows `description` (`name [rows] name [rows] ...`) lists at `offset`:
@@ -233,5 +408,72 @@ mod tests {
             fresh.canonical("charges [1,2026-12-07T10:00:00.000001+00:00]"),
             "charges [1,?0]"
         );
+    }
+
+    #[test]
+    fn rows_that_fresh_ids_put_in_another_order_read_alike() {
+        let fresh = learned_from_uuids();
+        let rows = |first: &str, second: &str| {
+            let key = format!("keys [(k1,{{\"id\": \"{second}\", \"total\": 5}})]");
+            let described = format!("charges [({first},5); ({second},5)] {key}");
+            fresh.canonical(&described).into_owned()
+        };
+        // The same two charges of 5, the key's answer naming the one drawn second, in
+        // either order of their ids: alike.
+        assert_eq!(rows(UUID_A, UUID_B), rows(UUID_C, UUID_B));
+        let swapped = |first: &str, second: &str| {
+            let key = format!("keys [(k1,{{\"id\": \"{first}\", \"total\": 5}})]");
+            fresh
+                .canonical(&format!("charges [({first},5); ({second},5)] {key}"))
+                .into_owned()
+        };
+        assert_eq!(rows(UUID_A, UUID_C), swapped(UUID_C, UUID_A));
+        // Another amount is another state.
+        let state = |second_amount: u32| {
+            let described = format!("charges [({UUID_A},5); ({UUID_B},{second_amount})] keys []");
+            fresh.canonical(&described).into_owned()
+        };
+        assert_ne!(state(7), state(5));
+    }
+
+    #[test]
+    fn a_description_that_is_no_tables_is_numbered_as_it_is() {
+        let fresh = learned_from_uuids();
+        let text = format!("(unreadable: {UUID_A}) é");
+        assert_eq!(fresh.canonical(&text), "(unreadable: ?0) é");
+    }
+
+    #[test]
+    fn two_replays_whose_ids_sort_their_rows_otherwise_read_alike_in_a_timeline() {
+        let fresh = learned_from_uuids();
+        // The charge of 700 is the key's; its id sorts before or after the other's.
+        let timeline = |low: &str, high: &str, kept: &str| {
+            let store = format!(
+                "charges [({low},{}); ({high},{})] keys [(r1,{{\"id\": \"{kept}\"}})]",
+                if kept == low { 700 } else { 500 },
+                if kept == high { 700 } else { 500 },
+            );
+            let text = format!("8 | 2100 | {store}    | c1 B: unknown\nstore at end: {store}");
+            fresh.canonical_timeline(&text).into_owned()
+        };
+        assert_eq!(
+            timeline(UUID_C, UUID_B, UUID_B),
+            timeline(UUID_A, UUID_B, UUID_A)
+        );
+        // The key naming the charge of 500 instead is another state.
+        let other = format!("8 | 2100 | charges [({UUID_C},500); ({UUID_B},700)] keys [(r1,{{\"id\": \"{UUID_C}\"}})]");
+        let other = fresh.canonical_timeline(&other).into_owned();
+        assert_ne!(
+            timeline(UUID_C, UUID_B, UUID_B).lines().next(),
+            other.lines().next()
+        );
+    }
+
+    #[test]
+    fn a_fraction_of_a_second_is_one_shape_whatever_its_digits() {
+        assert_eq!(shape("12:28:49.512+00"), shape("12:15:19.215566+00"));
+        assert_eq!(shape("12:28:49.512+00"), "hh:hh:hh.f+hh");
+        assert_ne!(shape("12:28:49+00"), shape("12:28:49.5+00"));
+        assert_eq!(shape(UUID_A), shape(UUID_B));
     }
 }

@@ -1180,6 +1180,12 @@ impl System for OnMcp {
         true
     }
 
+    /// The values learned fresh ([`crate::mcp::FreshValues`]) named by where they repeat:
+    /// two replays of a tape that drew other uuids are alike.
+    fn canonical_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        self.0.fresh.canonical_timeline(text)
+    }
+
     /// The target's clients and calls, as many as the bounds allow, each call under a
     /// request id of its own (`r1`, `r2`, ...), or under an earlier call's where it says so
     /// ([`Call::key_of`]).
