@@ -63,8 +63,9 @@ impl FreshValues {
     }
 
     /// `description` with every token of a fresh shape replaced by `?N`, N the order in
-    /// which the distinct values first appear, once each table's rows are put in an order of
-    /// their own ([`rows_in_canonical_order`]): two states that differ only in which fresh
+    /// which the distinct values first appear, once each table's rows are put in an order
+    /// their fresh values do not set (by the row with them as `?`, then by where else each
+    /// appears): two states that differ only in which fresh
     /// values they hold, not in where each repeats, read alike, whatever order their fresh
     /// ids put their rows in.
     pub fn canonical<'a>(&self, description: &'a str) -> Cow<'a, str> {
