@@ -10,10 +10,13 @@ PROVIDER_KEY=1 sends the request_id as the provider's Idempotency-Key, so a retr
 crash between the charge and its record gets the same charge back. PROVIDER_KEY=0 sends no
 key: that retry charges the customer again. PROVIDER_KEY=random sends a fresh uuid4 as the key
 of every attempt, the classic mistake: a key no retry repeats, so the retry charges again.
+PROVIDER_KEY=random-short makes the same mistake with a random number of at most five digits
+(too short to be told apart as a fresh value: its replays differ).
 """
 
 import json
 import os
+import random
 import sqlite3
 import sys
 import urllib.request
@@ -53,6 +56,8 @@ def charge(amount, key):
         headers["Idempotency-Key"] = key
     elif PROVIDER_KEY == "random":
         headers["Idempotency-Key"] = str(uuid.uuid4())
+    elif PROVIDER_KEY == "random-short":
+        headers["Idempotency-Key"] = str(random.randrange(100_000))
     request = urllib.request.Request(os.environ["PROVIDER_URL"] + "/charges",
                                      data=json.dumps({"amount": amount}).encode(),
                                      headers=headers, method="POST")

@@ -65,28 +65,40 @@ impl FreshValues {
     /// `description` with every token of a fresh shape replaced by `?N`, N the order in
     /// which the distinct values first appear, once each table's rows are put in an order
     /// their fresh values do not set (by the row with them as `?`, then by where else each
-    /// appears): two states that differ only in which fresh
-    /// values they hold, not in where each repeats, read alike, whatever order their fresh
-    /// ids put their rows in.
+    /// appears): two states that differ only in which fresh values they hold, not in where
+    /// each repeats, read alike, whatever order their fresh ids put their rows in.
     pub fn canonical<'a>(&self, description: &'a str) -> Cow<'a, str> {
-        let learned = self.0.lock().expect("the fresh values");
-        if learned.shapes.is_empty() {
-            return Cow::Borrowed(description);
-        }
-        let is_fresh = |token: &str| {
-            token.len() >= FRESH_TOKEN_CHARS_MIN && learned.shapes.contains(&shape(token))
-        };
-        let ordered = rows_in_canonical_order(description, &is_fresh);
-        Cow::Owned(numbered(&ordered, &is_fresh))
+        self.rewritten(description, |is_fresh| {
+            let ordered = rows_in_canonical_order(description, is_fresh);
+            numbered(&ordered, is_fresh)
+        })
     }
-}
 
-impl FreshValues {
     /// `text`, a rendered timeline, as [`FreshValues::canonical`] writes a description: each
     /// description of the tables in it (a cell of the table, or what follows a label such as
     /// `store at end: `) with its rows in their own order, then every fresh token numbered
     /// through the whole text. Two replays of a tape that drew other ids read alike.
     pub fn canonical_timeline<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.rewritten(text, |is_fresh| {
+            let lines: Vec<String> = (text.split('\n'))
+                .map(|line| {
+                    let cells: Vec<String> = (line.split(" | "))
+                        .map(|cell| cell_in_canonical_order(cell, is_fresh))
+                        .collect();
+                    cells.join(" | ")
+                })
+                .collect();
+            numbered(&lines.join("\n"), is_fresh)
+        })
+    }
+
+    /// `text` as it is while nothing is learned fresh, else as `rewrite` writes it given
+    /// whether a token is fresh.
+    fn rewritten<'a>(
+        &self,
+        text: &'a str,
+        rewrite: impl FnOnce(&dyn Fn(&str) -> bool) -> String,
+    ) -> Cow<'a, str> {
         let learned = self.0.lock().expect("the fresh values");
         if learned.shapes.is_empty() {
             return Cow::Borrowed(text);
@@ -94,15 +106,7 @@ impl FreshValues {
         let is_fresh = |token: &str| {
             token.len() >= FRESH_TOKEN_CHARS_MIN && learned.shapes.contains(&shape(token))
         };
-        let lines: Vec<String> = (text.split('\n'))
-            .map(|line| {
-                let cells: Vec<String> = (line.split(" | "))
-                    .map(|cell| cell_in_canonical_order(cell, &is_fresh))
-                    .collect();
-                cells.join(" | ")
-            })
-            .collect();
-        Cow::Owned(numbered(&lines.join("\n"), &is_fresh))
+        Cow::Owned(rewrite(&is_fresh))
     }
 }
 

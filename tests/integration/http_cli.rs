@@ -697,19 +697,7 @@ fn a_signal_ends_a_check_with_what_it_explored() {
         let ended = child.wait_with_output().expect("the command ends");
         let report = String::from_utf8_lossy(&ended.stdout);
         assert_eq!(ended.status.code(), Some(status), "SIG{signal}: {rest}");
-        let scratch_prefix = format!("retrysim-mcp-{pid}-");
-        let left = ["/dev/shm", "/tmp"]
-            .iter()
-            .filter_map(|root| std::fs::read_dir(root).ok())
-            .flatten()
-            .flatten()
-            .filter(|entry| {
-                entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with(&scratch_prefix)
-            })
-            .count();
+        let left = crate::scratch_left_by(pid);
         assert_eq!(left, 0, "SIG{signal}: scratch directories left");
         assert!(
             report.contains(&format!("bound: NOT exhausted: SIG{signal} came")),

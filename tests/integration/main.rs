@@ -183,3 +183,16 @@ impl Drop for ScenarioVariant {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// How many scratch directories the command of process `pid` has left in `/dev/shm` and
+/// `/tmp` (named `retrysim-mcp-PID-...`).
+pub fn scratch_left_by(pid: u32) -> usize {
+    let prefix = format!("retrysim-mcp-{pid}-");
+    ["/dev/shm", "/tmp"]
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .count()
+}

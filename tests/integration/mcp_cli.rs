@@ -855,19 +855,33 @@ fn a_check_in_which_no_call_succeeded_says_so() {
     assert!(report.contains("no call succeeded"), "{report}");
 }
 
-/// A fresh random provider key on every attempt: the key differs from run to run, so the
-/// failure does not replay alike, but the provider's record shows two charges for one
-/// intent. That is a violation all the same (exit 1), with the nondeterminism said beside it.
+/// A fresh random provider key on every attempt, the classic mistake, is caught either way:
+/// a uuid is learned as a fresh value, so the failure replays alike but for it (a violation,
+/// no nondeterminism); a short random number is not, so the failure does not replay alike,
+/// but the provider's record shows two charges for one intent. That is a violation all the
+/// same (exit 1), with the nondeterminism said beside it.
 #[test]
 fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
-    let text = std::fs::read_to_string(shipped("pay.toml"))
-        .unwrap()
-        .replace(
-            r#""pay_server.py""#,
-            &format!("{:?}", shipped("pay_server.py")),
-        )
-        .replace(r#"PROVIDER_KEY = "1""#, r#"PROVIDER_KEY = "random""#);
-    let caught = expect(&["mcp", &scenario("pay-random-key", &text)], 1);
+    let with_key = |key: &str| {
+        std::fs::read_to_string(shipped("pay.toml"))
+            .unwrap()
+            .replace(
+                r#""pay_server.py""#,
+                &format!("{:?}", shipped("pay_server.py")),
+            )
+            .replace(
+                r#"PROVIDER_KEY = "1""#,
+                &format!(r#"PROVIDER_KEY = "{key}""#),
+            )
+    };
+    let caught = expect(
+        &["mcp", &scenario("pay-random-key", &with_key("random"))],
+        1,
+    );
+    assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
+    assert!(!caught.contains("NONDETERMINISTIC"), "{caught}");
+    let short = with_key("random-short");
+    let caught = expect(&["mcp", &scenario("pay-random-short-key", &short)], 1);
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     assert!(caught.contains("NONDETERMINISTIC"), "{caught}");
     assert!(
@@ -934,21 +948,7 @@ fn a_signal_ends_the_server_and_its_files() {
             .spawn()
             .expect("the binary runs");
         let pid = child.id();
-        let scratch_prefix = format!("retrysim-mcp-{pid}-");
-        let scratch = || {
-            let root = ["/dev/shm", "/tmp"];
-            root.iter()
-                .filter_map(|root| std::fs::read_dir(root).ok())
-                .flatten()
-                .flatten()
-                .filter(|entry| {
-                    entry
-                        .file_name()
-                        .to_string_lossy()
-                        .starts_with(&scratch_prefix)
-                })
-                .count()
-        };
+        let scratch = || crate::scratch_left_by(pid);
         // Waits (bounded, never raced: a slow machine only waits longer) until the check
         // runs, its server started under it.
         let servers = || {
@@ -997,6 +997,7 @@ fn a_signal_ends_the_server_and_its_files() {
             !running.iter().any(alive),
             "SIG{signal}: servers {running:?} left running"
         );
+        let scratch_prefix = format!("retrysim-mcp-{pid}-");
         let left = crate::processes_left_with_environment(&scratch_prefix);
         assert!(left.is_empty(), "SIG{signal}: {left:?} left running");
     }
