@@ -10,7 +10,7 @@ PROVIDER_KEY=1 sends the request_id as the provider's Idempotency-Key, so a retr
 crash between the charge and its record gets the same charge back. PROVIDER_KEY=0 sends no
 key: that retry charges the customer again. PROVIDER_KEY=random sends a fresh uuid4 as the key
 of every attempt, the classic mistake: a key no retry repeats, so the retry charges again.
-PROVIDER_KEY=random-short makes the same mistake with a random number of at most five digits
+PROVIDER_KEY=random-short makes the same mistake with a random number of at most three digits
 (too short to be told apart as a fresh value: its replays differ).
 """
 
@@ -57,7 +57,7 @@ def charge(amount, key):
     elif PROVIDER_KEY == "random":
         headers["Idempotency-Key"] = str(uuid.uuid4())
     elif PROVIDER_KEY == "random-short":
-        headers["Idempotency-Key"] = str(random.randrange(100_000))
+        headers["Idempotency-Key"] = str(random.randrange(1_000))
     request = urllib.request.Request(os.environ["PROVIDER_URL"] + "/charges",
                                      data=json.dumps({"amount": amount}).encode(),
                                      headers=headers, method="POST")
