@@ -105,6 +105,10 @@ fn explore_chunk(
 ) -> Tally {
     let mut tally = Tally::default();
     for seed in seeds {
+        // A check's seeded runs end with the check when it is asked to stop (a signal).
+        if progress.stop_asked() {
+            break;
+        }
         let outcome = run_seed(subject, seed, bounds, false);
         progress.run_ended(!outcome.violations.is_empty());
         tally.executions += 1;

@@ -138,8 +138,16 @@ pub struct ScratchDir {
 impl ScratchDir {
     /// Makes the directory `path` (and its parents).
     pub fn create(path: PathBuf) -> std::io::Result<ScratchDir> {
+        // Once a signal is ending every directory ([`end_all`], which holds the list while
+        // it works), none is made that it would miss: the process is about to exit.
+        let mut alive = alive();
+        if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+            drop(alive);
+            wait_if_stopping();
+            unreachable!("a process ending on a signal exits before its threads go on");
+        }
         std::fs::create_dir_all(&path)?;
-        alive().directories.insert(path.clone());
+        alive.directories.insert(path.clone());
         Ok(ScratchDir { path })
     }
 
