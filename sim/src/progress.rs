@@ -28,11 +28,6 @@ pub fn shrink_runs() -> u64 {
     SHRINK_RUNS.load(Ordering::Relaxed)
 }
 
-/// Counts one run of a shrinker ([`shrink_runs`]).
-pub(crate) fn shrink_run_made() {
-    shrink_runs_made(1);
-}
-
 /// Counts `runs` runs of a shrinker ([`shrink_runs`]).
 pub(crate) fn shrink_runs_made(runs: u64) {
     SHRINK_RUNS.fetch_add(runs, Ordering::Relaxed);

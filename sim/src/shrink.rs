@@ -95,7 +95,7 @@ impl Shrinker<'_> {
             return false;
         }
         self.runs += 1;
-        crate::progress::shrink_run_made();
+        crate::progress::shrink_runs_made(1);
         let outcome =
             self.subject
                 .run(&mut TapeChoices::lenient(answers), &self.bounds, self.trace);

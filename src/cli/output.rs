@@ -127,22 +127,8 @@ pub(super) const PROGRESS_LOG_SECONDS: u64 = 30;
 /// the counters it bumps. A redrawn line is cleared at the end. It reads the counters only:
 /// what `work` does is the same either way.
 pub(super) fn with_progress<T>(shown: Shown, work: impl FnOnce(&Progress) -> T) -> T {
-    with_progress_until(shown, None, work)
-}
-
-/// [`with_progress`], asking the work to stop ([`Progress::ask_stop`]) once `budget` has
-/// passed since it began.
-pub(super) fn with_progress_until<T>(
-    shown: Shown,
-    budget: Option<Duration>,
-    work: impl FnOnce(&Progress) -> T,
-) -> T {
-    with_line(
-        shown,
-        budget,
-        |counters, seconds| (progress_line(counters, seconds), None),
-        work,
-    )
+    let line = |counters: &Progress, seconds: f64| (progress_line(counters, seconds), None);
+    with_line(shown, None, line, work)
 }
 
 /// A check's runs after which a level where no run met a state explored before gets a
@@ -221,7 +207,8 @@ impl CheckAdvice {
     }
 }
 
-/// [`with_progress_until`] for a check: its line says too how many runs of the level met a
+/// [`with_progress`] for a check, asking it to stop ([`Progress::ask_stop`]) once `budget`
+/// has passed: its line says too how many runs of the level met a
 /// state explored before, and `advice` is given as it falls due.
 pub(super) fn with_check_progress<T>(
     shown: Shown,
