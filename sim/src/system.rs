@@ -55,6 +55,15 @@ pub trait StoreKind {
         unreachable!("restore is called only for a system whose save gives copies")
     }
 
+    /// Whether a run resumed from a checkpoint puts the store back even where the run before
+    /// left it as the checkpoint holds it: `true` for a store that an ended run can leave
+    /// other than its fingerprint tells (a real server whose abandoned calls finish after
+    /// the run, committing what the engine never reads). `false`, the default, trusts the
+    /// fingerprint.
+    fn restores_every_resume(&self) -> bool {
+        false
+    }
+
     /// A count that moves whenever the committed store may have changed (for a
     /// [`crate::sqlite::HarnessDb`], [`crate::sqlite::HarnessDb::version`]); while it stays,
     /// the engine does not read the store again for state hashing or ground truth. `None`, the

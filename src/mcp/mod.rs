@@ -116,6 +116,13 @@ pub trait Transport {
         Ok(())
     }
 
+    /// Whether the server keeps a session for each client (MCP's Streamable HTTP): state of
+    /// its own that a copy of its database does not hold, so that a check cannot go back to
+    /// a point of a run by putting the database back.
+    fn has_sessions(&self) -> bool {
+        false
+    }
+
     /// Ends the clients' sessions (a new run begins on the same process); elsewhere than over
     /// a transport with sessions, nothing.
     fn end_sessions(&mut self) -> Result<(), McpError> {

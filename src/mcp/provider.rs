@@ -90,6 +90,18 @@ impl LoopbackProvider {
             .len()
     }
 
+    /// Puts its record back to `charges` (a copy of [`LoopbackProvider::charges`]).
+    pub fn restore(&self, charges: &[Charge]) {
+        let mut ledger = self.ledger.lock().expect("the provider's ledger");
+        *ledger = Ledger::default();
+        for (index, charge) in charges.iter().enumerate() {
+            if let Some(key) = &charge.key {
+                ledger.by_key.entry(key.clone()).or_insert(index);
+            }
+            ledger.charges.push(charge.clone());
+        }
+    }
+
     /// Forgets every charge (for a fresh run).
     pub fn clear(&self) {
         *self.ledger.lock().expect("the provider's ledger") = Ledger::default();

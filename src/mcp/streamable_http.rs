@@ -243,6 +243,10 @@ impl Transport for StreamableHttpServer {
         Ok(())
     }
 
+    fn has_sessions(&self) -> bool {
+        true
+    }
+
     fn end_sessions(&mut self) -> Result<(), McpError> {
         let sessions = std::mem::take(&mut self.sessions);
         for session in sessions.into_values().flatten() {

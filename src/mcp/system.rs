@@ -13,17 +13,19 @@
 //! point) is kept for it, told apart by its backend and its side channel's connection, until
 //! the schedule lets it go on. Each run starts from the database as the template left it.
 
-use super::database::{Change, DatabaseKind, PostgresDatabase, ServerDatabase, SqliteFile};
+use super::database::{
+    Change, DatabaseKind, PostgresDatabase, SavedDatabase, ServerDatabase, SqliteFile,
+};
 use super::{
-    Ask, FreshValues, Interrupted, LoopbackProvider, McpError, Question, Said, ServerCommand,
-    StdioServer, Transport,
+    Ask, Charge, FreshValues, Interrupted, LoopbackProvider, McpError, Question, Said,
+    ServerCommand, StdioServer, Transport,
 };
 use crate::fail_subject;
 use crate::process::ScratchDir;
 use crate::sqlite::rusqlite::Connection;
 use crate::{
     ChoiceKind, Crash, Ctx, Decider, Intent, IntentTag, Invariant, Keyed, Ledger, NoEvent, Reply,
-    Situation, Status, StoreKind, System, Workload, WorkloadLimits,
+    Situation, Status, StoreCopy, StoreKind, System, Workload, WorkloadLimits,
 };
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -319,6 +321,22 @@ pub struct McpStore {
     _scratch: ScratchDir,
 }
 
+/// A copy of a store at a point of a run where no call is in the server
+/// ([`crate::StoreKind::save`]).
+struct SavedStore {
+    database: SavedDatabase,
+    /// The effects given to intents, in order.
+    effects: Vec<crate::IntentId>,
+    /// The local records of the provider's charges given to intents, in order.
+    records: Vec<crate::IntentId>,
+    /// How many of the provider's charges had been given to intents.
+    charges_seen: usize,
+    /// The provider's charges, if the target has one.
+    charges: Option<Vec<Charge>>,
+    /// What the server had been told in the run.
+    history: u64,
+}
+
 /// The harness's record of a run's effects, each under its intent.
 struct Seen {
     /// The effects: the effect tables' changes, or the provider's charges when the server
@@ -446,24 +464,30 @@ impl McpStore {
     /// Puts the template back and forgets the last run's effects: under the running server
     /// when it is reused, else before a fresh process starts.
     fn start_from_template(&mut self) -> Result<(), McpError> {
+        self.start_from(None)
+    }
+
+    /// Puts the template back, or `saved` when given, with the record of effects it was
+    /// saved with: under the running server when it is reused, else under a fresh process
+    /// (`saved` once it has started). The calls an ended run left are finished first, and
+    /// what they committed is undone with the rest.
+    fn start_from(&mut self, saved: Option<&SavedStore>) -> Result<(), McpError> {
         self.finish_left_running();
-        self.seen.get_mut().clear();
-        self.history.set(0);
+        self.adopt(saved);
         self.calls_in_flight.set(0);
         *self.waits.get_mut() = LockWaits::default();
-        if let Some(provider) = &self.provider {
-            provider.clear();
-        }
         let database = self.database.get_mut();
         let server = self.server.get_mut();
         if let Some(exited) = server.exited_by_itself() {
             return Err(exited);
         }
+        let put_back = |database: &mut Box<dyn ServerDatabase>| match saved {
+            Some(saved) => database.put_back(&saved.database),
+            None => database.restore_under_server(),
+        };
         if self.reuse && server.is_running() {
             server.end_sessions()?;
-            database
-                .restore_under_server()
-                .unwrap_or_else(|why| fail_subject(why.to_string()));
+            put_back(database).unwrap_or_else(|why| fail_subject(why.to_string()));
             return Ok(());
         }
         server.kill();
@@ -473,7 +497,51 @@ impl McpStore {
         database
             .restore_stopped()
             .unwrap_or_else(|why| fail_subject(why.to_string()));
-        self.start_server()
+        self.start_server()?;
+        if saved.is_some() {
+            put_back(self.database.get_mut()).unwrap_or_else(|why| fail_subject(why.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Takes the record of effects `saved` holds, or an empty one, with the provider's
+    /// charges and the history the server was told.
+    fn adopt(&mut self, saved: Option<&SavedStore>) {
+        let seen = self.seen.get_mut();
+        seen.clear();
+        if let Some(provider) = &self.provider {
+            provider.clear();
+        }
+        self.history.set(0);
+        let Some(saved) = saved else {
+            return;
+        };
+        seen.ledger.restore(&saved.effects);
+        seen.records.restore(&saved.records);
+        seen.charges = saved.charges_seen;
+        if let (Some(provider), Some(charges)) = (&self.provider, &saved.charges) {
+            provider.restore(charges);
+        }
+        self.history.set(saved.history);
+    }
+
+    /// Copies what the server's next calls depend on while no call is in it: its database
+    /// and the harness's record of effects. `None` for a server with state of its own beside
+    /// them: one not reused between runs, one without a database, one with sessions.
+    fn save(&self) -> Option<SavedStore> {
+        if !self.reuse || self.server.borrow().has_sessions() {
+            return None;
+        }
+        let database = self.database.borrow_mut().save()?;
+        let seen = self.seen.borrow();
+        Some(SavedStore {
+            database,
+            effects: seen.ledger.effects().to_vec(),
+            records: seen.records.effects().to_vec(),
+            charges_seen: seen.charges,
+            charges: self.provider.as_ref().map(LoopbackProvider::charges),
+            history: self.history.get(),
+        })
     }
 
     /// Starts the server, and puts the harness's triggers back where its start undid them.
@@ -1088,6 +1156,26 @@ impl StoreKind for OnMcp {
         store
             .start_from_template()
             .unwrap_or_else(|error| failed(&error));
+    }
+
+    /// The server's database and the harness's record of effects, for a reused server whose
+    /// database can be copied and that keeps no sessions: at a point where no call is in
+    /// it, the database is all its next calls depend on (as between runs).
+    fn save(&self, store: &McpStore) -> Option<StoreCopy> {
+        store.save().map(StoreCopy::new)
+    }
+
+    fn restore(&self, store: &mut McpStore, copy: &StoreCopy) {
+        let saved: &SavedStore = copy.get().expect("a copy of a server's store");
+        store
+            .start_from(Some(saved))
+            .unwrap_or_else(|error| failed(&error));
+    }
+
+    /// A run that ended may have left calls in the server that finish after it, committing
+    /// what no step read: the database is put back at every resume.
+    fn restores_every_resume(&self) -> bool {
+        true
     }
 
     /// Takes what the crashed server committed, waits until its database connections are

@@ -608,6 +608,32 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
     assert!(runs(&fresh).is_some(), "{fresh}");
 }
 
+/// A check goes back to a point of a run by putting the server's database back (a copy
+/// taken where no call is in the server) instead of replaying the run from its start: the
+/// same runs, states and verdicts as replaying every run, on the charge service with its
+/// fresh values (clean) and on its twin that saves its key in a second transaction (caught
+/// by a crash between the two, at the same run).
+#[test]
+fn checkpoints_of_a_real_server_give_a_replays_runs() {
+    let split = charge_variant("split-checkpoints", r#"env = { VARIANT = "split" }"#);
+    let correct = shipped("charge.toml");
+    let one_in_flight = ["--invocations-max", "1", "--width", "400"];
+    for (path, status) in [(&correct, 3), (&split.path(), 1)] {
+        let args = [&["mcp", path.as_str()][..], &one_in_flight, &CRASHES_ONLY].concat();
+        let resumed = expect(&args, status);
+        let replayed = expect(&[&args[..], &["--no-checkpoints"]].concat(), status);
+        let counts = |report: &str| {
+            let line = report
+                .lines()
+                .find(|line| line.starts_with("runs explored: "));
+            line.map(str::to_string)
+        };
+        assert!(counts(&resumed).is_some(), "{resumed}");
+        assert_eq!(counts(&resumed), counts(&replayed), "{resumed}\n{replayed}");
+        assert_eq!(verdicts(&resumed), verdicts(&replayed), "{resumed}");
+    }
+}
+
 /// The charge service's faulty twins are caught: its key saved in a transaction after the
 /// charge's, a crash between them; and its lookup in a transaction of its own, two attempts
 /// in flight both missing the key — which the levels meet only after some 3,600 runs, and

@@ -17,9 +17,9 @@ use crate::mcp_sdk::Installed;
 use crate::postgres::postgres_installed;
 use std::process::Command;
 
-/// The Python that has psycopg 3.
+/// The Python that has psycopg 3, Flask and SQLAlchemy.
 const PSYCOPG: Installed = Installed {
-    what: "psycopg 3",
+    what: "psycopg 3, Flask and SQLAlchemy",
     env: "RETRYSIM_PG_PYTHON",
     in_target: "psycopg-venv/bin/python",
     script: ".ci/psycopg",
@@ -857,6 +857,22 @@ fn the_charge_services_faulty_twins_on_postgres_are_caught() {
     assert_eq!(status, 1, "{report}");
     assert!(report.contains("VIOLATED"), "{report}");
     assert!(!report.contains("NOT CONFIRMED"), "{report}");
+    // Resumed from copies of the database (the default), the runs are a replay's.
+    args.push("--no-checkpoints");
+    let (status, replayed) = run("the split twin replayed", &args).expect("found before");
+    assert_eq!(status, 1, "{replayed}");
+    let counts = |report: &str| {
+        let line = report
+            .lines()
+            .find(|line| line.starts_with("runs explored: "));
+        line.map(str::to_string)
+    };
+    assert!(counts(&report).is_some(), "{report}");
+    assert_eq!(counts(&report), counts(&replayed), "{report}\n{replayed}");
+    assert_eq!(
+        crate::http_cli::verdicts(&report),
+        crate::http_cli::verdicts(&replayed)
+    );
     let racy = charge_pg("racy");
     let racy_path = racy.path();
     let args = ["mcp", &racy_path, "--faults-max", "0", "--width", "400"];
@@ -867,4 +883,73 @@ fn the_charge_services_faulty_twins_on_postgres_are_caught() {
         report.contains("it spends no fault, so no level was run"),
         "{report}"
     );
+}
+
+/// `examples/http/charge_flask.toml` with its server's `VARIANT` set to `variant`.
+fn charge_flask(variant: &str) -> crate::ScenarioVariant {
+    crate::ScenarioVariant::of(
+        "http/charge_flask.toml",
+        variant,
+        r#"env = { VARIANT = "correct" }"#,
+        &format!(r#"env = {{ VARIANT = "{variant}" }}"#),
+    )
+}
+
+/// The charge service as a framework service (Flask, SQLAlchemy's ORM and pool, the schema
+/// made at start-up) is exhausted clean with one request in flight and no fault, its fresh
+/// ids and timestamps learned; its twin that saves the key in a second transaction is caught
+/// by a crash between the two.
+#[test]
+fn the_charge_service_on_flask_is_clean_and_its_split_twin_caught() {
+    let args = [
+        "mcp",
+        "examples/http/charge_flask.toml",
+        "--faults-max",
+        "0",
+        "--invocations-max",
+        "1",
+    ];
+    let Some((status, report)) = run("the charge service on Flask", &args) else {
+        return;
+    };
+    assert_eq!(status, 3, "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(report.contains("fresh values: charges"), "{report}");
+    let split = charge_flask("split");
+    let split_path = split.path();
+    let mut args = vec!["mcp", &split_path, "--invocations-max", "1"];
+    args.extend(crate::http_cli::CRASHES_ONLY);
+    let (status, report) = run("the Flask split twin", &args).expect("found before");
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("CRASH at between-commits"), "{report}");
+}
+
+/// The Flask service's twin without a unique key (its saved responses numbered by a
+/// sequence) is caught, two attempts in flight both charging. With one in flight it is clean,
+/// and resumed from copies of the database (its sequence set back with its rows) the check
+/// explores what a replay of every run explores.
+#[test]
+fn the_flask_services_racy_twin_is_caught_and_resumes_as_it_replays() {
+    let racy = charge_flask("racy");
+    let path = racy.path();
+    let Some((status, report)) = run("the Flask racy twin", &["mcp", &path]) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED"), "{report}");
+    let args = ["mcp", &path, "--faults-max", "0", "--invocations-max", "1"];
+    let (status, resumed) = run("the Flask racy twin, one in flight", &args).expect("found");
+    assert_eq!(status, 3, "{resumed}");
+    let replayed_args = [&args[..], &["--no-checkpoints"]].concat();
+    let (status, replayed) = run("the Flask racy twin replayed", &replayed_args).expect("found");
+    assert_eq!(status, 3, "{replayed}");
+    let counts = |report: &str| {
+        let line = report
+            .lines()
+            .find(|line| line.starts_with("runs explored: "));
+        line.map(str::to_string)
+    };
+    assert!(counts(&resumed).is_some(), "{resumed}");
+    assert_eq!(counts(&resumed), counts(&replayed), "{resumed}\n{replayed}");
 }

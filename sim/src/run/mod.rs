@@ -395,7 +395,7 @@ impl<S: System> Simulator<S> {
     ) -> Option<(usize, RunState<S>, u64)> {
         let store_now = checkpoints.store_now;
         let checkpoint = checkpoints.before(changed)?;
-        if store_now != Some(checkpoint.store_identity) {
+        if store_now != Some(checkpoint.store_identity) || self.system.restores_every_resume() {
             self.system.restore(&mut self.store, &checkpoint.store.copy);
             let version = store_version(&self.system, &self.store, &self.commits);
             self.reads.adopt(version, &checkpoint.store.reads);

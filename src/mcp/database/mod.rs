@@ -82,7 +82,24 @@ pub(super) trait ServerDatabase {
 
     /// Every table of the server's, row by row, in an order of its own.
     fn describe(&mut self) -> String;
+
+    /// A copy of the database as it is now, the harness's record of effects with it, taken
+    /// while no call is in the server, for a check to go back to ([`Self::put_back`]); `None`
+    /// where the database cannot be copied (every run is then replayed from its start).
+    fn save(&mut self) -> Option<SavedDatabase> {
+        None
+    }
+
+    /// Puts the database back to `saved` (made by [`Self::save`] of this database) under a
+    /// running server that has no call in it, as [`Self::restore_under_server`] puts the
+    /// template back.
+    fn put_back(&mut self, _saved: &SavedDatabase) -> Result<(), String> {
+        unreachable!("put back only where save gives copies")
+    }
 }
+
+/// A copy of a server's database made by [`ServerDatabase::save`], of a kind of its own.
+pub(super) type SavedDatabase = Box<dyn std::any::Any>;
 
 /// `name` as an SQL identifier in double quotes.
 pub(super) fn quoted_name(name: &str) -> String {

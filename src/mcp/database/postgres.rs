@@ -18,7 +18,7 @@
 //! recorded all the same; and after every start of the server they are looked for and put
 //! back where a start-up migration rebuilt an effect table without them.
 
-use super::{quoted_name, Change, ServerDatabase};
+use super::{quoted_name, Change, SavedDatabase, ServerDatabase};
 use crate::fail_subject;
 use crate::postgres::{PgClient, PgCluster, PgError, PgRows};
 use std::sync::Arc;
@@ -28,11 +28,15 @@ use std::time::{Duration, Instant};
 /// backends, and for a lock its own statements wait on: bounds for a loaded machine.
 const BACKENDS_GONE_WAIT: Duration = Duration::from_secs(30);
 
-/// How often the harness vacuums the server's tables, in runs: putting the template back
-/// deletes and inserts rows, and the dead ones would slow every later run. (The cluster
-/// runs no autovacuum: a worker's locks would be waits the harness cannot tell from the
-/// server's.)
-const VACUUM_EVERY_RUNS: u64 = 500;
+/// How often the harness vacuums the server's tables, in times it puts them back (to the
+/// template, or to a copy a check goes back to): each deletes and inserts rows, and the dead
+/// ones would slow every later run. (The cluster runs no autovacuum: a worker's locks would
+/// be waits the harness cannot tell from the server's.)
+const VACUUM_EVERY_RESTORES: u64 = 500;
+
+/// A copy of a server's database ([`ServerDatabase::save`]): each saved table's rows as a
+/// JSON array, then the statements that set the sequences back.
+struct SavedRows(Vec<String>);
 
 /// A server's database in the check's cluster.
 pub(in crate::mcp) struct PostgresDatabase {
@@ -46,6 +50,13 @@ pub(in crate::mcp) struct PostgresDatabase {
     describe_sql: String,
     /// The server's tables and the harness's, vacuumed now and then.
     vacuum_sql: String,
+    /// The query that copies every table of the server's and the harness's record of
+    /// effects (a JSON array of rows each), and makes the statements that set the server's
+    /// sequences back ([`ServerDatabase::save`]).
+    save_sql: String,
+    /// The tables `save_sql` copies, in its order: each quoted, with the columns an insert
+    /// may name.
+    saved_tables: Vec<(String, String)>,
     /// How many times the template has been put back.
     restores: u64,
     /// The effect tables, once installed.
@@ -86,6 +97,8 @@ impl PostgresDatabase {
             restore_sql: String::new(),
             describe_sql: "SELECT ''".into(),
             vacuum_sql: String::new(),
+            save_sql: String::new(),
+            saved_tables: Vec::new(),
             restores: 0,
             effect_tables: Vec::new(),
             cluster,
@@ -178,9 +191,49 @@ impl PostgresDatabase {
         if !described.is_empty() {
             self.describe_sql = format!("SELECT {}", described.join(" || ' ' || "));
         }
+        self.take_save_sql(tables)?;
         let mut vacuumed: Vec<String> = tables.iter().map(|t| quoted_name(t)).collect();
         vacuumed.push("retrysim_harness.effects".into());
         self.vacuum_sql = format!("VACUUM {}", vacuumed.join(", "));
+        Ok(())
+    }
+
+    /// Counts a putting back of the tables, and vacuums them every [`VACUUM_EVERY_RESTORES`].
+    fn count_restore(&mut self) -> Result<(), String> {
+        self.restores += 1;
+        if self.restores % VACUUM_EVERY_RESTORES == 0 {
+            let vacuum = self.vacuum_sql.clone();
+            self.run(&vacuum, "the server's tables cannot be vacuumed")?;
+        }
+        Ok(())
+    }
+
+    /// Makes the query that copies `tables` and the harness's record of effects, each as a
+    /// JSON array of its rows, and the statements that set the sequences back.
+    fn take_save_sql(&mut self, tables: &[String]) -> Result<(), String> {
+        let mut saved = Vec::new();
+        for table in tables {
+            saved.push((quoted_name(table), self.insertable_columns(table)?));
+        }
+        saved.push((
+            "retrysim_harness.effects".to_string(),
+            "id, table_name, operation, backend".to_string(),
+        ));
+        let copies: Vec<String> = (saved.iter())
+            .map(|(quoted, columns)| {
+                format!(
+                    "(SELECT coalesce(json_agg(r), '[]') FROM (SELECT {columns} FROM {quoted}) r)::text"
+                )
+            })
+            .collect();
+        self.save_sql = format!(
+            "SELECT {}, (SELECT coalesce(string_agg(format('SELECT setval(%L, %s, %s);', \
+             quote_ident(schemaname) || '.' || quote_ident(sequencename), \
+             coalesce(last_value, start_value), (last_value IS NOT NULL)::text), ''), '') \
+             FROM pg_sequences WHERE schemaname = 'public')",
+            copies.join(", ")
+        );
+        self.saved_tables = saved;
         Ok(())
     }
 
@@ -359,11 +412,7 @@ impl ServerDatabase for PostgresDatabase {
     }
 
     fn restore_under_server(&mut self) -> Result<(), String> {
-        self.restores += 1;
-        if self.restores % VACUUM_EVERY_RUNS == 0 {
-            let vacuum = self.vacuum_sql.clone();
-            self.run(&vacuum, "the server's tables cannot be vacuumed")?;
-        }
+        self.count_restore()?;
         let restore = self.restore_sql.clone();
         self.run(
             &restore,
@@ -375,6 +424,43 @@ impl ServerDatabase for PostgresDatabase {
 
     fn restore_stopped(&mut self) -> Result<(), String> {
         self.restore_under_server()
+    }
+
+    /// Every table's rows as JSON and the sequences' values, read in one statement.
+    fn save(&mut self) -> Option<SavedDatabase> {
+        let sql = self.save_sql.clone();
+        let rows = self
+            .run(&sql, "the server's database cannot be copied")
+            .unwrap_or_else(|why| fail_subject(why.to_string()));
+        let copied: Vec<String> = (rows.into_iter().next())
+            .map(|row| row.into_iter().map(Option::unwrap_or_default).collect())
+            .unwrap_or_default();
+        Some(Box::new(SavedRows(copied)))
+    }
+
+    /// Every table emptied and filled from its copy, and the sequences set back, in one
+    /// transaction, as the template is put back.
+    fn put_back(&mut self, saved: &SavedDatabase) -> Result<(), String> {
+        let SavedRows(copied) = saved
+            .downcast_ref()
+            .expect("a copy of a PostgreSQL database");
+        let (rows, sequences) = copied.split_at(copied.len().saturating_sub(1));
+        let mut statements = String::new();
+        for ((quoted, columns), json) in self.saved_tables.iter().zip(rows) {
+            let literal = json.replace('\'', "''");
+            statements.push_str(&format!(
+                "DELETE FROM {quoted}; INSERT INTO {quoted} ({columns}) OVERRIDING SYSTEM VALUE \
+                 SELECT {columns} FROM json_populate_recordset(NULL::{quoted}, '{literal}');"
+            ));
+        }
+        statements.extend(sequences.iter().map(String::as_str));
+        self.count_restore()?;
+        self.run(
+            &statements,
+            "the server's database cannot be put back to a copy (does the server keep a \
+             transaction open between requests?)",
+        )
+        .map(|_| ())
     }
 
     /// Ends every backend of the server's (a killed client's backend ends by itself only

@@ -10,8 +10,9 @@
 //! server, or copied while none runs. A crash kills the process, and the restarted one
 //! opens the file as the crash left it (SQLite's own recovery runs on it).
 
-use super::{quoted_name, Change, ServerDatabase};
+use super::{quoted_name, Change, SavedDatabase, ServerDatabase};
 use crate::fail_subject;
+use crate::sqlite::rusqlite::backup::Backup;
 use crate::sqlite::rusqlite::{self, Connection, MAIN_DB};
 use crate::sqlite::table_rows;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,17 @@ pub(in crate::mcp) struct SqliteFile {
     /// The effect tables, once installed.
     effect_tables: Vec<String>,
 }
+
+/// A copy of the server's file ([`ServerDatabase::save`]).
+struct SavedFile {
+    /// The file's pages, in a database in memory.
+    copy: Connection,
+    /// How many rows of `"retrysim:effects"` the harness had given out.
+    rows_seen: i64,
+}
+
+/// Pages a backup step copies: every page of a server's file at once.
+const BACKUP_PAGES_A_STEP: std::os::raw::c_int = std::os::raw::c_int::MAX;
 
 /// The harness's table in the server's file, quoted.
 const EFFECTS_TABLE: &str = "\"retrysim:effects\"";
@@ -220,6 +232,30 @@ impl ServerDatabase for SqliteFile {
     /// go with it.
     fn server_gone(&mut self) -> Result<(), String> {
         Ok(())
+    }
+
+    /// Through SQLite's backup API into a database in memory, with the count of effect rows
+    /// given out (their table is in the copy).
+    fn save(&mut self) -> Option<SavedDatabase> {
+        let mut copy = Connection::open_in_memory().expect("an in-memory connection opens");
+        Backup::new(&self.keeper, &mut copy)
+            .and_then(|backup| backup.run_to_completion(BACKUP_PAGES_A_STEP, Duration::ZERO, None))
+            .unwrap_or_else(|error| {
+                fail_subject(format!("the server's database cannot be copied: {error}"))
+            });
+        Some(Box::new(SavedFile {
+            copy,
+            rows_seen: self.rows_seen,
+        }))
+    }
+
+    /// Through SQLite's locks, as the template is put back.
+    fn put_back(&mut self, saved: &SavedDatabase) -> Result<(), String> {
+        let saved: &SavedFile = saved.downcast_ref().expect("a copy of a SQLite file");
+        self.rows_seen = saved.rows_seen;
+        Backup::new(&saved.copy, &mut self.keeper)
+            .and_then(|backup| backup.run_to_completion(BACKUP_PAGES_A_STEP, Duration::ZERO, None))
+            .map_err(|error| format!("the server's database cannot be put back: {error}"))
     }
 
     /// Every table but the harness's, each as `table [row; row]`.
