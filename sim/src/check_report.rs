@@ -453,27 +453,6 @@ impl Rounds {
         parts_max: 4,
     };
 
-    /// For a system whose runs are costly ([`crate::System::runs_are_costly`]: a real
-    /// server's): parts of at most 250 runs; one a round for a level's first 500 runs, then
-    /// one more for each 500 more, up to four. A real server's level is thousands of runs,
-    /// not hundreds of thousands, and each costs milliseconds: a state explored twice by two
-    /// parts costs less than a thread left idle.
-    pub const COSTLY: Rounds = Rounds {
-        runs_per_part_max: 250,
-        runs_per_more_part: 500,
-        parts_max: 4,
-    };
-
-    /// The rounds for `subject`: [`Rounds::COSTLY`] where its runs are costly, else
-    /// [`Rounds::DEFAULT`].
-    pub fn for_subject(subject: &dyn crate::Subject) -> Rounds {
-        if subject.runs_are_costly() {
-            Rounds::COSTLY
-        } else {
-            Rounds::DEFAULT
-        }
-    }
-
     /// How many parts a round of a level that has taken `runs` runs may have.
     pub(crate) fn parts_after(&self, runs: u64) -> usize {
         let most = self.parts_max.max(1);
