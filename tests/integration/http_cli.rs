@@ -594,18 +594,12 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
     );
     let deterministic = expect(&[&["mcp", &twin.path()][..], &bounds].concat(), 3);
     assert!(!deterministic.contains("fresh values"), "{deterministic}");
-    let runs = |report: &str| {
-        let line = report
-            .lines()
-            .find(|line| line.starts_with("runs explored: "));
-        line.map(str::to_string)
-    };
+    assert!(counts_line(&fresh).is_some(), "{fresh}");
     assert_eq!(
-        runs(&fresh),
-        runs(&deterministic),
+        counts_line(&fresh),
+        counts_line(&deterministic),
         "{fresh}\n{deterministic}"
     );
-    assert!(runs(&fresh).is_some(), "{fresh}");
 }
 
 /// A check goes back to a point of a run by putting the server's database back (a copy
@@ -622,16 +616,27 @@ fn checkpoints_of_a_real_server_give_a_replays_runs() {
         let args = [&["mcp", path.as_str()][..], &one_in_flight, &CRASHES_ONLY].concat();
         let resumed = expect(&args, status);
         let replayed = expect(&[&args[..], &["--no-checkpoints"]].concat(), status);
-        let counts = |report: &str| {
-            let line = report
-                .lines()
-                .find(|line| line.starts_with("runs explored: "));
-            line.map(str::to_string)
-        };
-        assert!(counts(&resumed).is_some(), "{resumed}");
-        assert_eq!(counts(&resumed), counts(&replayed), "{resumed}\n{replayed}");
-        assert_eq!(verdicts(&resumed), verdicts(&replayed), "{resumed}");
+        assert_resumes_as_it_replays(&resumed, &replayed);
     }
+}
+
+/// A report's `runs explored: ...; unique states: ...` line, if it has one.
+pub(crate) fn counts_line(report: &str) -> Option<&str> {
+    report
+        .lines()
+        .find(|line| line.starts_with("runs explored: "))
+}
+
+/// Asserts that `resumed` and `replayed`, one check's reports without and with
+/// `--no-checkpoints`, explored the same runs and states and came to the same verdicts.
+pub(crate) fn assert_resumes_as_it_replays(resumed: &str, replayed: &str) {
+    assert!(counts_line(resumed).is_some(), "{resumed}");
+    assert_eq!(
+        counts_line(resumed),
+        counts_line(replayed),
+        "{resumed}\n{replayed}"
+    );
+    assert_eq!(verdicts(resumed), verdicts(replayed), "{resumed}");
 }
 
 /// The charge service's faulty twins are caught: its key saved in a transaction after the

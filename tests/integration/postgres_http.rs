@@ -861,18 +861,7 @@ fn the_charge_services_faulty_twins_on_postgres_are_caught() {
     args.push("--no-checkpoints");
     let (status, replayed) = run("the split twin replayed", &args).expect("found before");
     assert_eq!(status, 1, "{replayed}");
-    let counts = |report: &str| {
-        let line = report
-            .lines()
-            .find(|line| line.starts_with("runs explored: "));
-        line.map(str::to_string)
-    };
-    assert!(counts(&report).is_some(), "{report}");
-    assert_eq!(counts(&report), counts(&replayed), "{report}\n{replayed}");
-    assert_eq!(
-        crate::http_cli::verdicts(&report),
-        crate::http_cli::verdicts(&replayed)
-    );
+    crate::http_cli::assert_resumes_as_it_replays(&report, &replayed);
     let racy = charge_pg("racy");
     let racy_path = racy.path();
     let args = ["mcp", &racy_path, "--faults-max", "0", "--width", "400"];
@@ -944,12 +933,5 @@ fn the_flask_services_racy_twin_is_caught_and_resumes_as_it_replays() {
     let replayed_args = [&args[..], &["--no-checkpoints"]].concat();
     let (status, replayed) = run("the Flask racy twin replayed", &replayed_args).expect("found");
     assert_eq!(status, 3, "{replayed}");
-    let counts = |report: &str| {
-        let line = report
-            .lines()
-            .find(|line| line.starts_with("runs explored: "));
-        line.map(str::to_string)
-    };
-    assert!(counts(&resumed).is_some(), "{resumed}");
-    assert_eq!(counts(&resumed), counts(&replayed), "{resumed}\n{replayed}");
+    crate::http_cli::assert_resumes_as_it_replays(&resumed, &replayed);
 }
