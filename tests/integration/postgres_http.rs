@@ -812,8 +812,14 @@ fn assert_nothing_left(tmp: &std::path::Path, at: &str) {
 /// The charge service on PostgreSQL (`charge_pg.py`: a pool, a start-up migration, a uuid id
 /// and a `created_at` PostgreSQL fills in), its variant `variant`.
 fn charge_pg(variant: &str) -> crate::ScenarioVariant {
+    with_variant("http/charge_pg.toml", variant)
+}
+
+/// The shipped scenario `scenario` (under `examples/`) with its server's `VARIANT` set to
+/// `variant` instead of `correct`.
+fn with_variant(scenario: &str, variant: &str) -> crate::ScenarioVariant {
     crate::ScenarioVariant::of(
-        "http/charge_pg.toml",
+        scenario,
         variant,
         r#"env = { VARIANT = "correct" }"#,
         &format!(r#"env = {{ VARIANT = "{variant}" }}"#),
@@ -876,12 +882,7 @@ fn the_charge_services_faulty_twins_on_postgres_are_caught() {
 
 /// `examples/http/charge_flask.toml` with its server's `VARIANT` set to `variant`.
 fn charge_flask(variant: &str) -> crate::ScenarioVariant {
-    crate::ScenarioVariant::of(
-        "http/charge_flask.toml",
-        variant,
-        r#"env = { VARIANT = "correct" }"#,
-        &format!(r#"env = {{ VARIANT = "{variant}" }}"#),
-    )
+    with_variant("http/charge_flask.toml", variant)
 }
 
 /// The charge service as a framework service (Flask, SQLAlchemy's ORM and pool, the schema
