@@ -604,6 +604,8 @@ where
             ExitCode::from(2)
         }
     };
+    // Whatever a server started that outlived its group and its adoption goes with us.
+    crate::process::end_marked();
     // A check a signal stopped has written what it explored; its status is the signal's.
     crate::process::exit_if_signalled();
     status

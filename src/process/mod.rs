@@ -182,6 +182,7 @@ pub fn end_all() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     end_adopted_by(&alive);
+    end_marked();
     for directory in std::mem::take(&mut alive.directories) {
         let _ = std::fs::remove_dir_all(directory);
     }
@@ -295,6 +296,31 @@ fn end_adopted_by(alive: &Alive) {
             }
         }
     }
+}
+
+/// Kills every process whose environment holds [`HARNESS_ENV`] with this process's id: what
+/// the servers of this process started, wherever it is now (a child a server left that no
+/// group kill and no adoption reached). Called once this process's servers are all ended, as
+/// it exits; never while a check of its runs.
+pub fn end_marked() {
+    let marker = format!("{HARNESS_ENV}={}", std::process::id());
+    for pid in marked(&marker) {
+        // SAFETY: `kill` signals a process; it touches no memory.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// The processes but this one whose environment holds `marker` (`NAME=value`), from `/proc`.
+fn marked(marker: &str) -> Vec<i32> {
+    let own = std::process::id();
+    let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    entries
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| u32::try_from(pid).is_ok_and(|pid| pid != own))
+        .filter(|&pid| has_variable(pid, marker))
+        .collect()
 }
 
 /// The process group of process `pid`, from `/proc` (which has it for a zombie too).
@@ -449,4 +475,46 @@ fn end_now(signal: i32, when: &str) -> ! {
     };
     eprintln!("retrysim: stopped by signal {signal}{when}; every server it started is ended");
     std::process::exit(128 + signal);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    /// A process started with `marker_value` under [`HARNESS_ENV`] (or without it), once it
+    /// runs its own program: it says so on its standard output after its `execve`.
+    fn started(marker_value: Option<&str>) -> std::process::Child {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", "echo ready; exec sleep 30"])
+            .stdout(Stdio::piped());
+        if let Some(value) = marker_value {
+            command.env(HARNESS_ENV, value);
+        }
+        let mut child = command.spawn().expect("sh starts");
+        let stdout = child.stdout.take().expect("piped");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("it says it is ready");
+        child
+    }
+
+    /// A process whose environment holds the marker is found, wherever it is; one without it
+    /// is not.
+    #[test]
+    fn marked_processes_are_found_by_their_environment() {
+        let value = format!("test-{}", std::process::id());
+        let mut with = started(Some(&value));
+        let mut without = started(None);
+        let found = marked(&format!("{HARNESS_ENV}={value}"));
+        for child in [&mut with, &mut without] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let id = |child: &std::process::Child| i32::try_from(child.id()).expect("a pid");
+        assert_eq!(found, vec![id(&with)], "{found:?}");
+    }
 }
