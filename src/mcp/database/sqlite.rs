@@ -46,6 +46,33 @@ struct SavedFile {
 /// Pages a backup step copies: every page of a server's file at once.
 const BACKUP_PAGES_A_STEP: std::os::raw::c_int = std::os::raw::c_int::MAX;
 
+/// How many times a copy waits on a lock another connection holds before it fails, each
+/// wait [`BACKUP_BUSY_PAUSE`] (as SQLite's own restore of the template waits).
+const BACKUP_BUSY_TRIES: u32 = 50;
+
+/// How long a copy waits on a lock another connection holds, in real time, before it tries
+/// again.
+const BACKUP_BUSY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Copies every page of `from`'s main database into `to`'s through SQLite's backup API,
+/// waiting a bounded while on a lock the server holds.
+fn copy_whole(from: &Connection, to: &mut Connection) -> rusqlite::Result<()> {
+    use rusqlite::backup::StepResult;
+    let backup = Backup::new(from, to)?;
+    for _ in 0..BACKUP_BUSY_TRIES {
+        match backup.step(BACKUP_PAGES_A_STEP)? {
+            StepResult::Done => return Ok(()),
+            StepResult::More => {}
+            // Busy or locked: another connection holds the file.
+            _ => std::thread::sleep(BACKUP_BUSY_PAUSE),
+        }
+    }
+    Err(rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+        Some("the server holds a lock on its database".into()),
+    ))
+}
+
 /// The harness's table in the server's file, quoted.
 const EFFECTS_TABLE: &str = "\"retrysim:effects\"";
 
@@ -238,11 +265,9 @@ impl ServerDatabase for SqliteFile {
     /// given out (their table is in the copy).
     fn save(&mut self) -> Option<SavedDatabase> {
         let mut copy = Connection::open_in_memory().expect("an in-memory connection opens");
-        Backup::new(&self.keeper, &mut copy)
-            .and_then(|backup| backup.run_to_completion(BACKUP_PAGES_A_STEP, Duration::ZERO, None))
-            .unwrap_or_else(|error| {
-                fail_subject(format!("the server's database cannot be copied: {error}"))
-            });
+        copy_whole(&self.keeper, &mut copy).unwrap_or_else(|error| {
+            fail_subject(format!("the server's database cannot be copied: {error}"))
+        });
         Some(Box::new(SavedFile {
             copy,
             rows_seen: self.rows_seen,
@@ -253,8 +278,7 @@ impl ServerDatabase for SqliteFile {
     fn put_back(&mut self, saved: &SavedDatabase) -> Result<(), String> {
         let saved: &SavedFile = saved.downcast_ref().expect("a copy of a SQLite file");
         self.rows_seen = saved.rows_seen;
-        Backup::new(&saved.copy, &mut self.keeper)
-            .and_then(|backup| backup.run_to_completion(BACKUP_PAGES_A_STEP, Duration::ZERO, None))
+        copy_whole(&saved.copy, &mut self.keeper)
             .map_err(|error| format!("the server's database cannot be put back: {error}"))
     }
 
