@@ -69,26 +69,34 @@ impl FreshValues {
     /// each repeats, read alike, whatever order their fresh ids put their rows in.
     pub fn canonical<'a>(&self, description: &'a str) -> Cow<'a, str> {
         self.rewritten(description, |is_fresh| {
-            let ordered = rows_in_canonical_order(description, is_fresh);
-            numbered(&ordered, is_fresh)
+            let ordered = rows_in_canonical_order(description, is_fresh, &|_| None);
+            numbered(&ordered, is_fresh, &mut BTreeMap::new())
         })
     }
 
     /// `text`, a rendered timeline, as [`FreshValues::canonical`] writes a description: each
     /// description of the tables in it (a cell of the table, or what follows a label such as
-    /// `store at end: `) with its rows in their own order, then every fresh token numbered
-    /// through the whole text. Two replays of a tape that drew other ids read alike.
+    /// `store at end: `) with its rows in their own order, and every fresh token numbered
+    /// through the whole text, cell after cell. Rows alike but for their fresh tokens are
+    /// ordered by the numbers those tokens got earlier in the text (two orders placed alike
+    /// by two attempts stay in the order their ids first appeared). Two replays of a tape
+    /// that drew other ids read alike.
     pub fn canonical_timeline<'a>(&self, text: &'a str) -> Cow<'a, str> {
         self.rewritten(text, |is_fresh| {
-            let lines: Vec<String> = (text.split('\n'))
-                .map(|line| {
-                    let cells: Vec<String> = (line.split(" | "))
-                        .map(|cell| cell_in_canonical_order(cell, is_fresh))
-                        .collect();
-                    cells.join(" | ")
-                })
-                .collect();
-            numbered(&lines.join("\n"), is_fresh)
+            let mut names = BTreeMap::new();
+            let mut lines = Vec::new();
+            for line in text.split('\n') {
+                let mut cells = Vec::new();
+                for cell in line.split(" | ") {
+                    let ordered = {
+                        let known = |token: &str| names.get(token).copied();
+                        cell_in_canonical_order(cell, is_fresh, &known)
+                    };
+                    cells.push(numbered(&ordered, is_fresh, &mut names));
+                }
+                lines.push(cells.join(" | "));
+            }
+            lines.join("\n")
         })
     }
 
@@ -112,7 +120,11 @@ impl FreshValues {
 
 /// `cell` with the description of tables it ends with (from its first `name [` that reads
 /// as one to its end, less trailing padding) in its rows' own order.
-fn cell_in_canonical_order(cell: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
+fn cell_in_canonical_order(
+    cell: &str,
+    is_fresh: &dyn Fn(&str) -> bool,
+    known: &dyn Fn(&str) -> Option<usize>,
+) -> String {
     let content = cell.trim_end();
     let padding = &cell[content.len()..];
     let starts = (content.char_indices())
@@ -121,7 +133,7 @@ fn cell_in_canonical_order(cell: &str, is_fresh: &dyn Fn(&str) -> bool) -> Strin
     for start in starts {
         let described = &content[start..];
         if table_head(described).is_some() && sections(described).is_some() {
-            let ordered = rows_in_canonical_order(described, is_fresh);
+            let ordered = rows_in_canonical_order(described, is_fresh, known);
             return format!("{}{ordered}{padding}", &content[..start]);
         }
     }
@@ -129,9 +141,13 @@ fn cell_in_canonical_order(cell: &str, is_fresh: &dyn Fn(&str) -> bool) -> Strin
 }
 
 /// `text` with each fresh token (`is_fresh`) replaced by `?N`, N the order in which the
-/// distinct values first appear.
-fn numbered(text: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
-    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+/// distinct values first appear, counting on from the tokens `names` has numbered already
+/// (which it is given the new ones).
+fn numbered(
+    text: &str,
+    is_fresh: &dyn Fn(&str) -> bool,
+    names: &mut BTreeMap<String, usize>,
+) -> String {
     let mut canonical = String::with_capacity(text.len());
     let mut copied_to = 0;
     for (offset, token) in tokens(text) {
@@ -139,7 +155,7 @@ fn numbered(text: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
             continue;
         }
         let next = names.len();
-        let name = *names.entry(token).or_insert(next);
+        let name = *names.entry(token.to_string()).or_insert(next);
         canonical.push_str(&text[copied_to..offset]);
         canonical.push_str(&format!("?{name}"));
         copied_to = offset + token.len();
@@ -220,8 +236,13 @@ fn joined(sections: &[Section<'_>]) -> String {
 /// `description` with each table's rows in an order that does not depend on the values of
 /// their fresh tokens: by the row with those tokens as `?`, then, between rows alike so, by
 /// where else each of their fresh tokens appears (the other rows, so written, that hold
-/// it). A description that does not read as tables is kept as it is.
-fn rows_in_canonical_order(description: &str, is_fresh: &dyn Fn(&str) -> bool) -> String {
+/// it), then by the numbers `known` gave their fresh tokens before (none last). A
+/// description that does not read as tables is kept as it is.
+fn rows_in_canonical_order(
+    description: &str,
+    is_fresh: &dyn Fn(&str) -> bool,
+    known: &dyn Fn(&str) -> Option<usize>,
+) -> String {
     let Some(mut tables) = sections(description) else {
         return description.to_string();
     };
@@ -250,7 +271,12 @@ fn rows_in_canonical_order(description: &str, is_fresh: &dyn Fn(&str) -> bool) -
                     others
                 })
                 .collect();
-            (written, elsewhere)
+            let mut numbers: Vec<usize> = (tokens(row).into_iter())
+                .filter(|(_, token)| is_fresh(token))
+                .map(|(_, token)| known(token).unwrap_or(usize::MAX))
+                .collect();
+            numbers.sort_unstable();
+            (written, elsewhere, numbers)
         });
     }
     joined(&tables)

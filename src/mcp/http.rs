@@ -349,8 +349,12 @@ impl Transport for HttpServer {
                     }
                     self.kept_results.insert(answered, result);
                 }
-                Waited::Got(Heard::Ask(ask, connection)) => {
-                    return Ok(Some(Said::Asked(Question { ask, connection })))
+                Waited::Got(Heard::Ask(ask, connection, backend)) => {
+                    return Ok(Some(Said::Asked(Question {
+                        ask,
+                        connection,
+                        backend,
+                    })))
                 }
                 Waited::Got(Heard::Unknown(line)) => {
                     self.stop();

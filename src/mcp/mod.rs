@@ -158,6 +158,9 @@ pub struct Question {
     pub ask: Ask,
     /// The side channel's connection it came on, where its answer goes.
     pub connection: u64,
+    /// The database backend of the connection it came from, where the asker said (the
+    /// relay to PostgreSQL does: `backend PID` first on each of its connections).
+    pub backend: Option<i32>,
 }
 
 /// What a server offers after the handshake.

@@ -27,6 +27,10 @@
 //!                                              # a [provider] alone will do)
 //! env = "RETRYSIM_DB"                          # the variable that names the file
 //! effect_tables = ["counter"]                  # changes to these are the effects
+//! points = "transactions"                      # PostgreSQL: points at each transaction's
+//!                                              # first statement and commit, with no
+//!                                              # helper ("statements": every statement
+//!                                              # too; "none")
 //!
 //! key = { argument = "request_id" }            # or { meta = "idempotencyKey" },
 //!                                              # "idempotencyKey", or "none"
@@ -54,6 +58,7 @@ use super::{
     Call, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand,
     ServerTransport, StatusTool, SIDE_CHANNEL_ENV,
 };
+use crate::postgres::RelayPoints;
 use crate::process::ScratchDir;
 use crate::{Bounds, ClientPolicy, Timeouts};
 use serde::Deserialize;
@@ -170,6 +175,17 @@ struct DatabaseSection {
     kind: DatabaseKindFile,
     env: Option<String>,
     effect_tables: Vec<String>,
+    /// PostgreSQL: where the relay asks (`transactions`, the default; `statements`; `none`).
+    points: Option<PointsFile>,
+}
+
+/// `[database] points`: the points a PostgreSQL server's transactions give with no helper.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum PointsFile {
+    Transactions,
+    Statements,
+    None,
 }
 
 /// `[database] kind`: the server's SQLite file (the default), or a PostgreSQL database the
@@ -183,6 +199,22 @@ enum DatabaseKindFile {
 }
 
 impl DatabaseSection {
+    /// The relay's points: `transactions` unless the file says otherwise, on PostgreSQL
+    /// only.
+    fn relay_points(&self) -> Result<Option<RelayPoints>, String> {
+        match (self.kind, self.points) {
+            (DatabaseKindFile::Sqlite, Some(_)) => Err("database.points is for PostgreSQL (kind                  = \"postgres\"): a SQLite server's points are the helper's"
+                .into()),
+            (DatabaseKindFile::Sqlite, None) | (_, Some(PointsFile::None)) => Ok(None),
+            (DatabaseKindFile::Postgres, None | Some(PointsFile::Transactions)) => {
+                Ok(Some(RelayPoints::Transactions))
+            }
+            (DatabaseKindFile::Postgres, Some(PointsFile::Statements)) => {
+                Ok(Some(RelayPoints::Statements))
+            }
+        }
+    }
+
     /// The variable that tells the server where its database is: as the file names it,
     /// else `DATABASE_URL` for PostgreSQL; SQLite's has no default.
     fn env(&self) -> Result<&str, String> {
@@ -711,6 +743,10 @@ impl ScenarioFile {
                 Some(DatabaseKindFile::Postgres) => DatabaseKind::Postgres,
                 Some(DatabaseKindFile::Sqlite) | None => DatabaseKind::Sqlite,
             },
+            database_points: database
+                .map(DatabaseSection::relay_points)
+                .transpose()?
+                .flatten(),
             effect_tables: database
                 .map_or_else(Vec::new, |database| database.effect_tables.clone()),
             provider_env: self.provider.as_ref().map(|provider| provider.env.clone()),
@@ -909,7 +945,7 @@ impl Scenario {
         let in_scenario = |why: String| ScenarioError(format!("scenario {name}: {why}"));
         let mut command = self.target.server.clone();
         let mut database = super::OnMcp(self.target.clone())
-            .new_database(directory)
+            .new_database(directory, &directory.join("verify.sock"))
             .map_err(in_scenario)?;
         if let Some(env) = &self.target.database_env {
             command.env.extend(database.server_env(env));

@@ -4,6 +4,9 @@
 //!
 //! - `point NAME` — a crash point; the harness answers `go`, or kills the server there;
 //! - `now` — the simulated clock; the harness answers `now MILLISECONDS`;
+//! - `backend PID` — no question: the connection's later questions come from the request
+//!   served by database backend `PID` (the relay to PostgreSQL says so first on each of its
+//!   connections); no answer;
 //! - `spare TOKEN` — a warm spare, started with `TOKEN` in [`SPARE_ENV`], has reached the
 //!   helper's gate (its import). From then on the harness sends it `fork` lines (tab-separated
 //!   `NAME=VALUE` variables after the word, and the new process's standard input, output and
@@ -122,8 +125,9 @@ pub(super) enum Heard {
     Closed(u64),
     /// The process of this generation wrote something that is no message: what is wrong.
     Malformed(u64, String),
-    /// A question on the side channel, and the connection it came on.
-    Ask(Ask, u64),
+    /// A question on the side channel, the connection it came on, and the database backend
+    /// that connection said it speaks for.
+    Ask(Ask, u64, Option<i32>),
     /// A line on the side channel that is no question of its protocol.
     Unknown(String),
     /// The result of request `id` (its second field) to the HTTP server of this generation
@@ -339,12 +343,17 @@ impl Drop for SideChannel {
 /// [`QUESTION_BYTES_MAX`].
 fn read_questions(stream: UnixStream, number: u64, heard: &Sender<Heard>, gates: &Gates) {
     let mut reader = BufReader::new(stream);
+    let mut backend = None;
     while let Ok(Some(read)) = crate::process::read_line_capped(&mut reader, QUESTION_BYTES_MAX) {
         let line = read.lossy();
         let question = match line.trim().split_once(' ') {
             _ if read.over_cap => Heard::Unknown(line.chars().take(200).collect()),
             Some(("point", name)) if !name.trim().is_empty() => {
-                Heard::Ask(Ask::Point(name.trim().to_string()), number)
+                Heard::Ask(Ask::Point(name.trim().to_string()), number, backend)
+            }
+            Some(("backend", pid)) if pid.trim().parse::<i32>().is_ok() => {
+                backend = pid.trim().parse().ok();
+                continue;
             }
             Some(("spare", token)) if token.trim().parse::<u64>().is_ok() => {
                 let token = token.trim().parse().expect("a number, just checked");
@@ -375,7 +384,7 @@ fn read_questions(stream: UnixStream, number: u64, heard: &Sender<Heard>, gates:
                 gates.changed.notify_all();
                 continue;
             }
-            _ if line.trim() == "now" => Heard::Ask(Ask::NowMs, number),
+            _ if line.trim() == "now" => Heard::Ask(Ask::NowMs, number, backend),
             _ => Heard::Unknown(line.chars().take(200).collect()),
         };
         if heard.send(question).is_err() || read.over_cap {

@@ -336,8 +336,12 @@ impl Transport for StdioServer {
                 Waited::Got(
                     Heard::Line(..) | Heard::Closed(_) | Heard::Malformed(..) | Heard::Response(..),
                 ) => continue,
-                Waited::Got(Heard::Ask(ask, connection)) => {
-                    return Ok(Some(Said::Asked(Question { ask, connection })))
+                Waited::Got(Heard::Ask(ask, connection, backend)) => {
+                    return Ok(Some(Said::Asked(Question {
+                        ask,
+                        connection,
+                        backend,
+                    })))
                 }
                 Waited::Got(Heard::Unknown(line)) => {
                     self.stop();

@@ -21,6 +21,7 @@ use super::{
     ServerCommand, StdioServer, Transport,
 };
 use crate::fail_subject;
+use crate::postgres::RelayPoints;
 use crate::process::ScratchDir;
 use crate::sqlite::rusqlite::Connection;
 use crate::{
@@ -61,6 +62,11 @@ pub struct McpTarget {
     pub database_env: Option<String>,
     /// Which database the server keeps its state in.
     pub database: DatabaseKind,
+    /// On PostgreSQL, where the harness asks at the server's transactions with no helper in
+    /// its code: a relay between the server and the cluster sees each transaction's first
+    /// statement and each commit ([`crate::postgres::Relay`]), and the schedule may pause or
+    /// crash a call there. `None`: the server reaches the cluster directly.
+    pub database_points: Option<RelayPoints>,
     /// The tables whose changes are the effects the invariants count; with a provider,
     /// the tables whose inserted rows are the local records of its charges.
     pub effect_tables: Vec<String>,
@@ -369,8 +375,12 @@ const HOLDER_LOOK_EVERY_LOOKS: u32 = 250;
 struct LockWaits {
     /// The backend of each call that was seen waiting.
     backend_of: BTreeMap<u64, i32>,
-    /// The side channel's connection of each call, once it asked on it.
-    connection_of: BTreeMap<u64, u64>,
+    /// The side channel's connections of each call, once it asked on them (a helper's and
+    /// one for each transaction the relay to PostgreSQL saw).
+    connection_of: BTreeMap<u64, BTreeSet<u64>>,
+    /// The calls that asked on a helper's connection (one that named no backend): a thread
+    /// or task of the server's asks on one only.
+    helper_asked: BTreeSet<u64>,
     /// Changes committed by a waiting call's backend, kept until it goes on.
     changes: BTreeMap<u64, Vec<Change>>,
     /// A question a waiting call asked, kept until it goes on.
@@ -396,10 +406,19 @@ impl LockWaits {
         self.blocked.remove(&owner);
     }
 
+    /// Takes the connection `question` came on as call `call`'s.
+    fn note_connection(&mut self, call: u64, question: &Question) {
+        (self.connection_of.entry(call).or_default()).insert(question.connection);
+        if question.backend.is_none() {
+            self.helper_asked.insert(call);
+        }
+    }
+
     /// Forgets call `id`, answered.
     fn forget(&mut self, id: u64) {
         self.backend_of.remove(&id);
         self.connection_of.remove(&id);
+        self.helper_asked.remove(&id);
         self.changes.remove(&id);
         self.questions.remove(&id);
         self.results.remove(&id);
@@ -546,8 +565,10 @@ impl McpStore {
 
     /// Starts the server, and puts the harness's triggers back where its start undid them.
     fn start_server(&mut self) -> Result<(), McpError> {
+        self.database.get_mut().arm_points(false);
         self.server.get_mut().start()?;
         (self.database.get_mut().after_start()).unwrap_or_else(|why| fail_subject(why.to_string()));
+        self.database.get_mut().arm_points(true);
         Ok(())
     }
 
@@ -627,10 +648,7 @@ impl McpStore {
             let mut waits = self.waits.borrow_mut();
             match heard {
                 Some(Said::Asked(question)) => {
-                    waits
-                        .connection_of
-                        .entry(call)
-                        .or_insert(question.connection);
+                    waits.note_connection(call, &question);
                     waits.keep_question(call, question);
                 }
                 Some(Said::Result(result)) => {
@@ -743,6 +761,20 @@ impl McpStore {
         true
     }
 
+    /// The call whose backend (seen waiting on a lock) is the one `question` says it comes
+    /// from, its connection then taken as that call's; `None` where the asker named no
+    /// backend (a helper) or one no waiting call has.
+    fn owner_by_backend(&self, question: &Question) -> Option<u64> {
+        let mut waits = self.waits.borrow_mut();
+        let owner = waits.call_of_backend(question.backend?)?;
+        // A call whose answer is in has given its connection back to the server's pool.
+        if waits.results.contains_key(&owner) {
+            return None;
+        }
+        waits.note_connection(owner, question);
+        Some(owner)
+    }
+
     /// The call that asked `question` when it is not `followed`: one that waited on a lock
     /// and has gone on inside the server since. Its connection tells, once known. A
     /// connection not seen before is the followed call's, unless the followed call asked on
@@ -750,23 +782,28 @@ impl McpStore {
     /// more): then it is that call's.
     fn owner_of(&self, followed: u64, question: &Question) -> Option<u64> {
         let connection = question.connection;
+        if let Some(owner) = self.owner_by_backend(question) {
+            return (owner != followed).then_some(owner);
+        }
         let known = (self.waits.borrow().connection_of.iter())
-            .find(|(_, c)| **c == connection)
+            .find(|(_, connections)| connections.contains(&connection))
             .map(|(owner, _)| *owner);
         if let Some(owner) = known {
             return (owner != followed).then_some(owner);
         }
+        // The relay's question names its backend: one no waiting call has is the followed
+        // call's. A helper's new connection is a call's first: the followed call's unless it
+        // has one already and a call that waited, with none yet, has gone on since.
         let candidates: Vec<u64> = {
             let waits = self.waits.borrow();
             (waits.backend_of.keys())
-                .filter(|call| **call != followed && !waits.connection_of.contains_key(call))
+                .filter(|call| **call != followed && !waits.helper_asked.contains(call))
                 .copied()
                 .collect()
         };
-        let followed_known = self.waits.borrow().connection_of.contains_key(&followed);
-        if candidates.is_empty() || !followed_known {
-            let mut waits = self.waits.borrow_mut();
-            waits.connection_of.entry(followed).or_insert(connection);
+        let followed_known = self.waits.borrow().helper_asked.contains(&followed);
+        if question.backend.is_some() || candidates.is_empty() || !followed_known {
+            self.waits.borrow_mut().note_connection(followed, question);
             return None;
         }
         let waiting = self.database.borrow_mut().waiting_backends();
@@ -777,7 +814,7 @@ impl McpStore {
         match gone_on[..] {
             [] => None,
             [owner] => {
-                waits.connection_of.insert(owner, connection);
+                waits.note_connection(owner, question);
                 Some(owner)
             }
             _ => fail_subject(format!(
@@ -827,11 +864,19 @@ impl OnMcp {
 
     /// A fresh database of the target's kind, its scratch files (for SQLite) in
     /// `directory`.
-    pub(super) fn new_database(&self, directory: &Path) -> Result<Box<dyn ServerDatabase>, String> {
+    pub(super) fn new_database(
+        &self,
+        directory: &Path,
+        side_channel: &Path,
+    ) -> Result<Box<dyn ServerDatabase>, String> {
         Ok(match self.0.database {
             DatabaseKind::Sqlite => Box::new(SqliteFile::new(directory)),
             DatabaseKind::Postgres if self.0.database_env.is_some() => {
-                Box::new(PostgresDatabase::create()?)
+                Box::new(PostgresDatabase::create(
+                    self.0.database_points,
+                    &directory.join("pg"),
+                    side_channel,
+                )?)
             }
             // A server whose only ground truth is its provider has no database to run.
             DatabaseKind::Postgres => Box::new(SqliteFile::new(directory)),
@@ -1116,13 +1161,14 @@ impl StoreKind for OnMcp {
             LoopbackProvider::start()
                 .unwrap_or_else(|error| fail_subject(format!("the provider starts: {error}")))
         });
+        let side_channel = directory.join("points.sock");
         let mut database = self
-            .new_database(directory)
+            .new_database(directory, &side_channel)
             .unwrap_or_else(|why| fail_subject(why.to_string()));
         let command = self.command(database.as_ref(), provider.as_ref());
         let mut server = self
             .0
-            .server_on(command, &directory.join("points.sock"))
+            .server_on(command, &side_channel)
             .unwrap_or_else(|error| failed(&error));
         server.start().unwrap_or_else(|error| failed(&error));
         server.kill();

@@ -8,8 +8,10 @@
 //! as the unprivileged user `postgres`, which the package creates.
 
 mod client;
+mod relay;
 
 pub use client::{PgClient, PgRows, PgStatementError, PgValue, PG_MESSAGE_BYTES_MAX, PG_READ_WAIT};
+pub use relay::{statement_name, Relay, RelayPoints, NAME_CHARS_MAX};
 
 use crate::process::{kill_group, spawn_in_group, Quit, ScratchDir};
 use std::ffi::CString;
@@ -167,10 +169,27 @@ impl PgCluster {
         self.scratch.path()
     }
 
+    /// Its socket: `.s.PGSQL.5432` in [`PgCluster::socket_dir`].
+    pub fn socket(&self) -> PathBuf {
+        self.socket_dir().join(format!(".s.PGSQL.{PG_PORT}"))
+    }
+
+    /// The port a socket's name carries (`.s.PGSQL.<port>`), which a relay's socket takes
+    /// too so that the same `PGPORT` reaches it.
+    pub fn port(&self) -> u16 {
+        PG_PORT
+    }
+
     /// The environment that points a client at `database` on this cluster: `DATABASE_URL`
     /// and the `PG*` variables libpq and most drivers read.
     pub fn env(&self, database: &str) -> Vec<(String, String)> {
-        let host = self.socket_dir().display().to_string();
+        self.env_via(database, self.socket_dir())
+    }
+
+    /// The environment that points a client at `database` through the socket directory
+    /// `host` (a [`Relay`]'s, or the cluster's own).
+    pub fn env_via(&self, database: &str, host: &Path) -> Vec<(String, String)> {
+        let host = host.display().to_string();
         vec![
             (
                 "DATABASE_URL".to_string(),

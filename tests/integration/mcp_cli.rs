@@ -667,6 +667,22 @@ fn scenario_fields_are_checked_at_load() {
             keyed.replace("attempts_max = 2", "attempts_max = 0"),
             "bounds.attempts_max must be at least 1",
         ),
+        (
+            "points-on-sqlite",
+            keyed.replace(
+                r#"effect_tables = ["counter"]"#,
+                "effect_tables = [\"counter\"]\npoints = \"transactions\"",
+            ),
+            "database.points is for PostgreSQL",
+        ),
+        (
+            "points-unknown",
+            keyed.replace(
+                r#"effect_tables = ["counter"]"#,
+                "effect_tables = [\"counter\"]\npoints = \"sometimes\"",
+            ),
+            "unknown variant `sometimes`, expected one of `transactions`, `statements`, `none`",
+        ),
     ] {
         let path = scenario(name, &text);
         assert_bad_input(&["mcp", &path], says);

@@ -18,9 +18,9 @@ use crate::postgres::postgres_installed;
 use std::io::Write;
 use std::process::Command;
 
-/// The Python that has psycopg 3, Flask and SQLAlchemy.
+/// The Python that has psycopg 3, Flask, FastAPI, uvicorn and SQLAlchemy.
 const PSYCOPG: Installed = Installed {
-    what: "psycopg 3, Flask and SQLAlchemy",
+    what: "psycopg 3, Flask, FastAPI, uvicorn and SQLAlchemy",
     env: "RETRYSIM_PG_PYTHON",
     in_target: "psycopg-venv/bin/python",
     script: ".ci/psycopg",
@@ -885,21 +885,33 @@ fn the_charge_services_faulty_twins_on_postgres_are_caught() {
 /// loud line, where the Python with psycopg lacks Flask or SQLAlchemy too (a virtual
 /// environment made before `.ci/psycopg` installed them) and they are not required.
 fn run_flask(test: &str, args: &[&str]) -> Option<(i32, String)> {
+    run_framework(test, "flask, sqlalchemy", args)
+}
+
+/// Runs the command line on the FastAPI service with `args`, as [`run_flask`] does.
+fn run_fastapi(test: &str, args: &[&str]) -> Option<(i32, String)> {
+    run_framework(test, "fastapi, uvicorn, sqlalchemy", args)
+}
+
+/// Runs the command line with `args`, as [`run`] does, where the Python with psycopg can
+/// import `modules` too; else `None` with a loud line (a failure where psycopg is
+/// required).
+fn run_framework(test: &str, modules: &str, args: &[&str]) -> Option<(i32, String)> {
     let python = psycopg_python(test)?;
     let imports = Command::new(&python)
-        .args(["-c", "import flask, sqlalchemy"])
+        .args(["-c", &format!("import {modules}")])
         .stderr(std::process::Stdio::null())
         .status();
     if !imports.is_ok_and(|status| status.success()) {
         let required = std::env::var("RETRYSIM_PSYCOPG").as_deref() == Ok("required");
         assert!(
             !required,
-            "{} lacks Flask or SQLAlchemy: run `bash .ci/psycopg`",
+            "{} cannot import {modules}: run `bash .ci/psycopg`",
             python.display()
         );
         let _ = writeln!(
             std::io::stderr(),
-            "LEFT OUT: {test}: {} lacks Flask or SQLAlchemy; run `bash .ci/psycopg`",
+            "LEFT OUT: {test}: {} cannot import {modules}; run `bash .ci/psycopg`",
             python.display()
         );
         return None;
@@ -962,4 +974,86 @@ fn the_flask_services_racy_twin_is_caught_and_resumes_as_it_replays() {
     let (status, replayed) = run("the Flask racy twin replayed", &replayed_args).expect("found");
     assert_eq!(status, 3, "{replayed}");
     crate::http_cli::assert_resumes_as_it_replays(&resumed, &replayed);
+}
+
+/// `examples/http/orders_fastapi.toml` with its server's `VARIANT` set to `variant`.
+fn orders_fastapi(variant: &str) -> crate::ScenarioVariant {
+    crate::ScenarioVariant::of(
+        "http/orders_fastapi.toml",
+        variant,
+        r#"env = { VARIANT = "lookup-first" }"#,
+        &format!(r#"env = {{ VARIANT = "{variant}" }}"#),
+    )
+}
+
+/// The orders service as first written (FastAPI, SQLAlchemy; the key looked up, then the
+/// order and the key committed in two later transactions, no unique key), with no crash
+/// point and no helper in its code: the relay's points at its transactions find two attempts
+/// in flight both placing the order, with no fault. The report names the points by the
+/// statements the service sent, and two replays of the failure read alike although every
+/// order's id is a fresh uuid.
+#[test]
+fn the_orders_service_on_fastapi_is_caught_at_its_transactions_with_no_helper() {
+    let args = [
+        "mcp",
+        "examples/http/orders_fastapi.toml",
+        "--faults-max",
+        "0",
+        "--intents",
+        "1",
+    ];
+    let Some((status, report)) = run_fastapi("the orders service on FastAPI", &args) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(
+        report.contains("pauses at before \"INSERT INTO orders"),
+        "{report}"
+    );
+    assert!(report.contains("faults 0 ("), "{report}");
+    assert!(!report.contains("NONDETERMINISTIC"), "{report}");
+    let without = crate::ScenarioVariant::of(
+        "http/orders_fastapi.toml",
+        "orders_no_points",
+        "# points = \"transactions\"",
+        "points = \"none\"",
+    );
+    let path = without.path();
+    let args = ["mcp", &path, "--faults-max", "0", "--intents", "1"];
+    let (status, report) = run("the orders service without points", &args).expect("found before");
+    assert_eq!(
+        status, 3,
+        "without points the race is out of sight: {report}"
+    );
+    assert!(report.contains("bound: exhausted"), "{report}");
+}
+
+/// The orders service's twin that claims the key in the order's transaction (`INSERT ... ON
+/// CONFLICT DO NOTHING`) is exhausted clean at the same points, two attempts in flight (a
+/// racing one waits on the claim's lock), no fault.
+#[test]
+fn the_orders_services_claim_twin_is_clean_at_its_transactions() {
+    let claim = orders_fastapi("claim");
+    let path = claim.path();
+    let args = [
+        "mcp",
+        &path,
+        "--faults-max",
+        "0",
+        "--intents",
+        "1",
+        "--width",
+        "400",
+    ];
+    let Some((status, report)) = run_fastapi("the orders claim twin", &args) else {
+        return;
+    };
+    assert_eq!(status, 3, "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(
+        report.contains("before COMMIT of \"INSERT INTO idempotency_keys"),
+        "{report}"
+    );
 }

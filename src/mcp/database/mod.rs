@@ -51,6 +51,13 @@ pub(super) trait ServerDatabase {
         Ok(())
     }
 
+    /// Asks at the points of the server's transactions from now on (`true`: the server has
+    /// started, its calls are being checked), or lets everything through (`false`: it is
+    /// starting). Nothing where the database has no relay.
+    fn arm_points(&self, armed: bool) {
+        let _ = armed;
+    }
+
     /// The changes committed since the last look, each given out once.
     fn take_changes(&mut self) -> Vec<Change>;
 

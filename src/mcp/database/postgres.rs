@@ -20,7 +20,8 @@
 
 use super::{quoted_name, Change, SavedDatabase, ServerDatabase};
 use crate::fail_subject;
-use crate::postgres::{PgClient, PgCluster, PgError, PgRows};
+use crate::postgres::{PgClient, PgCluster, PgError, PgRows, Relay, RelayPoints};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,11 +63,20 @@ pub(in crate::mcp) struct PostgresDatabase {
     /// The effect tables, once installed.
     effect_tables: Vec<String>,
     cluster: Arc<PgCluster>,
+    /// The relay the server reaches the database through, asking at its transactions'
+    /// points; `None` when the server is given the cluster's own socket.
+    relay: Option<Relay>,
 }
 
 impl PostgresDatabase {
-    /// A fresh, empty database in the check's cluster (started on first use).
-    pub(in crate::mcp) fn create() -> Result<PostgresDatabase, String> {
+    /// A fresh, empty database in the check's cluster (started on first use), reached by the
+    /// server through a relay in `relay_dir` that asks at `points` over the side channel at
+    /// `side_channel` when `points` is given.
+    pub(in crate::mcp) fn create(
+        points: Option<RelayPoints>,
+        relay_dir: &Path,
+        side_channel: &Path,
+    ) -> Result<PostgresDatabase, String> {
         let cluster = PgCluster::shared().map_err(|PgError(why)| why)?;
         let name = format!("retrysim_{}_{}", std::process::id(), next_database_number());
         let mut admin = cluster.connect("postgres").map_err(|PgError(why)| why)?;
@@ -101,6 +111,24 @@ impl PostgresDatabase {
             saved_tables: Vec::new(),
             restores: 0,
             effect_tables: Vec::new(),
+            relay: match points {
+                Some(points) => Some(
+                    Relay::start(
+                        relay_dir,
+                        cluster.port(),
+                        &cluster.socket(),
+                        side_channel,
+                        points,
+                    )
+                    .map_err(|error| {
+                        format!(
+                            "the relay to PostgreSQL does not listen in {}: {error}",
+                            relay_dir.display()
+                        )
+                    })?,
+                ),
+                None => None,
+            },
             cluster,
         })
     }
@@ -291,7 +319,10 @@ impl ServerDatabase for PostgresDatabase {
     /// `DATABASE_URL` and the `PG*` variables, and the URL under `env` too when the
     /// scenario names another variable.
     fn server_env(&self, env: &str) -> Vec<(String, String)> {
-        let mut variables = self.cluster.env(&self.name);
+        let mut variables = match &self.relay {
+            Some(relay) => self.cluster.env_via(&self.name, relay.socket_dir()),
+            None => self.cluster.env(&self.name),
+        };
         if let Some((_, url)) = variables.iter().find(|(name, _)| name == "DATABASE_URL") {
             if env != "DATABASE_URL" {
                 let url = url.clone();
@@ -466,6 +497,12 @@ impl ServerDatabase for PostgresDatabase {
     /// Ends every backend of the server's (a killed client's backend ends by itself only
     /// when it next reads from its socket: one waiting on a lock would wait on), then waits
     /// until PostgreSQL has rolled back what they had open and they are gone.
+    fn arm_points(&self, armed: bool) {
+        if let Some(relay) = &self.relay {
+            relay.arm(armed);
+        }
+    }
+
     fn server_gone(&mut self) -> Result<(), String> {
         self.run(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
