@@ -156,3 +156,122 @@ fn a_cluster_is_ended_with_the_process_that_holds_it() {
         assert!(!directory.exists(), "{} is removed", directory.display());
     }
 }
+
+/// A side channel that answers `go` to every point and keeps what was asked, in order, and
+/// whether each connection named its backend first.
+fn answering_side_channel(path: &std::path::Path) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::BufRead as _;
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&asked);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let kept = std::sync::Arc::clone(&kept);
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let reader = std::io::BufReader::new(stream);
+                for (number, line) in reader.lines().map_while(Result::ok).enumerate() {
+                    if let Some(point) = line.strip_prefix("point ") {
+                        kept.lock().unwrap().push(point.to_string());
+                        writer.write_all(b"go\n").unwrap();
+                    } else {
+                        let named = number == 0 && line.starts_with("backend ");
+                        kept.lock().unwrap().push(format!("{named}: {line}"));
+                    }
+                }
+            });
+        }
+    });
+    asked
+}
+
+/// The relay passes a session to the cluster unchanged and refuses SSL as a local server
+/// does; armed, it asks before each transaction's first statement and around the commit of
+/// one that wrote (a read-only one's commit, and a disarmed relay, ask nothing), each
+/// statement named without its values.
+#[test]
+fn the_relay_asks_at_a_transactions_edges_and_passes_the_rest() {
+    use retrysim::postgres::{PgClient, Relay, RelayPoints, PG_ROLE};
+    let Some(cluster) = cluster("the_relay_asks_at_a_transactions_edges_and_passes_the_rest")
+    else {
+        return;
+    };
+    let setup = "CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)";
+    cluster.psql("postgres", setup).unwrap();
+    let scratch = retrysim::process::ScratchDir::create(
+        crate::scratch_dir().join(format!("retrysim-relay-{}", std::process::id())),
+    )
+    .unwrap();
+    let side_channel = scratch.path().join("points.sock");
+    let asked = answering_side_channel(&side_channel);
+    let relay = Relay::start(
+        &scratch.path().join("pg"),
+        cluster.port(),
+        &cluster.socket(),
+        &side_channel,
+        RelayPoints::Transactions,
+    )
+    .unwrap();
+    let mut client = PgClient::connect(relay.socket_dir(), cluster.port(), PG_ROLE, "postgres")
+        .unwrap_or_else(|error| panic!("{error}"));
+    let run = |client: &mut PgClient, sql: &str| client.run(sql, sql).unwrap();
+    run(&mut client, "INSERT INTO orders VALUES (1, 'first')");
+    assert!(
+        asked.lock().unwrap().is_empty(),
+        "{:?}",
+        asked.lock().unwrap()
+    );
+    relay.arm(true);
+    for sql in ["BEGIN", "SELECT item FROM orders WHERE id = 1", "COMMIT"] {
+        run(&mut client, sql);
+    }
+    for sql in [
+        "BEGIN",
+        "INSERT INTO orders VALUES (2, 'it''s')",
+        "UPDATE orders SET item = 'b' WHERE id = 2",
+        "COMMIT",
+    ] {
+        run(&mut client, sql);
+    }
+    run(&mut client, "DELETE FROM orders WHERE id = 1");
+    let rows = run(&mut client, "SELECT id, item FROM orders ORDER BY id");
+    assert_eq!(
+        rows,
+        vec![vec![Some("2".to_string()), Some("b".to_string())]]
+    );
+    let points: Vec<String> = (asked.lock().unwrap().iter())
+        .filter(|line| !line.starts_with("true: backend "))
+        .cloned()
+        .collect();
+    let insert = r#""INSERT INTO orders VALUES (N, '…')""#;
+    assert_eq!(
+        points,
+        [
+            r#"before "SELECT item FROM orders WHERE id = N""#.to_string(),
+            format!("before {insert}"),
+            format!("before COMMIT of {insert}"),
+            format!("after COMMIT of {insert}"),
+            r#"before "DELETE FROM orders WHERE id = N""#.to_string(),
+            r#"after "DELETE FROM orders WHERE id = N""#.to_string(),
+            r#"before "SELECT id, item FROM orders ORDER BY id""#.to_string(),
+        ]
+    );
+    // A connection of the relay's names its backend before it asks.
+    assert!(
+        (asked.lock().unwrap().iter()).any(|line| line.starts_with("true: backend ")),
+        "{:?}",
+        asked.lock().unwrap()
+    );
+    let mut raw = std::os::unix::net::UnixStream::connect(
+        relay
+            .socket_dir()
+            .join(format!(".s.PGSQL.{}", cluster.port())),
+    )
+    .unwrap();
+    raw.write_all(&[0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f])
+        .unwrap();
+    let mut answer = [0u8; 1];
+    std::io::Read::read_exact(&mut raw, &mut answer).unwrap();
+    assert_eq!(&answer, b"N", "SSL is refused as a local server refuses it");
+}
