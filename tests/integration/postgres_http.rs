@@ -183,6 +183,62 @@ fn the_rust_services_on_conflict_is_clean_over_the_whole_bound() {
     assert_clean_with_crashes(status, &report);
 }
 
+/// `examples/http/<name>.toml` with the relay's points at its transactions beside its own.
+fn with_relay_points(name: &str) -> crate::ScenarioVariant {
+    crate::ScenarioVariant::of(
+        &format!("http/{name}.toml"),
+        "relay",
+        r#"points = "none""#,
+        r#"points = "transactions""#,
+    )
+}
+
+/// The Rust service (tokio-postgres: named prepared statements, the extended protocol)
+/// through the relay, its points beside the helper's: the lookup race caught with no
+/// fault, the points named by the statements it prepared; the on-conflict claim clean.
+#[test]
+fn the_rust_services_pair_through_the_relay_is_caught_and_clean() {
+    let lookup = with_relay_points("counter_axum_lookup");
+    let path = lookup.path();
+    let args = [
+        "mcp",
+        &path,
+        "--faults-max",
+        "0",
+        "--intents",
+        "1",
+        "--width",
+        "400",
+    ];
+    let Some((status, report)) = run_axum("the Rust service through the relay", &args) else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    let claim = with_relay_points("counter_axum");
+    let path = claim.path();
+    let args = [
+        "mcp",
+        &path,
+        "--faults-max",
+        "0",
+        "--intents",
+        "1",
+        "--width",
+        "400",
+    ];
+    let (status, report) = run_axum("the Rust claim through the relay", &args).expect("built");
+    assert_eq!(status, 3, "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(
+        report.contains(
+            r#"before COMMIT of "INSERT INTO idempotency_keys (key, amount) VALUES ($1, $2)"#
+        ),
+        "{report}"
+    );
+}
+
 #[test]
 fn the_rust_services_second_transaction_is_caught_by_a_crash() {
     let scenario = "examples/http/counter_axum_second_transaction.toml";
