@@ -299,8 +299,17 @@ fn kind_of(text: &str) -> StatementKind {
         "ROLLBACK" | "ABORT" => StatementKind::Rollback,
         "" | "SET" | "SHOW" | "RESET" | "SAVEPOINT" | "RELEASE" | "DISCARD" | "DEALLOCATE"
         | "LISTEN" | "UNLISTEN" | "PREPARE" | "CLOSE" => StatementKind::Quiet,
+        "SELECT" if reads_no_table(text) => StatementKind::Quiet,
         _ => StatementKind::Statement,
     }
+}
+
+/// Whether a `SELECT` reads no table and takes no lock: a pool's ping (`SELECT 1`), a
+/// driver's look at the server (`select pg_catalog.version()`, `select current_schema()`),
+/// a sequence's next value. Nothing another request does can change what it sees.
+fn reads_no_table(text: &str) -> bool {
+    let upper = text.to_ascii_uppercase();
+    !locks(text) && !upper.contains("FROM") && !upper.contains("INTO")
 }
 
 /// `text` without its leading `--` and `/* */` comments.
@@ -683,6 +692,16 @@ mod tests {
         assert_eq!(kind_of("SET search_path = x"), StatementKind::Quiet);
         assert_eq!(
             kind_of("WITH x AS (SELECT 1) SELECT * FROM x"),
+            StatementKind::Statement
+        );
+        assert_eq!(kind_of("SELECT 1"), StatementKind::Quiet);
+        assert_eq!(kind_of("select pg_catalog.version()"), StatementKind::Quiet);
+        assert_eq!(
+            kind_of("SELECT total FROM counter"),
+            StatementKind::Statement
+        );
+        assert_eq!(
+            kind_of("SELECT pg_advisory_xact_lock(hashtext($1))"),
             StatementKind::Statement
         );
     }

@@ -1083,6 +1083,25 @@ fn the_orders_service_on_fastapi_is_caught_at_its_transactions_with_no_helper() 
         "without points the race is out of sight: {report}"
     );
     assert!(report.contains("bound: exhausted"), "{report}");
+    // One attempt in flight: a crash once the order's commit landed, and the retry orders
+    // again. The server is killed at the relay's point; what committed stays.
+    let mut args = vec![
+        "mcp",
+        "examples/http/orders_fastapi.toml",
+        "--intents",
+        "1",
+        "--invocations-max",
+        "1",
+        "--width",
+        "400",
+    ];
+    args.extend(crate::http_cli::CRASHES_ONLY);
+    let (status, report) = run("the orders service crashed", &args).expect("found before");
+    assert_eq!(status, 1, "{report}");
+    assert!(
+        report.contains(r#"CRASH at after COMMIT of "INSERT INTO orders"#),
+        "{report}"
+    );
 }
 
 /// The orders service's twin that claims the key in the order's transaction (`INSERT ... ON
