@@ -332,15 +332,28 @@ fn strip_comments(text: &str) -> &str {
     }
 }
 
+/// Whether `text` is a statement that modifies rows, by its first word.
+fn modifies(text: &str) -> bool {
+    let first: String = (strip_comments(text).chars())
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    ["INSERT", "UPDATE", "DELETE", "MERGE"]
+        .iter()
+        .any(|word| first.eq_ignore_ascii_case(word))
+}
+
 /// Whether `text` takes row or advisory locks that its commit lets go.
 fn locks(text: &str) -> bool {
     let upper = text.to_ascii_uppercase();
+    // An advisory lock taken (not `pg_advisory_unlock_all()`, a pool's reset on release).
     [
         "FOR UPDATE",
         "FOR SHARE",
         "FOR NO KEY UPDATE",
         "FOR KEY SHARE",
-        "PG_ADVISORY",
+        "PG_ADVISORY_LOCK",
+        "PG_ADVISORY_XACT_LOCK",
+        "PG_TRY_ADVISORY",
     ]
     .iter()
     .any(|words| upper.contains(words))
@@ -414,6 +427,9 @@ struct Transaction {
     first_write: Option<String>,
     /// Whether the statement running now was sent on its own (no transaction open).
     on_its_own: bool,
+    /// Whether the statement running now modifies rows (`INSERT`, `UPDATE`, `DELETE`,
+    /// `MERGE`), which its tag, or the end of a portal run to a row limit, shows.
+    running_modifies: bool,
 }
 
 /// A relayed connection.
@@ -531,6 +547,7 @@ impl Link<'_> {
                     transaction.first_write = Some(name.clone());
                 }
                 transaction.running = Some(name);
+                transaction.running_modifies = modifies(text);
                 Ok(())
             }
         }
@@ -548,6 +565,11 @@ impl Link<'_> {
                 if tag_wrote(&command) && self.transaction.first_write.is_none() {
                     self.transaction.first_write = self.transaction.running.clone();
                 }
+            }
+            // A portal run to a row limit (`fetchval` of an `INSERT ... RETURNING`) ends
+            // so, without a tag: a data-modifying statement has run whole by then.
+            b's' if self.transaction.running_modifies && self.transaction.first_write.is_none() => {
+                self.transaction.first_write = self.transaction.running.clone();
             }
             b'K' => {
                 self.backend_pid = (body.get(..4))
@@ -695,6 +717,8 @@ mod tests {
             StatementKind::Statement
         );
         assert_eq!(kind_of("SELECT 1"), StatementKind::Quiet);
+        let reset = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;";
+        assert_eq!(kind_of(reset), StatementKind::Quiet);
         assert_eq!(kind_of("select pg_catalog.version()"), StatementKind::Quiet);
         assert_eq!(
             kind_of("SELECT total FROM counter"),

@@ -18,9 +18,9 @@ use crate::postgres::postgres_installed;
 use std::io::Write;
 use std::process::Command;
 
-/// The Python that has psycopg 3, Flask, FastAPI, uvicorn and SQLAlchemy.
+/// The Python that has psycopg 3, Flask, FastAPI, uvicorn, SQLAlchemy and asyncpg.
 const PSYCOPG: Installed = Installed {
-    what: "psycopg 3, Flask, FastAPI, uvicorn and SQLAlchemy",
+    what: "psycopg 3, Flask, FastAPI, uvicorn, SQLAlchemy and asyncpg",
     env: "RETRYSIM_PG_PYTHON",
     in_target: "psycopg-venv/bin/python",
     script: ".ci/psycopg",
@@ -183,6 +183,21 @@ fn the_rust_services_on_conflict_is_clean_over_the_whole_bound() {
     assert_clean_with_crashes(status, &report);
 }
 
+/// The arguments of a check of the scenario at `path` with one intent a client and no
+/// fault (the race between a request's attempts alone), its lines wide enough to search.
+fn race_args(path: &str) -> [&str; 8] {
+    [
+        "mcp",
+        path,
+        "--faults-max",
+        "0",
+        "--intents",
+        "1",
+        "--width",
+        "400",
+    ]
+}
+
 /// `examples/http/<name>.toml` with the relay's points at its transactions beside its own.
 fn with_relay_points(name: &str) -> crate::ScenarioVariant {
     crate::ScenarioVariant::of(
@@ -200,16 +215,7 @@ fn with_relay_points(name: &str) -> crate::ScenarioVariant {
 fn the_rust_services_pair_through_the_relay_is_caught_and_clean() {
     let lookup = with_relay_points("counter_axum_lookup");
     let path = lookup.path();
-    let args = [
-        "mcp",
-        &path,
-        "--faults-max",
-        "0",
-        "--intents",
-        "1",
-        "--width",
-        "400",
-    ];
+    let args = race_args(&path);
     let Some((status, report)) = run_axum("the Rust service through the relay", &args) else {
         return;
     };
@@ -217,16 +223,7 @@ fn the_rust_services_pair_through_the_relay_is_caught_and_clean() {
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
     let claim = with_relay_points("counter_axum");
     let path = claim.path();
-    let args = [
-        "mcp",
-        &path,
-        "--faults-max",
-        "0",
-        "--intents",
-        "1",
-        "--width",
-        "400",
-    ];
+    let args = race_args(&path);
     let (status, report) = run_axum("the Rust claim through the relay", &args).expect("built");
     assert_eq!(status, 3, "{report}");
     assert!(report.contains("bound: exhausted"), "{report}");
@@ -1050,14 +1047,7 @@ fn orders_fastapi(variant: &str) -> crate::ScenarioVariant {
 /// order's id is a fresh uuid.
 #[test]
 fn the_orders_service_on_fastapi_is_caught_at_its_transactions_with_no_helper() {
-    let args = [
-        "mcp",
-        "examples/http/orders_fastapi.toml",
-        "--faults-max",
-        "0",
-        "--intents",
-        "1",
-    ];
+    let args = race_args("examples/http/orders_fastapi.toml");
     let Some((status, report)) = run_fastapi("the orders service on FastAPI", &args) else {
         return;
     };
@@ -1111,16 +1101,7 @@ fn the_orders_service_on_fastapi_is_caught_at_its_transactions_with_no_helper() 
 fn the_orders_services_claim_twin_is_clean_at_its_transactions() {
     let claim = orders_fastapi("claim");
     let path = claim.path();
-    let args = [
-        "mcp",
-        &path,
-        "--faults-max",
-        "0",
-        "--intents",
-        "1",
-        "--width",
-        "400",
-    ];
+    let args = race_args(&path);
     let Some((status, report)) = run_fastapi("the orders claim twin", &args) else {
         return;
     };
@@ -1129,6 +1110,39 @@ fn the_orders_services_claim_twin_is_clean_at_its_transactions() {
     assert!(!report.contains("VIOLATED"), "{report}");
     assert!(
         report.contains("before COMMIT of \"INSERT INTO idempotency_keys"),
+        "{report}"
+    );
+}
+
+/// The orders service written async (FastAPI's `async def` endpoints, asyncpg's pool and
+/// prepared statements, no helper): as first written it is caught with no fault, a request
+/// paused at the relay's point while the event loop serves its retry; its claim twin is
+/// exhausted clean, the commit named by the claim (an `INSERT ... RETURNING` read with
+/// `fetchval`, which ends without a tag).
+#[test]
+fn the_orders_service_on_asyncpg_is_caught_and_its_claim_clean() {
+    let modules = "fastapi, uvicorn, asyncpg";
+    let args = race_args("examples/http/orders_asyncpg.toml");
+    let Some((status, report)) = run_framework("the orders service on asyncpg", modules, &args)
+    else {
+        return;
+    };
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(!report.contains("NONDETERMINISTIC"), "{report}");
+    let claim = crate::ScenarioVariant::of(
+        "http/orders_asyncpg.toml",
+        "claim",
+        r#"env = { VARIANT = "lookup-first" }"#,
+        r#"env = { VARIANT = "claim" }"#,
+    );
+    let path = claim.path();
+    let (status, report) = run("the asyncpg claim twin", &race_args(&path)).expect("found");
+    assert_eq!(status, 3, "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(
+        report.contains(r#"before COMMIT of "INSERT INTO idempotency_keys"#),
         "{report}"
     );
 }
