@@ -275,3 +275,54 @@ fn the_relay_asks_at_a_transactions_edges_and_passes_the_rest() {
     std::io::Read::read_exact(&mut raw, &mut answer).unwrap();
     assert_eq!(&answer, b"N", "SSL is refused as a local server refuses it");
 }
+
+/// With `statements`, the relay asks before every statement of a transaction too, not only
+/// its first.
+#[test]
+fn the_relay_at_statements_asks_before_each_one() {
+    use retrysim::postgres::{PgClient, Relay, RelayPoints, PG_ROLE};
+    let Some(cluster) = cluster("the_relay_at_statements_asks_before_each_one") else {
+        return;
+    };
+    cluster
+        .psql("postgres", "CREATE TABLE items (id INTEGER PRIMARY KEY)")
+        .unwrap();
+    let scratch = retrysim::process::ScratchDir::create(
+        crate::scratch_dir().join(format!("retrysim-relay-statements-{}", std::process::id())),
+    )
+    .unwrap();
+    let side_channel = scratch.path().join("points.sock");
+    let asked = answering_side_channel(&side_channel);
+    let relay = Relay::start(
+        &scratch.path().join("pg"),
+        cluster.port(),
+        &cluster.socket(),
+        &side_channel,
+        RelayPoints::Statements,
+    )
+    .unwrap();
+    relay.arm(true);
+    let mut client = PgClient::connect(relay.socket_dir(), cluster.port(), PG_ROLE, "postgres")
+        .unwrap_or_else(|error| panic!("{error}"));
+    for sql in [
+        "BEGIN",
+        "SELECT id FROM items",
+        "INSERT INTO items VALUES (1)",
+        "COMMIT",
+    ] {
+        client.run(sql, sql).unwrap();
+    }
+    let points: Vec<String> = (asked.lock().unwrap().iter())
+        .filter(|line| !line.starts_with("true: backend "))
+        .cloned()
+        .collect();
+    assert_eq!(
+        points,
+        [
+            r#"before "SELECT id FROM items""#,
+            r#"before "INSERT INTO items VALUES (N)""#,
+            r#"before COMMIT of "INSERT INTO items VALUES (N)""#,
+            r#"after COMMIT of "INSERT INTO items VALUES (N)""#,
+        ]
+    );
+}
