@@ -186,33 +186,57 @@ fn answering_side_channel(path: &std::path::Path) -> std::sync::Arc<std::sync::M
     asked
 }
 
+/// The points asked on the stub side channel, in order, without its `backend` lines.
+fn points_asked(asked: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
+    (asked.lock().unwrap().iter())
+        .filter(|line| !line.starts_with("true: backend "))
+        .cloned()
+        .collect()
+}
+
+/// A relay to `cluster` at `points`, unarmed, asking a stub side
+/// channel that answers `go`: the relay, what it asked, and the scratch directory (named
+/// `name`) that holds both sockets.
+fn relay_to(
+    cluster: &PgCluster,
+    name: &str,
+    points: retrysim::postgres::RelayPoints,
+) -> (
+    retrysim::postgres::Relay,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    retrysim::process::ScratchDir,
+) {
+    let scratch = retrysim::process::ScratchDir::create(
+        crate::scratch_dir().join(format!("{name}-{}", std::process::id())),
+    )
+    .unwrap();
+    let side_channel = scratch.path().join("points.sock");
+    let asked = answering_side_channel(&side_channel);
+    let relay = retrysim::postgres::Relay::start(
+        &scratch.path().join("pg"),
+        cluster.port(),
+        &cluster.socket(),
+        &side_channel,
+        points,
+    )
+    .unwrap();
+    (relay, asked, scratch)
+}
+
 /// The relay passes a session to the cluster unchanged and refuses SSL as a local server
 /// does; armed, it asks before each transaction's first statement and around the commit of
 /// one that wrote (a read-only one's commit, and a disarmed relay, ask nothing), each
 /// statement named without its values.
 #[test]
 fn the_relay_asks_at_a_transactions_edges_and_passes_the_rest() {
-    use retrysim::postgres::{PgClient, Relay, RelayPoints, PG_ROLE};
+    use retrysim::postgres::{PgClient, RelayPoints, PG_ROLE};
     let Some(cluster) = cluster("the_relay_asks_at_a_transactions_edges_and_passes_the_rest")
     else {
         return;
     };
     let setup = "CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)";
     cluster.psql("postgres", setup).unwrap();
-    let scratch = retrysim::process::ScratchDir::create(
-        crate::scratch_dir().join(format!("retrysim-relay-{}", std::process::id())),
-    )
-    .unwrap();
-    let side_channel = scratch.path().join("points.sock");
-    let asked = answering_side_channel(&side_channel);
-    let relay = Relay::start(
-        &scratch.path().join("pg"),
-        cluster.port(),
-        &cluster.socket(),
-        &side_channel,
-        RelayPoints::Transactions,
-    )
-    .unwrap();
+    let (relay, asked, _scratch) = relay_to(&cluster, "retrysim-relay", RelayPoints::Transactions);
     let mut client = PgClient::connect(relay.socket_dir(), cluster.port(), PG_ROLE, "postgres")
         .unwrap_or_else(|error| panic!("{error}"));
     let run = |client: &mut PgClient, sql: &str| client.run(sql, sql).unwrap();
@@ -240,10 +264,7 @@ fn the_relay_asks_at_a_transactions_edges_and_passes_the_rest() {
         rows,
         vec![vec![Some("2".to_string()), Some("b".to_string())]]
     );
-    let points: Vec<String> = (asked.lock().unwrap().iter())
-        .filter(|line| !line.starts_with("true: backend "))
-        .cloned()
-        .collect();
+    let points = points_asked(&asked);
     let insert = r#""INSERT INTO orders VALUES (N, '…')""#;
     assert_eq!(
         points,
@@ -280,27 +301,18 @@ fn the_relay_asks_at_a_transactions_edges_and_passes_the_rest() {
 /// its first.
 #[test]
 fn the_relay_at_statements_asks_before_each_one() {
-    use retrysim::postgres::{PgClient, Relay, RelayPoints, PG_ROLE};
+    use retrysim::postgres::{PgClient, RelayPoints, PG_ROLE};
     let Some(cluster) = cluster("the_relay_at_statements_asks_before_each_one") else {
         return;
     };
     cluster
         .psql("postgres", "CREATE TABLE items (id INTEGER PRIMARY KEY)")
         .unwrap();
-    let scratch = retrysim::process::ScratchDir::create(
-        crate::scratch_dir().join(format!("retrysim-relay-statements-{}", std::process::id())),
-    )
-    .unwrap();
-    let side_channel = scratch.path().join("points.sock");
-    let asked = answering_side_channel(&side_channel);
-    let relay = Relay::start(
-        &scratch.path().join("pg"),
-        cluster.port(),
-        &cluster.socket(),
-        &side_channel,
+    let (relay, asked, _scratch) = relay_to(
+        &cluster,
+        "retrysim-relay-statements",
         RelayPoints::Statements,
-    )
-    .unwrap();
+    );
     relay.arm(true);
     let mut client = PgClient::connect(relay.socket_dir(), cluster.port(), PG_ROLE, "postgres")
         .unwrap_or_else(|error| panic!("{error}"));
@@ -312,10 +324,7 @@ fn the_relay_at_statements_asks_before_each_one() {
     ] {
         client.run(sql, sql).unwrap();
     }
-    let points: Vec<String> = (asked.lock().unwrap().iter())
-        .filter(|line| !line.starts_with("true: backend "))
-        .cloned()
-        .collect();
+    let points = points_asked(&asked);
     assert_eq!(
         points,
         [
