@@ -484,11 +484,13 @@ mod tests {
     use std::process::{Command, Stdio};
 
     /// A process started with `marker_value` under [`HARNESS_ENV`] (or without it), once it
-    /// runs its own program: it says so on its standard output after its `execve`.
+    /// runs: it says so on its standard output, then waits on its standard input. It never
+    /// `exec`s again, so its environment is never read half-replaced.
     fn started(marker_value: Option<&str>) -> std::process::Child {
         let mut command = Command::new("sh");
         command
-            .args(["-c", "echo ready; exec sleep 30"])
+            .args(["-c", "echo ready; read line"])
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         if let Some(value) = marker_value {
             command.env(HARNESS_ENV, value);
