@@ -11,7 +11,9 @@
 //! `target/psycopg-venv`, or wherever `RETRYSIM_PG_PYTHON` names a Python that has it; and
 //! PostgreSQL's binaries (`.ci/postgres`). Without either these checks are left out with a
 //! loud line; `RETRYSIM_PSYCOPG=required` and `RETRYSIM_POSTGRES=required` (which `.ci/run`
-//! sets) make that a failure.
+//! sets) make that a failure. The Node orders service needs node-postgres, which `.ci/node-pg`
+//! installs (from the npm registry) at `target/node-pg/node_modules`, or wherever `NODE_PATH`
+//! names; `RETRYSIM_NODE_PG=required` makes its absence a failure.
 
 use crate::mcp_sdk::Installed;
 use crate::postgres::postgres_installed;
@@ -34,6 +36,15 @@ const AXUM: Installed = Installed {
     in_target: "axum-counter/debug/axum_counter",
     script: ".ci/axum-counter",
     required_env: "RETRYSIM_AXUM",
+};
+
+/// node-postgres, for the Node orders service (`NODE_PATH` names where it is).
+const NODE_PG: Installed = Installed {
+    what: "node-postgres (the pg package)",
+    env: "NODE_PATH",
+    in_target: "node-pg/node_modules",
+    script: ".ci/node-pg",
+    required_env: "RETRYSIM_NODE_PG",
 };
 
 /// Runs the command line on the Rust service with `args`: its exit status and report, or
@@ -1122,22 +1133,56 @@ fn the_orders_services_claim_twin_is_clean_at_its_transactions() {
 #[test]
 fn the_orders_service_on_asyncpg_is_caught_and_its_claim_clean() {
     let modules = "fastapi, uvicorn, asyncpg";
-    let args = race_args("examples/http/orders_asyncpg.toml");
-    let Some((status, report)) = run_framework("the orders service on asyncpg", modules, &args)
-    else {
+    assert_orders_pair("orders_asyncpg", |test, args| {
+        run_framework(test, modules, args)
+    });
+}
+
+/// The orders service written with the standard library's `http.server` and psycopg 3, a
+/// connection of its own opened for every transaction (no pool, no helper): caught with no
+/// fault, its claim twin clean.
+#[test]
+fn the_orders_service_on_http_server_and_psycopg_is_caught_and_its_claim_clean() {
+    assert_orders_pair("orders_psycopg", run);
+}
+
+/// The orders service written in Node (`http`, node-postgres's pool, no helper): caught with
+/// no fault, its claim twin clean.
+#[test]
+fn the_orders_service_on_node_postgres_is_caught_and_its_claim_clean() {
+    assert_orders_pair("orders_node", |_, args| {
+        if !postgres_installed("the orders service on node-postgres") {
+            return None;
+        }
+        NODE_PG.run(args)
+    });
+}
+
+/// The orders service `examples/http/<name>.toml` as first written (the key looked up, then
+/// the order and the key committed in later transactions, no unique key) caught with no fault
+/// and one request's two attempts in flight, at the relay's points named by what the service
+/// sent; its claim twin (`VARIANT = "claim"`) exhausted clean at the same points. `run_with`
+/// runs the command line where the service's stack is installed (`None`: left out loudly).
+fn assert_orders_pair(name: &str, run_with: impl Fn(&str, &[&str]) -> Option<(i32, String)>) {
+    let example = format!("examples/http/{name}.toml");
+    let Some((status, report)) = run_with(name, &race_args(&example)) else {
         return;
     };
     assert_eq!(status, 1, "{report}");
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
+    assert!(
+        report.contains(r#"COMMIT of "INSERT INTO orders"#),
+        "{report}"
+    );
     assert!(!report.contains("NONDETERMINISTIC"), "{report}");
     let claim = crate::ScenarioVariant::of(
-        "http/orders_asyncpg.toml",
+        &format!("http/{name}.toml"),
         "claim",
         r#"env = { VARIANT = "lookup-first" }"#,
         r#"env = { VARIANT = "claim" }"#,
     );
     let path = claim.path();
-    let (status, report) = run("the asyncpg claim twin", &race_args(&path)).expect("found");
+    let (status, report) = run_with(name, &race_args(&path)).expect("found before");
     assert_eq!(status, 3, "{report}");
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
