@@ -9,9 +9,11 @@
 
 mod client;
 mod relay;
+mod statement;
 
 pub use client::{PgClient, PgRows, PgStatementError, PgValue, PG_MESSAGE_BYTES_MAX, PG_READ_WAIT};
-pub use relay::{statement_name, Relay, RelayPoints, NAME_CHARS_MAX};
+pub use relay::{Relay, RelayPoints};
+pub use statement::{statement_name, NAME_CHARS_MAX, UNKNOWN_STATEMENT};
 
 use crate::process::{kill_group, spawn_in_group, Quit, ScratchDir};
 use std::ffi::CString;

@@ -18,7 +18,7 @@
 //! - with [`RelayPoints::Statements`], before every statement too.
 //!
 //! A statement is named by its text with its literals left out (`'…'`, numbers as `N`) and
-//! its spaces folded, cut at [`NAME_CHARS_MAX`] characters: the same statement is the same
+//! its spaces folded, cut at [`NAME_CHARS_MAX`](super::NAME_CHARS_MAX) characters: the same statement is the same
 //! point in every run, whatever values it carries.
 //!
 //! Points are asked only while the relay is armed ([`Relay::arm`]): a server's start-up
@@ -26,6 +26,8 @@
 //! and GSS encryption on its socket, as a local server does, and passes authentication
 //! through. Every message it reads is bounded ([`PG_MESSAGE_BYTES_MAX`]).
 
+use super::statement::{kind_of, locks, modifies, statement_name, tag_wrote, StatementKind};
+use super::statement::{statements, UNKNOWN_STATEMENT};
 use super::PG_MESSAGE_BYTES_MAX;
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -36,11 +38,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-/// The longest name a statement gives a point, in characters.
-pub const NAME_CHARS_MAX: usize = 60;
-
-/// The most prepared statements and portals the relay remembers per connection: past it,
-/// the oldest names are forgotten (a statement executed by a forgotten name is named `?`).
+/// The most prepared statements and portals the relay remembers per connection (a `Close`
+/// forgets one): past it, the oldest names are forgotten, and a statement executed by a
+/// forgotten name is taken as one that may write, named [`UNKNOWN_STATEMENT`].
 const NAMES_KEPT_MAX: usize = 4_096;
 
 /// The startup request codes that are no startup message: SSL, GSS encryption, cancel.
@@ -266,153 +266,13 @@ impl Names {
         self.text_of
             .get(name)
             .cloned()
-            .unwrap_or_else(|| "?".into())
+            .unwrap_or_else(|| UNKNOWN_STATEMENT.into())
     }
-}
 
-/// What a statement is, for the points around it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum StatementKind {
-    /// `BEGIN`, `START TRANSACTION`.
-    Begin,
-    /// `COMMIT`, `END`.
-    Commit,
-    /// `ROLLBACK`, `ABORT`.
-    Rollback,
-    /// A statement that reads or writes no row: `SET`, `SHOW`, `SAVEPOINT`, `DISCARD` ….
-    Quiet,
-    /// Any other.
-    Statement,
-}
-
-/// The kind of the statement `text` (by its first word).
-fn kind_of(text: &str) -> StatementKind {
-    let first: String = strip_comments(text)
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect::<String>()
-        .to_ascii_uppercase();
-    match first.as_str() {
-        "BEGIN" | "START" => StatementKind::Begin,
-        "COMMIT" | "END" => StatementKind::Commit,
-        "ROLLBACK" | "ABORT" => StatementKind::Rollback,
-        "" | "SET" | "SHOW" | "RESET" | "SAVEPOINT" | "RELEASE" | "DISCARD" | "DEALLOCATE"
-        | "LISTEN" | "UNLISTEN" | "PREPARE" | "CLOSE" => StatementKind::Quiet,
-        "SELECT" if reads_no_table(text) => StatementKind::Quiet,
-        _ => StatementKind::Statement,
-    }
-}
-
-/// Whether a `SELECT` reads no table and takes no lock: a pool's ping (`SELECT 1`), a
-/// driver's look at the server (`select pg_catalog.version()`, `select current_schema()`),
-/// a sequence's next value. Nothing another request does can change what it sees.
-fn reads_no_table(text: &str) -> bool {
-    let upper = text.to_ascii_uppercase();
-    !locks(text) && !upper.contains("FROM") && !upper.contains("INTO")
-}
-
-/// `text` without its leading `--` and `/* */` comments.
-fn strip_comments(text: &str) -> &str {
-    let mut rest = text.trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix("--") {
-            rest = after
-                .split_once('\n')
-                .map_or("", |(_, next)| next)
-                .trim_start();
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after
-                .split_once("*/")
-                .map_or("", |(_, next)| next)
-                .trim_start();
-        } else {
-            return rest;
+    fn remove(&mut self, name: &str) {
+        if self.text_of.remove(name).is_some() {
+            self.order.retain(|kept| kept != name);
         }
-    }
-}
-
-/// Whether `text` is a statement that modifies rows, by its first word.
-fn modifies(text: &str) -> bool {
-    let first: String = (strip_comments(text).chars())
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect();
-    ["INSERT", "UPDATE", "DELETE", "MERGE"]
-        .iter()
-        .any(|word| first.eq_ignore_ascii_case(word))
-}
-
-/// Whether `text` takes row or advisory locks that its commit lets go.
-fn locks(text: &str) -> bool {
-    let upper = text.to_ascii_uppercase();
-    // An advisory lock taken (not `pg_advisory_unlock_all()`, a pool's reset on release).
-    [
-        "FOR UPDATE",
-        "FOR SHARE",
-        "FOR NO KEY UPDATE",
-        "FOR KEY SHARE",
-        "PG_ADVISORY_LOCK",
-        "PG_ADVISORY_XACT_LOCK",
-        "PG_TRY_ADVISORY",
-    ]
-    .iter()
-    .any(|words| upper.contains(words))
-}
-
-/// Whether a `CommandComplete` tag says rows or the schema changed.
-fn tag_wrote(tag: &str) -> bool {
-    let first = tag.split_whitespace().next().unwrap_or_default();
-    let rows = tag.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok());
-    match first {
-        "INSERT" | "UPDATE" | "DELETE" | "MERGE" | "COPY" => rows.is_some_and(|n| n > 0),
-        "CREATE" | "ALTER" | "DROP" | "TRUNCATE" | "COMMENT" | "GRANT" | "REVOKE" => true,
-        _ => false,
-    }
-}
-
-/// The name a statement gives a point: its text with literals left out, spaces folded,
-/// quoted and cut at [`NAME_CHARS_MAX`] characters.
-pub fn statement_name(text: &str) -> String {
-    let mut folded = String::new();
-    let mut chars = strip_comments(text).chars().peekable();
-    let mut last = ' ';
-    while let Some(c) = chars.next() {
-        let piece: Option<String> = match c {
-            '\'' => {
-                // A string literal ('' inside is a quote): one mark for all of it.
-                while let Some(next) = chars.next() {
-                    if next == '\'' && chars.peek() != Some(&'\'') {
-                        break;
-                    }
-                    if next == '\'' {
-                        chars.next();
-                    }
-                }
-                Some("'…'".into())
-            }
-            c if c.is_ascii_digit() && !(last.is_alphanumeric() || last == '_' || last == '$') => {
-                while chars
-                    .peek()
-                    .is_some_and(|n| n.is_ascii_digit() || *n == '.')
-                {
-                    chars.next();
-                }
-                Some("N".into())
-            }
-            c if c.is_whitespace() => (last != ' ').then(|| " ".into()),
-            c => Some(c.to_string()),
-        };
-        if let Some(piece) = piece {
-            last = piece.chars().last().unwrap_or(' ');
-            folded.push_str(&piece);
-        }
-    }
-    let folded = folded.trim().trim_end_matches(';').trim_end();
-    let cut: String = folded.chars().take(NAME_CHARS_MAX).collect();
-    if cut.chars().count() < folded.chars().count() {
-        format!("\"{cut}…\"")
-    } else {
-        format!("\"{cut}\"")
     }
 }
 
@@ -492,8 +352,22 @@ impl Link<'_> {
     fn pass_from_server(&mut self, tag: u8, body: &[u8]) -> Result<(), Ended> {
         match tag {
             b'Q' => {
+                // A simple query may hold several statements (`BEGIN; INSERT …; COMMIT`):
+                // the points of each are asked before the message goes, as far as they can
+                // be; those after a commit when the cluster says it is idle again.
                 let (text, _) = c_string(body);
-                self.before(&text)?;
+                for statement in statements(&text) {
+                    self.before(statement)?;
+                }
+            }
+            b'C' => {
+                let (kind, rest) = body.split_first().unwrap_or((&0, &[]));
+                let (name, _) = c_string(rest);
+                match kind {
+                    b'S' => self.prepared.remove(&name),
+                    b'P' => self.portals.remove(&name),
+                    _ => {}
+                }
             }
             b'P' => {
                 let (name, rest) = c_string(body);
@@ -681,62 +555,5 @@ fn poll(fds: &mut [libc::pollfd]) -> io::Result<()> {
         if error.kind() != io::ErrorKind::Interrupted {
             return Err(error);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_statement_is_named_without_its_values() {
-        assert_eq!(
-            statement_name("SELECT response FROM orders\n  WHERE key = $1 AND n > 10"),
-            "\"SELECT response FROM orders WHERE key = $1 AND n > N\""
-        );
-        assert_eq!(
-            statement_name("INSERT INTO t2 (a) VALUES ('it''s', 3.5);"),
-            "\"INSERT INTO t2 (a) VALUES ('…', N)\""
-        );
-        let long = statement_name(&format!("SELECT {} FROM t", "a, ".repeat(40)));
-        assert!(long.ends_with("…\""), "{long}");
-        assert_eq!(long.chars().count(), NAME_CHARS_MAX + 3);
-    }
-
-    #[test]
-    fn statements_are_told_apart_by_their_first_word() {
-        assert_eq!(
-            kind_of("begin isolation level serializable"),
-            StatementKind::Begin
-        );
-        assert_eq!(kind_of("/* x */ COMMIT"), StatementKind::Commit);
-        assert_eq!(kind_of("-- note\nROLLBACK"), StatementKind::Rollback);
-        assert_eq!(kind_of("SET search_path = x"), StatementKind::Quiet);
-        assert_eq!(
-            kind_of("WITH x AS (SELECT 1) SELECT * FROM x"),
-            StatementKind::Statement
-        );
-        assert_eq!(kind_of("SELECT 1"), StatementKind::Quiet);
-        let reset = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;";
-        assert_eq!(kind_of(reset), StatementKind::Quiet);
-        assert_eq!(kind_of("select pg_catalog.version()"), StatementKind::Quiet);
-        assert_eq!(
-            kind_of("SELECT total FROM counter"),
-            StatementKind::Statement
-        );
-        assert_eq!(
-            kind_of("SELECT pg_advisory_xact_lock(hashtext($1))"),
-            StatementKind::Statement
-        );
-    }
-
-    #[test]
-    fn a_tag_says_whether_rows_changed() {
-        assert!(tag_wrote("INSERT 0 1"));
-        assert!(!tag_wrote("INSERT 0 0"));
-        assert!(tag_wrote("UPDATE 2"));
-        assert!(!tag_wrote("UPDATE 0"));
-        assert!(!tag_wrote("SELECT 1"));
-        assert!(tag_wrote("CREATE TABLE"));
     }
 }

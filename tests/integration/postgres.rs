@@ -335,3 +335,50 @@ fn the_relay_at_statements_asks_before_each_one() {
         ]
     );
 }
+
+/// What the relay cannot make sense of it passes on as it is, and the cluster answers: a
+/// statement with a syntax error and one with an unterminated quote are each named by what
+/// could be read and refused by the cluster, never a hang; a whole transaction sent as one
+/// simple query (`BEGIN; INSERT …; COMMIT`) is asked before its first statement and after
+/// its commit; the connection goes on serving after all of them.
+#[test]
+fn the_relay_passes_what_it_cannot_read_and_splits_a_query_of_several_statements() {
+    use retrysim::postgres::{PgClient, RelayPoints, PG_ROLE};
+    let test = "the_relay_passes_what_it_cannot_read_and_splits_a_query_of_several_statements";
+    let Some(cluster) = cluster(test) else {
+        return;
+    };
+    cluster
+        .psql(
+            "postgres",
+            "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)",
+        )
+        .unwrap();
+    let (relay, asked, _scratch) =
+        relay_to(&cluster, "retrysim-relay-unread", RelayPoints::Transactions);
+    relay.arm(true);
+    let mut client = PgClient::connect(relay.socket_dir(), cluster.port(), PG_ROLE, "postgres")
+        .unwrap_or_else(|error| panic!("{error}"));
+    for garbled in [
+        "SELEC body FROM notes",
+        "UPDATE notes SET body = 'open; COMMIT",
+    ] {
+        let refused = client.query(garbled).unwrap();
+        assert!(refused.is_err(), "{garbled}: {refused:?}");
+    }
+    let several = "BEGIN; INSERT INTO notes VALUES (1, 'a; b'); COMMIT;";
+    client.run(several, several).unwrap();
+    let rows = client.run("SELECT body FROM notes", "read").unwrap();
+    assert_eq!(rows, vec![vec![Some("a; b".to_string())]]);
+    let insert = r#""INSERT INTO notes VALUES (N, '…')""#;
+    assert_eq!(
+        points_asked(&asked),
+        [
+            r#"before "SELEC body FROM notes""#.to_string(),
+            r#"before "UPDATE notes SET body = '…'""#.to_string(),
+            format!("before {insert}"),
+            format!("after {insert}"),
+            r#"before "SELECT body FROM notes""#.to_string(),
+        ]
+    );
+}
