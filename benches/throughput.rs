@@ -7,7 +7,7 @@
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count, and
 //! the names of the sections to run: random, timeouts, overlap, exhaustive, peer, real,
-//! payment, time, mcp, play).
+//! payment, time, mcp, play, relay).
 
 /// Handlers written with `SqlHandler` alone, shared with the integration tests.
 #[allow(dead_code)]
@@ -37,7 +37,7 @@ fn main() {
         .filter(|arg| arg.parse::<u64>().is_err() && !arg.starts_with('-'))
         .collect();
     let wanted = |section: &str| named.is_empty() || named.contains(&section);
-    let sections: [(&str, &dyn Fn()); 10] = [
+    let sections: [(&str, &dyn Fn()); 11] = [
         ("random", &|| random_exploration(seeds)),
         ("timeouts", &|| timeout_models(seeds)),
         ("overlap", &|| overlapping_invocations(seeds)),
@@ -48,6 +48,7 @@ fn main() {
         ("time", &time_columns),
         ("mcp", &mcp_servers),
         ("play", &play_positions),
+        ("relay", &relay_latency),
     ];
     for (name, section) in sections {
         if wanted(name) {
@@ -693,4 +694,83 @@ fn play_positions() {
             seconds * 1000.0 / f64::from(positions)
         );
     }
+}
+
+/// The statements timed through the PostgreSQL relay, each way.
+const RELAY_STATEMENTS: u32 = 2_000;
+
+/// What the PostgreSQL relay adds to a statement: the same statements on one connection
+/// straight to the cluster, through the relay unarmed (it only forwards), and through it armed
+/// at its transactions' points, a side channel that answers `go` at once (a write on its own
+/// asks twice: before it and after it).
+fn relay_latency() {
+    use retrysim::postgres::{PgClient, PgCluster, Relay, RelayPoints, PG_ROLE};
+    println!(
+        "\nPostgreSQL relay, microseconds a statement ({RELAY_STATEMENTS} each, one connection):"
+    );
+    if retrysim::postgres::bin_dir().is_err() {
+        println!("  (left out: run `bash .ci/postgres`)");
+        return;
+    }
+    let cluster = PgCluster::start().expect("a cluster starts");
+    let setup = "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER NOT NULL); \
+                 INSERT INTO items VALUES (1, 0);";
+    cluster.psql("postgres", setup).expect("the table is made");
+    let scratch = retrysim::process::ScratchDir::create(
+        std::env::temp_dir().join(format!("retrysim-bench-relay-{}", std::process::id())),
+    )
+    .expect("a scratch directory");
+    let side_channel = scratch.path().join("points.sock");
+    answer_go_at(&side_channel);
+    let relay = Relay::start(
+        &scratch.path().join("pg"),
+        cluster.port(),
+        &cluster.socket(),
+        &side_channel,
+        RelayPoints::Transactions,
+    )
+    .expect("the relay starts");
+    let time = |socket_dir: &std::path::Path, sql: &str| {
+        let mut client = PgClient::connect(socket_dir, cluster.port(), PG_ROLE, "postgres")
+            .expect("a connection");
+        let started = Instant::now();
+        for _ in 0..RELAY_STATEMENTS {
+            client.run(sql, sql).expect("the statement runs");
+        }
+        started.elapsed().as_secs_f64() * 1e6 / f64::from(RELAY_STATEMENTS)
+    };
+    for sql in [
+        "SELECT n FROM items WHERE id = 1",
+        "UPDATE items SET n = n + 1 WHERE id = 1",
+    ] {
+        let direct = time(cluster.socket_dir(), sql);
+        relay.arm(false);
+        let forwarded = time(relay.socket_dir(), sql);
+        relay.arm(true);
+        let asked = time(relay.socket_dir(), sql);
+        println!(
+            "  {sql:<42} direct {direct:>6.1}  relayed {forwarded:>6.1}  relayed and asked {asked:>6.1}"
+        );
+    }
+}
+
+/// A side channel at `path` that answers `go` to every point asked on it.
+fn answer_go_at(path: &std::path::Path) {
+    use std::io::{BufRead, Write};
+    let listener = std::os::unix::net::UnixListener::bind(path).expect("the side channel binds");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().expect("a second handle");
+                for line in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if line.starts_with("point ") && writer.write_all(b"go\n").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
 }

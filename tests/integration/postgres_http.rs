@@ -517,7 +517,9 @@ fn scratch_entries(prefix: &str) -> usize {
 }
 
 /// SIGINT in the middle of a check on PostgreSQL ends the server, the cluster (every
-/// `postgres` process of it) and removes their directories before the command exits 130.
+/// `postgres` process of it) and the relay between them, and removes their directories (the
+/// relay's socket is in the store's) before the command exits 130. The service is one the
+/// relay's points pause (`orders_psycopg.toml`, no helper).
 #[test]
 fn sigint_mid_check_leaves_no_process_and_no_directory() {
     if !postgres_installed("sigint_mid_check_leaves_no_process_and_no_directory") {
@@ -527,7 +529,7 @@ fn sigint_mid_check_leaves_no_process_and_no_directory() {
         return;
     };
     let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-        .args(["mcp", "examples/http/counter_pg.toml"])
+        .args(["mcp", "examples/http/orders_psycopg.toml"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("RETRYSIM_PG_PYTHON", python)
         .stdout(std::process::Stdio::null())
