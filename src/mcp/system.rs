@@ -1165,6 +1165,11 @@ impl StoreKind for OnMcp {
         let mut database = self
             .new_database(directory, &side_channel)
             .unwrap_or_else(|why| fail_subject(why.to_string()));
+        let counted = database.count_changes_on(tag);
+        debug_assert!(
+            counted || !self.reports_durable_changes(),
+            "a relay counts changes"
+        );
         let command = self.command(database.as_ref(), provider.as_ref());
         let mut server = self
             .0
@@ -1275,6 +1280,13 @@ impl StoreKind for OnMcp {
     /// write transaction (never on PostgreSQL, whose waits are seen as they happen).
     fn locked_outside(&self, store: &McpStore) -> bool {
         store.database.borrow_mut().write_locked()
+    }
+
+    /// A server on PostgreSQL through the relay: every transaction that may change the
+    /// database is counted as it ends, and a crash kills everything else the server held. Not
+    /// with a provider, whose charges are durable too and are not counted.
+    fn reports_durable_changes(&self) -> bool {
+        self.0.database_points.is_some() && self.0.provider_env.is_none()
     }
 
     /// Before the call is sent and after its answer came, a call is not in the server.

@@ -27,7 +27,7 @@
 //! through. Every message it reads is bounded ([`PG_MESSAGE_BYTES_MAX`]).
 
 use super::statement::{kind_of, locks, modifies, statement_name, tag_wrote, StatementKind};
-use super::statement::{statements, UNKNOWN_STATEMENT};
+use super::statement::{selects, statements, UNKNOWN_STATEMENT};
 use super::PG_MESSAGE_BYTES_MAX;
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -35,7 +35,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 
 /// The most prepared statements and portals the relay remembers per connection (a `Close`
@@ -64,6 +64,7 @@ pub struct Relay {
     socket: PathBuf,
     armed: Arc<AtomicBool>,
     closing: Arc<AtomicBool>,
+    on_transaction_end: Arc<OnceLock<TransactionEndHook>>,
 }
 
 /// What every relayed connection shares.
@@ -72,7 +73,12 @@ struct Shared {
     side_channel: PathBuf,
     points: RelayPoints,
     armed: Arc<AtomicBool>,
+    /// Called as each transaction that ran a statement ends, before the points after it.
+    on_transaction_end: Arc<OnceLock<TransactionEndHook>>,
 }
+
+/// What [`Relay::on_transaction_end`] calls.
+type TransactionEndHook = Box<dyn Fn() + Send + Sync>;
 
 impl Relay {
     /// Listens at `.s.PGSQL.<port>` in `directory` (made if missing), forwarding to the
@@ -91,11 +97,13 @@ impl Relay {
         let listener = UnixListener::bind(&socket)?;
         let armed = Arc::new(AtomicBool::new(false));
         let closing = Arc::new(AtomicBool::new(false));
+        let on_transaction_end = Arc::new(OnceLock::new());
         let shared = Arc::new(Shared {
             cluster_socket: cluster_socket.to_path_buf(),
             side_channel: side_channel.to_path_buf(),
             points,
             armed: Arc::clone(&armed),
+            on_transaction_end: Arc::clone(&on_transaction_end),
         });
         let stop = Arc::clone(&closing);
         thread::spawn(move || {
@@ -112,6 +120,7 @@ impl Relay {
             socket,
             armed,
             closing,
+            on_transaction_end,
         })
     }
 
@@ -123,6 +132,16 @@ impl Relay {
     /// Asks at points from now on (`true`), or lets everything through (`false`).
     pub fn arm(&self, armed: bool) {
         self.armed.store(armed, Ordering::SeqCst);
+    }
+
+    /// Calls `hook` as each transaction that may have changed the database ends (armed or
+    /// not), before the relay asks at the points after it: a transaction that ran a statement
+    /// that reads or writes rows (or a `SELECT` of a function, which may write), committed,
+    /// rolled back or failed alike — more than the changes, never fewer. A harness that counts
+    /// them knows that a server crashed at two points with no count between them leaves the
+    /// database as it was at both. Only the first hook given is kept.
+    pub fn on_transaction_end(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_transaction_end.set(Box::new(hook));
     }
 }
 
@@ -281,6 +300,9 @@ impl Names {
 struct Transaction {
     /// Whether a statement (not `BEGIN`, not a quiet one) has been sent in it.
     began: bool,
+    /// Whether a statement that may have changed the database has been sent in it: any
+    /// that `began` it, or a quiet `SELECT` (`nextval`, a function that writes).
+    touched: bool,
     /// The name of the statement running now, for the writes its tag reports.
     running: Option<String>,
     /// The name of its first statement that wrote or locked.
@@ -393,7 +415,11 @@ impl Link<'_> {
 
     /// The points before statement `text` runs, and what the relay notes of it.
     fn before(&mut self, text: &str) -> Result<(), Ended> {
-        match kind_of(text) {
+        let kind = kind_of(text);
+        if kind == StatementKind::Statement || selects(text) {
+            self.transaction.touched = true;
+        }
+        match kind {
             StatementKind::Begin | StatementKind::Quiet => Ok(()),
             StatementKind::Rollback => {
                 self.transaction = Transaction::default();
@@ -467,6 +493,11 @@ impl Link<'_> {
     /// landed; the next statement begins a new transaction.
     fn transaction_ended(&mut self) -> Result<(), Ended> {
         let transaction = std::mem::take(&mut self.transaction);
+        if transaction.touched {
+            if let Some(hook) = self.shared.on_transaction_end.get() {
+                hook();
+            }
+        }
         let after = match self.commit_sent.take() {
             Some(write) => Some(format!("after COMMIT of {write}")),
             None if transaction.on_its_own => {

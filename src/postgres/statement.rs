@@ -124,14 +124,22 @@ fn strip_comments(text: &str) -> &str {
     }
 }
 
-/// Whether `text` is a statement that modifies rows, by its first word.
-pub(super) fn modifies(text: &str) -> bool {
+/// Whether `text` is a `SELECT`, by its first word.
+pub(super) fn selects(text: &str) -> bool {
+    first_word_is(text, &["SELECT"])
+}
+
+/// Whether the first word of `text` is one of `words` (any case).
+fn first_word_is(text: &str, words: &[&str]) -> bool {
     let first: String = (strip_comments(text).chars())
         .take_while(|c| c.is_ascii_alphabetic())
         .collect();
-    ["INSERT", "UPDATE", "DELETE", "MERGE"]
-        .iter()
-        .any(|word| first.eq_ignore_ascii_case(word))
+    words.iter().any(|word| first.eq_ignore_ascii_case(word))
+}
+
+/// Whether `text` is a statement that modifies rows, by its first word.
+pub(super) fn modifies(text: &str) -> bool {
+    first_word_is(text, &["INSERT", "UPDATE", "DELETE", "MERGE"])
 }
 
 /// Whether `text` takes row or advisory locks that its commit lets go.

@@ -340,7 +340,9 @@ fn the_relay_at_statements_asks_before_each_one() {
 /// statement with a syntax error and one with an unterminated quote are each named by what
 /// could be read and refused by the cluster, never a hang; a whole transaction sent as one
 /// simple query (`BEGIN; INSERT …; COMMIT`) is asked before its first statement and after
-/// its commit; the connection goes on serving after all of them.
+/// its commit; the connection goes on serving after all of them. Every transaction that ran a
+/// statement is counted as it ends, failed or not (more than the changes, never fewer); a
+/// session's `SET` is not.
 #[test]
 fn the_relay_passes_what_it_cannot_read_and_splits_a_query_of_several_statements() {
     use retrysim::postgres::{PgClient, RelayPoints, PG_ROLE};
@@ -356,6 +358,11 @@ fn the_relay_passes_what_it_cannot_read_and_splits_a_query_of_several_statements
         .unwrap();
     let (relay, asked, _scratch) =
         relay_to(&cluster, "retrysim-relay-unread", RelayPoints::Transactions);
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = std::sync::Arc::clone(&ended);
+    relay.on_transaction_end(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    });
     relay.arm(true);
     let mut client = PgClient::connect(relay.socket_dir(), cluster.port(), PG_ROLE, "postgres")
         .unwrap_or_else(|error| panic!("{error}"));
@@ -366,6 +373,7 @@ fn the_relay_passes_what_it_cannot_read_and_splits_a_query_of_several_statements
         let refused = client.query(garbled).unwrap();
         assert!(refused.is_err(), "{garbled}: {refused:?}");
     }
+    client.run("SET application_name = 'notes'", "set").unwrap();
     let several = "BEGIN; INSERT INTO notes VALUES (1, 'a; b'); COMMIT;";
     client.run(several, several).unwrap();
     let rows = client.run("SELECT body FROM notes", "read").unwrap();
@@ -381,4 +389,5 @@ fn the_relay_passes_what_it_cannot_read_and_splits_a_query_of_several_statements
             r#"before "SELECT body FROM notes""#.to_string(),
         ]
     );
+    assert_eq!(ended.load(std::sync::atomic::Ordering::SeqCst), 4);
 }

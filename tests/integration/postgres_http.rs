@@ -1160,6 +1160,13 @@ fn the_orders_service_on_node_postgres_is_caught_and_its_claim_clean() {
     });
 }
 
+/// The orders service written in Rust (axum, tokio-postgres's prepared statements, a small
+/// pool, no helper): caught with no fault, its claim twin clean.
+#[test]
+fn the_orders_service_on_axum_and_tokio_postgres_is_caught_and_its_claim_clean() {
+    assert_orders_pair("orders_axum", run_axum);
+}
+
 /// The orders service `examples/http/<name>.toml` as first written (the key looked up, then
 /// the order and the key committed in later transactions, no unique key) caught with no fault
 /// and one request's two attempts in flight, at the relay's points named by what the service
@@ -1177,12 +1184,7 @@ fn assert_orders_pair(name: &str, run_with: impl Fn(&str, &[&str]) -> Option<(i3
         "{report}"
     );
     assert!(!report.contains("NONDETERMINISTIC"), "{report}");
-    let claim = crate::ScenarioVariant::of(
-        &format!("http/{name}.toml"),
-        "claim",
-        r#"env = { VARIANT = "lookup-first" }"#,
-        r#"env = { VARIANT = "claim" }"#,
-    );
+    let claim = orders_claim(name);
     let path = claim.path();
     let (status, report) = run_with(name, &race_args(&path)).expect("found before");
     assert_eq!(status, 3, "{report}");
@@ -1191,5 +1193,72 @@ fn assert_orders_pair(name: &str, run_with: impl Fn(&str, &[&str]) -> Option<(i3
     assert!(
         report.contains(r#"before COMMIT of "INSERT INTO idempotency_keys"#),
         "{report}"
+    );
+}
+
+/// The claim twin of the orders service `examples/http/<name>.toml`.
+fn orders_claim(name: &str) -> crate::ScenarioVariant {
+    crate::ScenarioVariant::of(
+        &format!("http/{name}.toml"),
+        "claim",
+        r#"env = { VARIANT = "lookup-first" }"#,
+        r#"env = { VARIANT = "claim" }"#,
+    )
+}
+
+/// The crash-point reduction on a server behind the relay, which counts every transaction
+/// that may have changed the database as it ends: a crash at two points with none ended
+/// between them (before a transaction's first statement and before its commit) is explored
+/// once. Cross-checked against plain enumeration of those crashes on the orders service's
+/// claim twin (one attempt in flight, crashes only): exhausted clean both ways, fewer runs
+/// with it, and the relay's points named as covered.
+#[test]
+fn crashes_at_relay_points_with_no_transaction_between_are_explored_once() {
+    let claim = orders_claim("orders_psycopg");
+    let path = claim.path();
+    let check = |reduction: &str| {
+        let mut args = vec![
+            "mcp",
+            &path,
+            "--intents",
+            "1",
+            "--invocations-max",
+            "1",
+            "--reduction",
+            reduction,
+            "--width",
+            "400",
+        ];
+        args.extend(crate::http_cli::CRASHES_ONLY);
+        run("the claim twin's crashes", &args)
+    };
+    let Some((status, reduced)) = check("all") else {
+        return;
+    };
+    let (plain_status, plain) = check("states,symmetry,sleep-sets").expect("found before");
+    for (status, report) in [(status, &reduced), (plain_status, &plain)] {
+        assert_eq!(status, 3, "{report}");
+        assert!(report.contains("bound: exhausted"), "{report}");
+        assert!(!report.contains("VIOLATED"), "{report}");
+    }
+    let runs = |report: &str| -> u64 {
+        (crate::http_cli::counts_line(report))
+            .and_then(|line| line.strip_prefix("runs explored: "))
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|runs| runs.parse().ok())
+            .unwrap_or_else(|| panic!("{report}"))
+    };
+    assert!(runs(&reduced) < runs(&plain), "{reduced}\n{plain}");
+    let covered = reduced
+        .split("crashes covered by an earlier point")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{reduced}"));
+    assert!(
+        covered.contains(r#"before COMMIT of "INSERT INTO idempotency_keys"#),
+        "{reduced}"
+    );
+    assert!(
+        !plain.contains("crashes covered by an earlier point"),
+        "{plain}"
     );
 }

@@ -58,6 +58,14 @@ pub(super) trait ServerDatabase {
         let _ = armed;
     }
 
+    /// Has the database tell `tag` of every transaction of the server's that may have changed
+    /// it ([`crate::IntentTag::durable_change_committed`]), as it ends: whether it can (a
+    /// relay sees them; a database the server reaches directly cannot).
+    fn count_changes_on(&self, tag: &crate::IntentTag) -> bool {
+        let _ = tag;
+        false
+    }
+
     /// The changes committed since the last look, each given out once.
     fn take_changes(&mut self) -> Vec<Change>;
 

@@ -503,6 +503,15 @@ impl ServerDatabase for PostgresDatabase {
         }
     }
 
+    fn count_changes_on(&self, tag: &crate::IntentTag) -> bool {
+        let Some(relay) = &self.relay else {
+            return false;
+        };
+        let tag = tag.clone();
+        relay.on_transaction_end(move || tag.durable_change_committed());
+        true
+    }
+
     fn server_gone(&mut self) -> Result<(), String> {
         self.run(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
