@@ -18,8 +18,11 @@ mod scenario;
 mod side_channel;
 mod spare;
 mod stdio;
+mod store;
 mod streamable_http;
 mod system;
+mod target;
+mod verify;
 
 pub use command::{ServerCommand, STDERR_LINES_KEPT};
 pub use database::DatabaseKind;
@@ -29,10 +32,11 @@ pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;
 pub use stdio::StdioServer;
+pub use store::McpStore;
 pub use streamable_http::{StreamableHttpServer, MCP_ENDPOINT_DEFAULT};
-pub use system::{
-    Call, KeyPlacement, McpStore, McpTarget, OnMcp, PendingAnswer, ServerClock, ServerTransport,
-    StatusTool, AFTER_ANSWER, BEFORE_CALL, LOCK_WAIT,
+pub use system::{OnMcp, AFTER_ANSWER, BEFORE_CALL, LOCK_WAIT};
+pub use target::{
+    Call, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerTransport, StatusTool,
 };
 
 use crate::Crash;
