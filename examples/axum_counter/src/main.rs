@@ -24,15 +24,17 @@
 #[allow(dead_code)] // the service asks crash points only, on a Points of each request
 mod retrysim_points;
 
+mod pool;
+
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
+use pool::Pool;
 use retrysim_points::Points;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::sync::{Mutex, Semaphore};
-use tokio_postgres::{Client, GenericClient, NoTls};
+use tokio_postgres::{Client, GenericClient};
 
 /// How many database connections the service keeps.
 const POOL_SIZE: usize = 4;
@@ -42,24 +44,8 @@ type Answer = (StatusCode, Json<Value>);
 
 /// The service's state: its pool of connections and its variant.
 struct Service {
-    pool: Vec<Mutex<Client>>,
-    free: Semaphore,
+    pool: Pool,
     variant: String,
-}
-
-impl Service {
-    /// A free connection of the pool, held until the guard drops.
-    async fn connection(&self) -> tokio::sync::MutexGuard<'_, Client> {
-        let _permit = self.free.acquire().await.expect("the pool is never closed");
-        loop {
-            for client in &self.pool {
-                if let Ok(guard) = client.try_lock() {
-                    return guard;
-                }
-            }
-            tokio::task::yield_now().await;
-        }
-    }
 }
 
 /// A failure of the database, answered 500.
@@ -199,7 +185,7 @@ async fn post_add(
         return (StatusCode::BAD_REQUEST, Json(error));
     };
     let amount = i32::try_from(amount).unwrap_or(i32::MAX);
-    let mut client = service.connection().await;
+    let mut client = service.pool.connection().await;
     let answered = match service.variant.as_str() {
         "lookup" => handle_lookup(&mut client, key, amount).await,
         "second-transaction" => handle_second_transaction(&mut client, key, amount).await,
@@ -229,32 +215,14 @@ async fn make_schema(client: &Client, variant: &str) -> Result<(), tokio_postgre
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names the database");
-    let port: u16 = (std::env::var("PORT").ok())
-        .and_then(|port| port.parse().ok())
-        .expect("PORT names the port to listen on");
     let variant = std::env::var("VARIANT").unwrap_or_else(|_| "on-conflict".into());
-    let mut pool = Vec::new();
-    for _ in 0..POOL_SIZE {
-        let (client, connection) = tokio_postgres::connect(&url, NoTls)
-            .await
-            .expect("the database answers");
-        tokio::spawn(connection);
-        pool.push(Mutex::new(client));
-    }
-    make_schema(&*pool[0].lock().await, &variant)
+    let pool = Pool::connect(POOL_SIZE).await;
+    make_schema(&*pool.connection().await, &variant)
         .await
         .expect("the schema is made");
-    let service = Arc::new(Service {
-        pool,
-        free: Semaphore::new(POOL_SIZE),
-        variant,
-    });
+    let service = Arc::new(Service { pool, variant });
     let app = Router::new()
         .route("/add", post(post_add))
         .with_state(service);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("the port is free");
-    axum::serve(listener, app).await.expect("the service runs");
+    pool::serve(app).await;
 }

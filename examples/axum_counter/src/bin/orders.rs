@@ -13,14 +13,17 @@
 //! * `claim` (correct): the key claimed (`INSERT ... ON CONFLICT DO NOTHING`, the key the
 //!   primary key) in the order's own transaction, the response saved in it.
 
+#[path = "../pool.rs"]
+mod pool;
+
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
+use pool::Pool;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::sync::{Mutex, Semaphore};
-use tokio_postgres::{Client, GenericClient, NoTls};
+use tokio_postgres::{Client, GenericClient};
 
 /// How many database connections the service keeps.
 const POOL_SIZE: usize = 4;
@@ -30,24 +33,8 @@ type Answer = (StatusCode, Json<Value>);
 
 /// The service's state: its pool of connections and its variant.
 struct Service {
-    pool: Vec<Mutex<Client>>,
-    free: Semaphore,
+    pool: Pool,
     variant: String,
-}
-
-impl Service {
-    /// A free connection of the pool, held until the guard drops.
-    async fn connection(&self) -> tokio::sync::MutexGuard<'_, Client> {
-        let _permit = self.free.acquire().await.expect("the pool is never closed");
-        loop {
-            for client in &self.pool {
-                if let Ok(guard) = client.try_lock() {
-                    return guard;
-                }
-            }
-            tokio::task::yield_now().await;
-        }
-    }
 }
 
 /// An order as it was asked for: its item, its quantity, and the request's canonical text
@@ -184,7 +171,7 @@ async fn post_order(
         // serde_json keeps an object's keys sorted: the same request is the same text.
         request: body.to_string(),
     };
-    let mut client = service.connection().await;
+    let mut client = service.pool.connection().await;
     let answered = match service.variant.as_str() {
         "claim" => claim(&mut client, key, &order).await,
         _ => lookup_first(&mut client, key, &order).await,
@@ -211,32 +198,14 @@ async fn make_schema(client: &Client, variant: &str) -> Result<(), tokio_postgre
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() {
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names the database");
-    let port: u16 = (std::env::var("PORT").ok())
-        .and_then(|port| port.parse().ok())
-        .expect("PORT names the port to listen on");
     let variant = std::env::var("VARIANT").unwrap_or_else(|_| "lookup-first".into());
-    let mut pool = Vec::new();
-    for _ in 0..POOL_SIZE {
-        let (client, connection) = tokio_postgres::connect(&url, NoTls)
-            .await
-            .expect("the database answers");
-        tokio::spawn(connection);
-        pool.push(Mutex::new(client));
-    }
-    make_schema(&*pool[0].lock().await, &variant)
+    let pool = Pool::connect(POOL_SIZE).await;
+    make_schema(&*pool.connection().await, &variant)
         .await
         .expect("the schema is made");
-    let service = Arc::new(Service {
-        pool,
-        free: Semaphore::new(POOL_SIZE),
-        variant,
-    });
+    let service = Arc::new(Service { pool, variant });
     let app = Router::new()
         .route("/orders", post(post_order))
         .with_state(service);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("the port is free");
-    axum::serve(listener, app).await.expect("the service runs");
+    pool::serve(app).await;
 }
