@@ -84,7 +84,22 @@ impl PlayProcess {
 }
 
 impl Drop for PlayProcess {
+    /// SIGTERM first, which a play server ends on as a check does (its real server and
+    /// scratch directories gone); SIGKILL to its group only if it has not ended after a
+    /// while (a SIGKILL alone leaves a real server's scratch directory behind).
     fn drop(&mut self) {
+        if self.child.try_wait().is_ok_and(|status| status.is_none()) {
+            // SAFETY: signals the process the child is; touches no memory.
+            unsafe {
+                libc::kill(self.child.id() as i32, libc::SIGTERM);
+            }
+            for _ in 0..300 {
+                if !self.child.try_wait().is_ok_and(|status| status.is_none()) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
         // SAFETY: signals the process group the child leads; touches no memory.
         unsafe {
             libc::kill(-(self.child.id() as i32), libc::SIGKILL);
