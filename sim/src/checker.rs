@@ -70,7 +70,7 @@ fn exhaust_counting(
     let mut visits = fresh_visits(options, workloads.len(), steps_matter);
     let mut search = Search::new(options, workloads.len(), symmetric);
     while let Some((bounds, runs_left)) = search.next_level() {
-        progress.level_began(bounds.faults_max);
+        progress.level_of_workloads_began(bounds.faults_max, workloads.len());
         // Lazily: the workloads after the one that ends the level are not explored.
         let parts = workloads
             .iter()
@@ -186,7 +186,7 @@ fn exhaust_on_counting(
     std::thread::scope(|scope| {
         let pool = Pool::start(scope, factory, (options, &workloads, progress), threads);
         while let Some((bounds, runs_left)) = search.next_level() {
-            progress.level_began(bounds.faults_max);
+            progress.level_of_workloads_began(bounds.faults_max, workloads.len());
             let mut levels: Vec<WorkloadLevel> = visits
                 .iter_mut()
                 .enumerate()

@@ -344,16 +344,16 @@ pub(crate) fn explore_chunk(
         symmetry: options.reduction.symmetry,
     };
     let mut points = PointTally::default();
-    // Runs, violating runs and pruned runs not yet added to `progress`.
-    let mut unreported = (0u64, 0u64, 0u64);
+    // Runs, violating runs, pruned runs and their weight not yet added to `progress`.
+    let mut unreported = (0u64, 0u64, 0u64, 0f64);
     let mut each = |outcome: &RunOutcome| {
         unreported.0 += 1;
         unreported.1 += u64::from(!outcome.violations.is_empty());
         unreported.2 += u64::from(outcome.end == RunEnd::Pruned);
+        unreported.3 += outcome.weight;
         if unreported.0 == PROGRESS_RUNS_PER_REPORT {
-            progress.runs_ended(unreported.0, unreported.1);
-            progress.pruned_runs_ended(unreported.2);
-            unreported = (0, 0, 0);
+            report_runs(progress, unreported);
+            unreported = (0, 0, 0, 0.0);
         }
         count_run((&mut part, &mut points), outcome, (bounds, options));
         if let Some(state) = outcome.final_state {
@@ -363,8 +363,7 @@ pub(crate) fn explore_chunk(
         part.level.runs < runs_max && !stop && !progress.stop_asked()
     };
     subject.enumerate(bounds, enumeration, &mut each);
-    progress.runs_ended(unreported.0, unreported.1);
-    progress.pruned_runs_ended(unreported.2);
+    report_runs(progress, unreported);
     points.add_to(&mut part.coverage);
     ChunkDone {
         part,
@@ -373,6 +372,14 @@ pub(crate) fn explore_chunk(
         set_aside,
         leftover,
     }
+}
+
+/// Adds to `progress` runs that ended, of which `violating` broke an invariant and `pruned`
+/// met a state explored before, of `weight` in all.
+fn report_runs(progress: &Progress, (runs, violating, pruned, weight): (u64, u64, u64, f64)) {
+    progress.runs_ended(runs, violating);
+    progress.pruned_runs_ended(pruned);
+    progress.weight_ended(weight);
 }
 
 /// Counts one run's outcome into `part`, its crash points into `points`.

@@ -48,6 +48,11 @@ pub struct Progress {
     runs_before_level: AtomicU64,
     /// Whether the check was asked to stop ([`Progress::ask_stop`]).
     stop_asked: AtomicBool,
+    /// The weight of the level's runs so far ([`crate::Enumerator::last_run_weight`]), the
+    /// bits of an `f64`.
+    level_weight: AtomicU64,
+    /// The workloads the level explores: its runs weigh as many in all.
+    level_workloads: AtomicU64,
 }
 
 impl Progress {
@@ -91,6 +96,38 @@ impl Progress {
     /// Runs finished so far.
     pub fn runs(&self) -> u64 {
         self.runs.load(Ordering::Relaxed)
+    }
+
+    /// Counts the weight of runs that ended ([`crate::RunOutcome::weight`]).
+    pub fn weight_ended(&self, weight: f64) {
+        if weight > 0.0 {
+            let _ =
+                (self.level_weight).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                    Some((f64::from_bits(bits) + weight).to_bits())
+                });
+        }
+    }
+
+    /// How much of the level being explored its runs so far went through, from 0 to 1: the
+    /// weight of its runs ([`crate::Enumerator::last_run_weight`]) over its workloads. The
+    /// runs of a level weigh 1 a workload in all, however they are pruned; the share of the
+    /// weight a run carries shrinks with the branching above it, so this is how far a
+    /// descent at random is along, not how many runs are done: the runs so far over it
+    /// estimate the level's size by the branching seen so far. `None` before a level begins.
+    pub fn level_done_share(&self) -> Option<f64> {
+        self.level()?;
+        let workloads = self.level_workloads.load(Ordering::Relaxed).max(1) as f64;
+        let weight = f64::from_bits(self.level_weight.load(Ordering::Relaxed));
+        Some((weight / workloads).clamp(0.0, 1.0))
+    }
+
+    /// A check has begun its level `faults_max` (its runs from now on are that level's), of
+    /// `workloads` workloads.
+    pub fn level_of_workloads_began(&self, faults_max: u32, workloads: usize) {
+        self.level_weight.store(0f64.to_bits(), Ordering::Relaxed);
+        self.level_workloads
+            .store(workloads as u64, Ordering::Relaxed);
+        self.level_began(faults_max);
     }
 
     /// A check has begun its level `faults_max` (its runs from now on are that level's).

@@ -287,13 +287,47 @@ fn with_line<T>(
 fn progress_line(counters: &Progress, seconds: f64) -> String {
     let runs = counters.runs();
     let level = (counters.level())
-        .map(|(faults_max, runs)| format!(" ({runs} at faults_max={faults_max})"))
+        .map(|(faults_max, runs)| {
+            let share = counters.level_done_share().unwrap_or(0.0);
+            format!(
+                " ({runs} at faults_max={faults_max}{})",
+                size_estimate(runs, share)
+            )
+        })
         .unwrap_or_default();
     format!(
         "{runs} runs{level}, {:.0} runs/s, {} violating, {seconds:.1} s",
         runs as f64 / seconds.max(1e-9),
         counters.violating()
     )
+}
+
+/// What a progress line says of the size of a level of which `runs` runs went through
+/// `share` of its weight ([`Progress::level_done_share`]): the share, and the runs in all
+/// it suggests once the share says something.
+fn size_estimate(runs: u64, share: f64) -> String {
+    if share < 1e-6 || runs < 100 {
+        return String::new();
+    }
+    let estimate = (runs as f64 / share).round();
+    format!(
+        ", {:.1}% of its branches, about {} runs in all",
+        share * 100.0,
+        rounded(estimate)
+    )
+}
+
+/// `value` to two significant figures, with a thousand or million suffix.
+fn rounded(value: f64) -> String {
+    let magnitude = 10f64.powi(value.max(1.0).log10().floor() as i32 - 1);
+    let value = (value / magnitude).round() * magnitude;
+    if value >= 1e6 {
+        format!("{:.1} million", value / 1e6)
+    } else if value >= 1e4 {
+        format!("{:.0} thousand", value / 1e3)
+    } else {
+        format!("{value:.0}")
+    }
 }
 
 /// Draws `line` (`Shown::Redrawn`), or logs it every [`PROGRESS_LOG_SECONDS`] (the last at
@@ -339,6 +373,26 @@ mod tests {
         progress.runs_ended(runs, 0);
         progress.pruned_runs_ended(pruned);
         progress
+    }
+
+    #[test]
+    fn a_progress_line_estimates_a_levels_size_by_the_share_of_its_branches_gone_through() {
+        let progress = Progress::new();
+        progress.level_of_workloads_began(1, 2);
+        progress.runs_ended(12_345, 0);
+        progress.weight_ended(0.5);
+        assert_eq!(progress.level_done_share(), Some(0.25));
+        let line = progress_line(&progress, 10.0);
+        assert!(
+            line.contains(
+                "(12345 at faults_max=1, 25.0% of its branches, about 49 thousand runs in all)"
+            ),
+            "{line}"
+        );
+        assert_eq!(size_estimate(50, 0.5), "", "too few runs to say");
+        assert_eq!(size_estimate(5_000, 0.0), "", "no weight yet");
+        assert_eq!(rounded(5_786_629.0), "5.8 million");
+        assert_eq!(rounded(1_234.0), "1200");
     }
 
     #[test]

@@ -740,6 +740,54 @@ fn progress_counts_every_run_of_a_check() {
     assert_eq!(counted.violations, plain.violations);
 }
 
+/// The weights of a level's runs add up to one a workload, however its runs are pruned, cut
+/// into parts or taken by threads: at the end of every level of a clean check, the share of
+/// the level a progress line reports is whole. With sleep sets a state met again may take
+/// fewer answers than its first visit counted, and the share ends a little short of whole.
+#[test]
+fn the_weights_of_a_levels_runs_add_up_to_the_whole_level() {
+    let entry = crate::entry("counter", "keyed-atomic");
+    let options = CheckOptions {
+        stop: StopAt::EndOfBound,
+        ..CheckOptions::new(Bounds {
+            clients_max: 2,
+            intents_max: 1,
+            faults_max: 2,
+            ..Bounds::default()
+        })
+    };
+    let no_sleep_sets = retrysim::Reduction {
+        sleep_sets: false,
+        ..options.reduction
+    };
+    for (reduction, within) in [(no_sleep_sets, 1e-9), (options.reduction, 1e-3)] {
+        for threads in [1, 2] {
+            let options = CheckOptions {
+                reduction,
+                ..options.clone()
+            };
+            let progress = retrysim::Progress::new();
+            let mut shares = Vec::new();
+            let mut level_done = |level: &retrysim::Level| {
+                let share = progress.level_done_share().expect("a level began");
+                shares.push((level.faults_max, level.runs, share));
+            };
+            let work: (&mut dyn FnMut(&retrysim::Level), _) = (&mut level_done, &progress);
+            let report = retrysim::exhaust_on_reporting(&entry.build, &options, threads, work);
+            assert!(report.violations.is_empty(), "{threads} threads");
+            assert_eq!(shares.len(), 3, "{shares:?}");
+            for (faults_max, runs, share) in shares {
+                assert!(runs > 1_000, "{runs} runs at faults_max={faults_max}");
+                let off = (share - 1.0).abs();
+                assert!(
+                    off < within,
+                    "{share} at faults_max={faults_max}, {threads} threads"
+                );
+            }
+        }
+    }
+}
+
 /// An exploration counts its runs into a `Progress` as they end: every run, and the ones that
 /// broke an invariant; the exploration itself is the same as without one.
 #[test]

@@ -64,6 +64,18 @@ impl SetAside {
     }
 }
 
+/// `1 / n` for each `n` up to 32 (0 for 0): a run's weight is taken at each of its new
+/// choices, where a division would cost more than the rest of the taking.
+const RECIPROCALS: [f64; 33] = {
+    let mut reciprocals = [0.0; 33];
+    let mut n = 1;
+    while n < reciprocals.len() {
+        reciprocals[n] = 1.0 / n as f64;
+        n += 1;
+    }
+    reciprocals
+};
+
 /// One choice of the enumerator's path.
 #[derive(Clone, Copy, Debug)]
 struct Step {
@@ -74,6 +86,8 @@ struct Step {
     /// The answers that spend a fault counted toward the budget, set aside (deferring
     /// enumerators only).
     deferred: u32,
+    /// The weight of the runs through this answer ([`Enumerator::last_run_weight`]).
+    weight_through: f64,
 }
 
 /// Enumerates every tape of a bounded run, depth first, smallest answers first (or, deferring
@@ -104,6 +118,8 @@ pub struct Enumerator {
     /// Whether the paths set aside are handed over ([`Enumerator::take_set_aside`]) instead
     /// of gone through.
     hands_over: bool,
+    /// The first choice a run's weight counts ([`Enumerator::last_run_weight`]).
+    weighed_from: usize,
 }
 
 impl Enumerator {
@@ -203,6 +219,74 @@ impl Enumerator {
         paths
     }
 
+    /// This enumerator, weighing runs ([`Enumerator::last_run_weight`]) by their choices from
+    /// the `depth`th on (past the answers that draw a workload).
+    pub fn weighing_from(self, depth: usize) -> Self {
+        Enumerator {
+            weighed_from: depth,
+            ..self
+        }
+    }
+
+    /// The last run's weight: the chance that a descent from the `weighed_from`th choice
+    /// (see [`Enumerator::weighing_from`]), taking at each choice one of the answers to try
+    /// (redundant ones left out, those that spend a fault kept: they are tried too, later) at
+    /// random, all alike, ends in it. The weights of every run of an enumeration from one
+    /// prefix (the paths it sets aside included, gone through in turn) add up to 1, however
+    /// runs are pruned or cut into parts: each run is a leaf of the tree of choices the
+    /// enumeration goes through, and the sum of the weights gone through is how much of it
+    /// was. That is what a progress line estimates the size of a level by: runs per weight.
+    /// (With sleep sets, a choice met again on a path set aside may count fewer answers to
+    /// try than when the path was set aside, and the sum ends a little short of 1.)
+    pub fn last_run_weight(&self) -> f64 {
+        self.path.last().map_or(1.0, |step| step.weight_through)
+    }
+
+    /// The weight of the runs through the answer at `depth` of a choice of `options` options
+    /// of which those in `redundant` need not be tried, the choices before it taken as the
+    /// path takes them.
+    fn weight_at(&self, depth: usize, options: u32, redundant: u32) -> f64 {
+        let before = match depth.checked_sub(1) {
+            Some(previous) => self.path[previous].weight_through,
+            None => 1.0,
+        };
+        if depth < self.weighed_from {
+            return before;
+        }
+        let mask = if options >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << options) - 1
+        };
+        let to_try = (options - (redundant & mask).count_ones()).max(1);
+        match RECIPROCALS.get(to_try as usize) {
+            Some(reciprocal) => before * reciprocal,
+            None => before / f64::from(to_try),
+        }
+    }
+
+    /// Fills in the choices of the path's first `choices.len()` answers that a run did not
+    /// ask (it resumed past them from a checkpoint), as an earlier run along the same answers
+    /// met them: their options and redundant answers.
+    pub(crate) fn fill_skipped(&mut self, choices: &[(u32, u32)]) {
+        for (depth, &(options, redundant)) in choices.iter().enumerate() {
+            if self.path[depth].options == 0 {
+                let weight = self.weight_at(depth, options, redundant);
+                let step = &mut self.path[depth];
+                step.options = options;
+                step.redundant = redundant;
+                step.weight_through = weight;
+            }
+        }
+    }
+
+    /// The options and redundant answers of each choice of the path from the `from`th on,
+    /// for [`Enumerator::fill_skipped`].
+    pub(crate) fn path_choices(&self, from: usize) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let tail = self.path.get(from..).unwrap_or_default();
+        tail.iter().map(|step| (step.options, step.redundant))
+    }
+
     /// The source for the next run; `None` once every run has been enumerated.
     pub fn next_run(&mut self) -> Option<EnumeratedRun<'_>> {
         self.path_begins = !self.started;
@@ -268,6 +352,7 @@ impl Enumerator {
                 options: 0,
                 redundant: 0,
                 deferred: 0,
+                weight_through: 1.0,
             })
             .collect();
         self.prefix = path;
@@ -301,12 +386,17 @@ impl EnumeratedRun<'_> {
     }
 
     /// Goes on from the `position`th answer of the path: the run resumes from a state that
-    /// its first `position` answers led to.
-    pub(crate) fn skip_to(&mut self, position: usize) {
+    /// its first `position` answers led to, whose choices an earlier run met as `choices`
+    /// tells (options and redundant answers, at least `position` of them; a run that is not
+    /// the first of its path met them itself).
+    pub(crate) fn skip_to(&mut self, position: usize, choices: &[(u32, u32)]) {
         assert!(
             position <= self.enumerator.path.len(),
             "skip within the path"
         );
+        if self.enumerator.path_begins {
+            self.enumerator.fill_skipped(&choices[..position]);
+        }
         self.position = position;
     }
 }
@@ -332,6 +422,10 @@ impl Choices for EnumeratedRun<'_> {
         } else {
             0
         };
+        let weight = match self.enumerator.path.get(self.position) {
+            Some(step) if step.options != 0 => 0.0,
+            _ => (self.enumerator).weight_at(self.position, options, redundant),
+        };
         let path = &mut self.enumerator.path;
         let answer = match path.get_mut(self.position) {
             Some(step) if step.options == 0 => {
@@ -343,6 +437,8 @@ impl Choices for EnumeratedRun<'_> {
                     self.position + 1
                 );
                 step.options = options;
+                step.redundant = redundant;
+                step.weight_through = weight;
                 step.answer
             }
             Some(&mut Step {
@@ -372,6 +468,7 @@ impl Choices for EnumeratedRun<'_> {
                     options,
                     redundant,
                     deferred,
+                    weight_through: weight,
                 });
                 answer
             }

@@ -113,6 +113,9 @@ pub(super) struct Checkpoints<S: System> {
     /// The answers of the run that made the newest checkpoints (lent to a resumed run while
     /// it goes, see [`Checkpoints::answers_before`]).
     answers: Vec<u32>,
+    /// The options and redundant answers of each choice of the run that made the newest
+    /// checkpoints, for a resumed run's weight ([`crate::Enumerator::last_run_weight`]).
+    choices: Vec<(u32, u32)>,
     /// The identity of the store as it is now, if known.
     pub(super) store_now: Option<u64>,
     /// The worlds of checkpoints dropped, whose room new checkpoints copy theirs into.
@@ -127,6 +130,7 @@ impl<S: System> Checkpoints<S> {
         Checkpoints {
             stack: Vec::new(),
             answers: Vec::new(),
+            choices: Vec::new(),
             store_now: None,
             rooms: Vec::new(),
         }
@@ -187,6 +191,22 @@ impl<S: System> Checkpoints<S> {
     /// Keeps the answers of the run that just ended (its tape, trailing zeros trimmed).
     pub(super) fn keep_answers(&mut self, answers: Vec<u32>) {
         self.answers = answers;
+    }
+
+    /// Keeps the options and redundant answers of each choice of the run that just ended,
+    /// which shared its first `shared` with the run before it: `choices` are those after.
+    pub(super) fn keep_choices_from(
+        &mut self,
+        shared: usize,
+        choices: impl Iterator<Item = (u32, u32)>,
+    ) {
+        self.choices.truncate(shared);
+        self.choices.extend(choices);
+    }
+
+    /// The options and redundant answers of the choices of the run that just ended.
+    pub(super) fn choices(&self) -> &[(u32, u32)] {
+        &self.choices
     }
 
     /// The newest checkpoint before the answer at `changed` (the one the next run changes),

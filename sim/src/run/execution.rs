@@ -524,6 +524,7 @@ impl<S: System> Execution<'_, '_, S> {
             final_state,
             succeeded,
             paused_inside: self.paused_inside,
+            weight: 0.0,
             timeline,
         }
     }

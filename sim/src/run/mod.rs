@@ -127,6 +127,11 @@ pub struct RunOutcome {
     /// inside the handler.
     #[serde(skip)]
     pub paused_inside: bool,
+    /// The run's weight in the exhaustive enumeration it belongs to
+    /// ([`crate::Enumerator::last_run_weight`]): the weights of an enumeration's runs add up
+    /// to 1, so their sum so far is how much of it is done. 0 for a run outside one.
+    #[serde(skip)]
+    pub weight: f64,
     /// The timeline, when the run was traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
@@ -266,7 +271,8 @@ impl<S: System> Simulator<S> {
         let mut enumerator = match paths {
             Some((paths, spent)) => Enumerator::through_paths(paths, spent),
             None => Enumerator::with_prefix(prefix),
-        };
+        }
+        .weighing_from(prefix.len());
         if visited.is_some() {
             // Runs go by the faults they spend, fewest first, so that a state is first
             // explored with the most budget left it can have.
@@ -319,7 +325,10 @@ impl<S: System> Simulator<S> {
         (mut visited, mut checkpoints): (Option<Layers<'_>>, Option<&mut Checkpoints<S>>),
         each: &mut dyn FnMut(&RunOutcome) -> bool,
     ) -> bool {
-        while let Some(mut source) = enumerator.next_run() {
+        loop {
+            let Some(mut source) = enumerator.next_run() else {
+                return false;
+            };
             let replayed_answers = source.replayed_answers();
             let pruning = visited.as_mut().map(|(visited, explored)| Pruning {
                 visited,
@@ -339,9 +348,12 @@ impl<S: System> Simulator<S> {
                 (Some(checkpoints), Some(changed)) => self.resume(checkpoints, changed),
                 _ => None,
             };
-            let outcome = match resumed {
+            // The answers before it are the run before's: so are their choices.
+            let resumed_at = resumed.as_ref().map_or(0, |(answered, ..)| *answered);
+            let mut outcome = match resumed {
                 Some((answered, state, store_print)) => {
-                    source.skip_to(answered);
+                    let choices = checkpoints.as_deref().expect("resumed").choices();
+                    source.skip_to(answered, choices);
                     let answers = checkpoints
                         .as_deref_mut()
                         .expect("resumed")
@@ -367,6 +379,7 @@ impl<S: System> Simulator<S> {
                 }
             };
             drop(source);
+            outcome.weight = enumerator.last_run_weight();
             let going_on = each(&outcome);
             let RunOutcome {
                 tape,
@@ -377,13 +390,13 @@ impl<S: System> Simulator<S> {
             } = outcome;
             if let Some(checkpoints) = checkpoints.as_deref_mut() {
                 checkpoints.keep_answers(tape.into_answers());
+                checkpoints.keep_choices_from(resumed_at, enumerator.path_choices(resumed_at));
             }
             self.spare_lists = [points, crashed_at, crashes_covered];
             if !going_on {
                 return true;
             }
         }
-        false
     }
 
     /// The newest checkpoint before the answer at `changed`, with the store and the run's
