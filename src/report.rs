@@ -43,10 +43,14 @@ pub fn play_command(entry: &HandlerEntry, bounds: &Bounds, tape: &Tape) -> Strin
 
 /// `retrysim VERB` on `entry` with `schedule` and the flags that set `bounds`.
 fn command_for(verb: &str, entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule) -> String {
-    let mut command = format!(
-        "retrysim {verb} --model {} --handler {}",
-        entry.domain, entry.handler
-    );
+    let mut command = if entry.domain == crate::mcp::MCP_MODEL {
+        format!("retrysim {verb} {}", entry.handler)
+    } else {
+        format!(
+            "retrysim {verb} --model {} --handler {}",
+            entry.domain, entry.handler
+        )
+    };
     match schedule {
         Schedule::Seed(seed) => {
             let _ = write!(command, " --seed {seed}");

@@ -147,8 +147,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Check a real MCP server as a scenario file says (`check --model mcp --handler
-    /// SCENARIO`): every run within the bounds, its flags defaulting to the scenario's.
+    /// The old name of `retrysim check SCENARIO`, kept for one release: checks the service a
+    /// scenario file names (HTTP or MCP), and says on stderr that `check` is its name now.
     Mcp {
         /// The scenario: the server's command, its database and effect tables, where the
         /// client's key goes, and the calls the clients make (TOML; see docs/mcp.md).
@@ -201,14 +201,22 @@ enum Command {
     },
 }
 
+/// What a command runs on: a scenario file (a real service, over HTTP or MCP), or a
+/// built-in handler by `--model` and `--handler`.
 #[derive(Args)]
 struct Target {
-    /// The domain, e.g. counter; `mcp` for a real MCP server.
-    #[arg(long)]
-    model: String,
-    /// The handler, e.g. keyed-sqlite; for `--model mcp`, the scenario file.
-    #[arg(long)]
-    handler: String,
+    /// A scenario file: your service (HTTP or MCP, any language), its database and the calls
+    /// its clients make (TOML; see docs/http.md and docs/mcp.md). Or name a built-in
+    /// handler with --model and --handler instead.
+    #[arg(value_name = "SCENARIO", conflicts_with_all = ["model", "handler"])]
+    scenario: Option<String>,
+    /// The built-in domain, e.g. counter (`retrysim list` lists them); `mcp` with
+    /// --handler SCENARIO is the scenario file's service, as SCENARIO alone is.
+    #[arg(long, requires = "handler")]
+    model: Option<String>,
+    /// The built-in handler, e.g. keyed-sqlite; for `--model mcp`, the scenario file.
+    #[arg(long, requires = "model")]
+    handler: Option<String>,
 }
 
 /// The run to replay: exactly one of a seed and a tape.
@@ -647,8 +655,23 @@ impl Target {
     /// The target of a scenario file.
     fn scenario(path: &str) -> Target {
         Target {
-            model: MCP_MODEL.to_string(),
-            handler: path.to_string(),
+            scenario: Some(path.to_string()),
+            model: None,
+            handler: None,
+        }
+    }
+
+    /// The domain and handler named: a scenario file is the handler of the `mcp` domain.
+    fn names(&self) -> Result<(&str, &str), UsageError> {
+        match (&self.scenario, &self.model, &self.handler) {
+            (Some(scenario), ..) => Ok((MCP_MODEL, scenario)),
+            (None, Some(model), Some(handler)) => Ok((model, handler)),
+            _ => Err(UsageError(
+                "name what to run: a scenario file (e.g. `retrysim check \
+                 examples/http/orders_fastapi.toml`) or a built-in handler (e.g. `--model \
+                 counter --handler naive`; `retrysim list` lists them)"
+                    .to_string(),
+            )),
         }
     }
 }
@@ -684,12 +707,18 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
             search,
             json,
             bounds,
-        }) => run_check(
-            &Target::scenario(&scenario),
-            &search,
-            json,
-            (&bounds, width_chars),
-        ),
+        }) => {
+            note(&format!(
+                "retrysim: note: `retrysim mcp` is `retrysim check {scenario}` now; `mcp` stays \
+                 as its alias for one release"
+            ));
+            run_check(
+                &Target::scenario(&scenario),
+                &search,
+                json,
+                (&bounds, width_chars),
+            )
+        }
         Some(Command::Report { out, seeds }) => run_report_dir(&out, seeds),
         Some(Command::Merge { files, json }) => run_merge(&files, json),
         Some(Command::Replay {

@@ -1,6 +1,6 @@
 //! What a command runs on: a built-in handler (`--model counter --handler naive`), or a real
-//! MCP server named by a scenario file (`--model mcp --handler SCENARIO`, or `retrysim mcp
-//! SCENARIO`).
+//! service named by a scenario file (`retrysim check SCENARIO`, or the older `--model mcp
+//! --handler SCENARIO`).
 
 use super::{Target, UsageError};
 use crate::mcp::{OnMcp, Scenario, ServerClock, MCP_MODEL};
@@ -273,8 +273,9 @@ impl Resolved {
 /// Resolves `target`. A scenario is read and checked; with `start` its server is started
 /// once too, to check that it offers the tools the scenario calls.
 pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageError> {
-    if target.model != MCP_MODEL {
-        let entry = models::find(&target.model, &target.handler)?;
+    let (model, handler) = target.names()?;
+    if model != MCP_MODEL {
+        let entry = models::find(model, handler)?;
         return Ok(Resolved {
             entry,
             build: Box::new(entry.build),
@@ -283,7 +284,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
             scenario: None,
         });
     }
-    let scenario = Scenario::load(std::path::Path::new(&target.handler))?;
+    let scenario = Scenario::load(std::path::Path::new(handler))?;
     // From here servers may run: SIGINT and SIGTERM end them and their files first.
     crate::process::end_on_signal();
     crate::process::adopt_orphans();
@@ -292,7 +293,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
     }
     let entry: &'static HandlerEntry = Box::leak(Box::new(HandlerEntry {
         domain: MCP_MODEL,
-        handler: Box::leak(target.handler.clone().into_boxed_str()),
+        handler: Box::leak(handler.to_string().into_boxed_str()),
         summary: "a real MCP server, run over stdio as its scenario says",
         declared: Declared::Correct,
         invocations_max: scenario.bounds.invocations_max,
@@ -340,7 +341,7 @@ fn with_tape(message: &str, scenario: &Scenario) -> String {
     match crate::panicked_run_tape() {
         Some(tape) => format!(
             "{message} (in the run at tape {tape}; replay it, with the check's bounds: \
-             retrysim replay --model {MCP_MODEL} --handler {} --tape {tape})",
+             retrysim replay {} --tape {tape})",
             scenario.path.display()
         ),
         None => message.to_string(),

@@ -1,4 +1,4 @@
-//! A scenario file: what `retrysim mcp SCENARIO` checks of a server, in TOML.
+//! A scenario file: what `retrysim check SCENARIO` checks of a server, in TOML.
 //!
 //! ```toml
 //! [server]

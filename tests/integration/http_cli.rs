@@ -1,4 +1,4 @@
-//! `retrysim mcp SCENARIO` on a plain HTTP endpoint (`transport = "http"`): a real Python
+//! `retrysim check SCENARIO` on a plain HTTP endpoint (`transport = "http"`): a real Python
 //! server (`examples/http/counter_http.py`) started on a port the harness picked, each call a
 //! request with its key in the `Idempotency-Key` header, each answer read by its status.
 
@@ -34,7 +34,7 @@ fn variant_of(base: &str, name: &str, from: &str, to: &str) -> ScenarioVariant {
 
 #[test]
 fn an_endpoint_without_a_key_is_caught_and_its_replay_reproduces() {
-    let report = expect(&["mcp", &shipped("counter_keyless.toml")], 1);
+    let report = expect(&["check", &shipped("counter_keyless.toml")], 1);
     assert!(
         report.contains("at-most-once-effect      VIOLATED"),
         "{report}"
@@ -44,6 +44,46 @@ fn an_endpoint_without_a_key_is_caught_and_its_replay_reproduces() {
         "{report}"
     );
     assert_replays_a_double_effect(&report);
+}
+
+/// A scenario file is named alone (`retrysim check SCENARIO`, and a failure's reproduction
+/// line replays it so); the older forms still run the same check: `--model mcp --handler
+/// SCENARIO`, and `retrysim mcp SCENARIO`, which says on stderr that `check` is its name now.
+/// Naming nothing, or both a scenario and a built-in handler, is bad input.
+#[test]
+fn a_scenario_file_is_named_alone_and_the_older_forms_run_the_same_check() {
+    let scenario = shipped("counter_keyless.toml");
+    let report = expect(&["check", &scenario], 1);
+    let reproduce = format!("reproduce: retrysim replay {scenario} --tape ");
+    assert!(report.contains(&reproduce), "{report}");
+    // The reports are the same but for the time each took.
+    let timeless = |report: &str| -> String {
+        let lines = report.lines().filter(|line| !line.starts_with("elapsed: "));
+        lines.collect::<Vec<_>>().join("\n")
+    };
+    let old_form = ["check", "--model", "mcp", "--handler", &scenario];
+    assert_eq!(timeless(&expect(&old_form, 1)), timeless(&report));
+    let alias = crate::cli::retrysim(&["mcp", &scenario]);
+    assert_eq!(alias.status.code(), Some(1));
+    assert_eq!(timeless(&crate::cli::stdout(&alias)), timeless(&report));
+    let note = crate::cli::stderr(&alias);
+    assert!(
+        note.contains(&format!(
+            "`retrysim mcp` is `retrysim check {scenario}` now"
+        )),
+        "{note}"
+    );
+    assert_bad_input(&["check"], "name what to run: a scenario file");
+    assert_bad_input(&["replay", "--tape", "1"], "name what to run");
+    let both = [
+        "check",
+        &scenario,
+        "--model",
+        "counter",
+        "--handler",
+        "naive",
+    ];
+    assert_bad_input(&both, "cannot be used with");
 }
 
 /// Runs the reproduction line of `report` twice: the same timeline each time, with the
@@ -62,7 +102,7 @@ pub(crate) fn assert_replays_a_double_effect(report: &str) {
 #[test]
 fn a_keyed_endpoint_is_clean_and_refuses_a_reused_key() {
     // No fault: the second call reuses the first's key with another amount, and is refused.
-    let report = expect(&["mcp", &shipped("counter.toml"), "--faults-max", "0"], 0);
+    let report = expect(&["check", &shipped("counter.toml"), "--faults-max", "0"], 0);
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(
         report.contains("no-silent-key-reuse      clean"),
@@ -75,14 +115,14 @@ fn a_keyed_endpoint_is_clean_and_refuses_a_reused_key() {
         "[server]",
         "key = { header = \"X-Request-Id\" }\n\n[server]",
     );
-    let refused = expect(&["mcp", &elsewhere.path(), "--faults-max", "0"], 3);
+    let refused = expect(&["check", &elsewhere.path(), "--faults-max", "0"], 3);
     assert!(refused.contains("no call succeeded"), "{refused}");
 }
 
 #[test]
 fn a_key_saved_in_a_second_transaction_is_caught_by_a_crash_between() {
     let scenario = shipped("counter_split.toml");
-    let args = [&["mcp", scenario.as_str()][..], &CRASHES_ONLY].concat();
+    let args = [&["check", scenario.as_str()][..], &CRASHES_ONLY].concat();
     let report = expect(&args, 1);
     assert!(report.contains("CRASH at between-commits"), "{report}");
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
@@ -177,7 +217,7 @@ fn an_http_scenario_is_checked_at_load() {
         ),
     ] {
         let written = variant(name, from, to);
-        assert_bad_input(&["mcp", &written.path()], says);
+        assert_bad_input(&["check", &written.path()], says);
     }
     // A header is HTTP's.
     let stdio = format!("{}/examples/mcp/counter.toml", env!("CARGO_MANIFEST_DIR"));
@@ -195,7 +235,7 @@ fn an_http_scenario_is_checked_at_load() {
         std::env::temp_dir().join(format!("retrysim-http-header-{}.toml", std::process::id()));
     std::fs::write(&path, text).unwrap();
     assert_bad_input(
-        &["mcp", &path.display().to_string()],
+        &["check", &path.display().to_string()],
         "key = { header = ... } is plain HTTP's",
     );
     let _ = std::fs::remove_file(&path);
@@ -207,7 +247,7 @@ fn an_http_scenario_is_checked_at_load() {
 #[test]
 fn an_endpoint_that_answers_409_for_ever_is_caught() {
     let named = shipped("counter_claim.toml");
-    let report = expect(&[&["mcp", named.as_str()][..], &CRASHES_ONLY].concat(), 1);
+    let report = expect(&[&["check", named.as_str()][..], &CRASHES_ONLY].concat(), 1);
     assert!(report.contains("CRASH at after-claim"), "{report}");
     let words = report.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
@@ -223,7 +263,10 @@ fn an_endpoint_that_answers_409_for_ever_is_caught() {
         r#"KEYED = "claim""#,
         r#"KEYED = "claim", RETRY_AFTER = "none""#,
     );
-    let pending = expect(&[&["mcp", &unnamed.path()][..], &CRASHES_ONLY].concat(), 1);
+    let pending = expect(
+        &[&["check", &unnamed.path()][..], &CRASHES_ONLY].concat(),
+        1,
+    );
     let words = pending.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains("answered pending again"), "{pending}");
 }
@@ -244,7 +287,7 @@ fn odd_responses_are_read_or_one_line() {
             r#"env = { KEYED = "1" }"#,
             &format!(r#"env = {{ KEYED = "1", MISBEHAVE = "{how}" }}"#),
         );
-        let args: Vec<String> = ["mcp", written.path().as_str()]
+        let args: Vec<String> = ["check", written.path().as_str()]
             .iter()
             .chain(&quick)
             .map(|arg| arg.to_string())
@@ -309,7 +352,7 @@ fn reductions_give_plain_enumerations_verdicts_on_an_http_server() {
     for scenario in ["counter.toml", "counter_split.toml", "counter_claim.toml"] {
         let path = shipped(scenario);
         let check = |reduction: &str| {
-            let args = ["mcp", &path, "--intents", "1", "--reduction", reduction];
+            let args = ["check", &path, "--intents", "1", "--reduction", reduction];
             let output = crate::cli::retrysim(&args);
             String::from_utf8(output.stdout).unwrap()
         };
@@ -336,9 +379,9 @@ spare = true"#,
 spare = false"#
         ),
     );
-    assert_bad_input(&["mcp", &written.path()], "Address already in use");
+    assert_bad_input(&["check", &written.path()], "Address already in use");
     assert_bad_input(
-        &["mcp", &written.path()],
+        &["check", &written.path()],
         "the server exited (exit status: 1)",
     );
     drop(taken);
@@ -356,7 +399,7 @@ fn interim_responses_are_read_past() {
         r#"env = { KEYED = "1", INTERIM = "100,102,103" }"#,
     );
     let path = keyed.path();
-    let args = [&["mcp", path.as_str()][..], &quick].concat();
+    let args = [&["check", path.as_str()][..], &quick].concat();
     let report = expect(&args, 3);
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
@@ -366,7 +409,7 @@ fn interim_responses_are_read_past() {
         "[database]",
         "env = { INTERIM = \"100,103\" }\n\n[database]",
     );
-    let caught = expect(&["mcp", &keyless.path()], 1);
+    let caught = expect(&["check", &keyless.path()], 1);
     assert!(
         caught.contains("at-most-once-effect      VIOLATED"),
         "{caught}"
@@ -390,7 +433,7 @@ fn a_server_that_exits_by_itself_is_one_line() {
         let text = text.replacen("env = { KEYED = \"1\" }\n", "", 1);
         std::fs::write(written.path(), text).unwrap();
         assert_bad_input(
-            &["mcp", &written.path(), "--faults-max", "2"],
+            &["check", &written.path(), "--faults-max", "2"],
             "the server exited (exit status: 4); its stderr ends: answered enough requests",
         );
     }
@@ -422,7 +465,7 @@ fn requests_that_never_interleave_are_a_coverage_gap() {
     ];
     let pointless = concurrent("no-points", r#"KEYED = "split", NO_POINTS = "1""#);
     let path = pointless.path();
-    let report = expect(&[&["mcp", path.as_str()][..], &overlapping].concat(), 3);
+    let report = expect(&[&["check", path.as_str()][..], &overlapping].concat(), 3);
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
     assert!(report.contains(gap), "{report}");
@@ -430,14 +473,14 @@ fn requests_that_never_interleave_are_a_coverage_gap() {
     // first attempt waits there, and adds again, with no fault at all.
     let pointed = concurrent("points", r#"KEYED = "split""#);
     let path = pointed.path();
-    let report = expect(&[&["mcp", path.as_str()][..], &overlapping].concat(), 1);
+    let report = expect(&[&["check", path.as_str()][..], &overlapping].concat(), 1);
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
     // The keyed server with a point before its one transaction: a retry runs while the
     // first attempt waits there, and it is clean. (One call: its key is reused by none, so
     // that is the one gap left.)
     let begins = concurrent("begin-point", r#"KEYED = "1", BEGIN_POINT = "1""#);
     let path = begins.path();
-    let report = expect(&[&["mcp", path.as_str()][..], &overlapping].concat(), 3);
+    let report = expect(&[&["check", path.as_str()][..], &overlapping].concat(), 3);
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
     assert!(!report.contains(gap), "{report}");
@@ -473,7 +516,7 @@ fn ground_truth_survives_the_servers_own_schema() {
             &format!(r#"effect_tables = ["{tables}"]"#),
         );
         std::fs::write(keyed.path(), text).unwrap();
-        let report = expect(&["mcp", &keyed.path()], 0);
+        let report = expect(&["check", &keyed.path()], 0);
         assert!(report.contains("bound: exhausted"), "{name}: {report}");
         assert!(!report.contains("crashes 0,"), "{name}: {report}");
         let keyless = variant_of(
@@ -488,7 +531,7 @@ fn ground_truth_survives_the_servers_own_schema() {
             &format!(r#"effect_tables = ["{tables}"]"#),
         );
         std::fs::write(keyless.path(), text).unwrap();
-        let caught = expect(&["mcp", &keyless.path()], 1);
+        let caught = expect(&["check", &keyless.path()], 1);
         assert!(
             caught.contains("at-most-once-effect      VIOLATED"),
             "{name}: {caught}"
@@ -509,7 +552,7 @@ fn an_asyncio_server_awaits_its_points() {
         env!("CARGO_MANIFEST_DIR")
     );
     let quick = ["--faults-max", "0"];
-    let report = expect(&[&["mcp", scenario.as_str()][..], &quick].concat(), 3);
+    let report = expect(&[&["check", scenario.as_str()][..], &quick].concat(), 3);
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
     assert!(!report.contains("never interleaved"), "{report}");
@@ -520,7 +563,7 @@ fn an_asyncio_server_awaits_its_points() {
         r#"VARIANT = "split""#,
     );
     let path = split.path();
-    let caught = expect(&[&["mcp", path.as_str()][..], &quick].concat(), 1);
+    let caught = expect(&[&["check", path.as_str()][..], &quick].concat(), 1);
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     let blocking = ScenarioVariant::of(
         "http/counter_asyncio.toml",
@@ -530,7 +573,7 @@ fn an_asyncio_server_awaits_its_points() {
     );
     let path = blocking.path();
     assert_bad_input(
-        &[&["mcp", path.as_str()][..], &quick].concat(),
+        &[&["check", path.as_str()][..], &quick].concat(),
         "an asyncio server (uvicorn, FastAPI, aiohttp) whose crash point blocks its event loop",
     );
 }
@@ -549,7 +592,7 @@ fn what_a_server_leaves_behind_in_another_session_is_ended() {
         );
         let text = std::fs::read_to_string(written.path()).unwrap();
         std::fs::write(written.path(), text.replace("spare = true ", spare)).unwrap();
-        let args = ["mcp", &written.path(), "--threads", "1"];
+        let args = ["check", &written.path(), "--threads", "1"];
         let report = expect(&[&args[..], &CRASHES_ONLY[..]].concat(), 0);
         assert!(report.contains("bound: exhausted"), "{spare}: {report}");
         assert!(!report.contains("crashes 0"), "{spare}: {report}");
@@ -581,7 +624,7 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
     // itself exhausted.
     let bounds = ["--faults-max", "0", "--invocations-max", "1"];
     let fresh = expect(
-        &[&["mcp", &shipped("charge.toml")][..], &bounds].concat(),
+        &[&["check", &shipped("charge.toml")][..], &bounds].concat(),
         3,
     );
     assert!(fresh.contains("at-most-once-effect      clean"), "{fresh}");
@@ -592,7 +635,7 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
         "deterministic",
         r#"env = { VARIANT = "correct", FRESH = "0" }"#,
     );
-    let deterministic = expect(&[&["mcp", &twin.path()][..], &bounds].concat(), 3);
+    let deterministic = expect(&[&["check", &twin.path()][..], &bounds].concat(), 3);
     assert!(!deterministic.contains("fresh values"), "{deterministic}");
     assert!(counts_line(&fresh).is_some(), "{fresh}");
     assert_eq!(
@@ -613,7 +656,7 @@ fn checkpoints_of_a_real_server_give_a_replays_runs() {
     let correct = shipped("charge.toml");
     let one_in_flight = ["--invocations-max", "1", "--width", "400"];
     for (path, status) in [(&correct, 3), (&split.path(), 1)] {
-        let args = [&["mcp", path.as_str()][..], &one_in_flight, &CRASHES_ONLY].concat();
+        let args = [&["check", path.as_str()][..], &one_in_flight, &CRASHES_ONLY].concat();
         let resumed = expect(&args, status);
         let replayed = expect(&[&args[..], &["--no-checkpoints"]].concat(), status);
         assert_resumes_as_it_replays(&resumed, &replayed);
@@ -648,7 +691,11 @@ pub(crate) fn assert_resumes_as_it_replays(resumed: &str, replayed: &str) {
 fn the_charge_services_faulty_twins_are_caught() {
     let split = charge_variant("split", r#"env = { VARIANT = "split" }"#);
     let path = split.path();
-    let args = [&["mcp", &path, "--invocations-max", "1"][..], &CRASHES_ONLY].concat();
+    let args = [
+        &["check", &path, "--invocations-max", "1"][..],
+        &CRASHES_ONLY,
+    ]
+    .concat();
     let report = expect(&args, 1);
     assert!(report.contains("CRASH at between-commits"), "{report}");
     assert!(
@@ -657,7 +704,7 @@ fn the_charge_services_faulty_twins_are_caught() {
     );
     let racy = charge_variant("racy", r#"env = { VARIANT = "racy" }"#);
     let path = racy.path();
-    let args = ["mcp", &path, "--faults-max", "0", "--width", "400"];
+    let args = ["check", &path, "--faults-max", "0", "--width", "400"];
     let output = crate::cli::retrysim(&args);
     let (report, said) = (crate::cli::stdout(&output), crate::cli::stderr(&output));
     assert_eq!(output.status.code(), Some(1), "{report}\n{said}");
@@ -673,14 +720,18 @@ fn the_charge_services_faulty_twins_are_caught() {
         report.contains("it spends no fault, so no level was run"),
         "{report}"
     );
-    assert!(report.contains("retrysim replay --model mcp"), "{report}");
+    let reproduce = format!("reproduce: retrysim replay {path} --tape ");
+    assert!(report.contains(&reproduce), "{report}");
 }
 
 /// `--time-budget` ends a check that would go on with what it explored: exit 3, no verdict,
 /// the level it was in and its runs named. A duration that is none is bad input.
 #[test]
 fn a_time_budget_ends_a_check_with_what_it_explored() {
-    let report = expect(&["mcp", &shipped("charge.toml"), "--time-budget", "2s"], 3);
+    let report = expect(
+        &["check", &shipped("charge.toml"), "--time-budget", "2s"],
+        3,
+    );
     assert!(
         report.contains("bound: NOT exhausted: the time budget ran out ("),
         "{report}"
@@ -688,7 +739,7 @@ fn a_time_budget_ends_a_check_with_what_it_explored() {
     assert!(report.contains("this is no verdict"), "{report}");
     for budget in ["0", "5x", "1.5m", "m"] {
         crate::cli::assert_bad_input(
-            &["mcp", &shipped("charge.toml"), "--time-budget", budget],
+            &["check", &shipped("charge.toml"), "--time-budget", budget],
             "is no duration",
         );
     }
@@ -701,7 +752,7 @@ fn a_time_budget_ends_a_check_with_what_it_explored() {
 fn a_signal_ends_a_check_with_what_it_explored() {
     for (signal, status) in [("TERM", 143), ("INT", 130)] {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
-            .args(["mcp", &shipped("charge.toml"), "--width", "400"])
+            .args(["check", &shipped("charge.toml"), "--width", "400"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

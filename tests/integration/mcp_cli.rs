@@ -1,4 +1,4 @@
-//! `retrysim mcp SCENARIO` on real Python servers (standard library only): the scenarios in
+//! `retrysim check SCENARIO` on real Python servers (standard library only): the scenarios in
 //! `examples/mcp/` give their verdicts in both directions, a failure's reproduction command
 //! reproduces it, each key placement reaches the server, a server that fails the harness or
 //! a scenario that is wrong is bad input of one line, and a server that answers identical
@@ -98,7 +98,7 @@ fn reproduction(report: &str) -> Vec<String> {
 
 #[test]
 fn a_keyless_counter_is_caught_and_its_replay_reproduces() {
-    let report = expect(&["mcp", &shipped("counter_keyless.toml")], 1);
+    let report = expect(&["check", &shipped("counter_keyless.toml")], 1);
     assert!(
         report.contains("at-most-once-effect      VIOLATED"),
         "{report}"
@@ -116,7 +116,7 @@ fn a_keyless_counter_is_caught_and_its_replay_reproduces() {
 
 #[test]
 fn a_keyed_counter_is_clean_over_its_bound() {
-    let report = clean_but_key_reuse(&["mcp", &shipped("counter.toml")]);
+    let report = clean_but_key_reuse(&["check", &shipped("counter.toml")]);
     assert!(report.contains("bound: exhausted"), "{report}");
     let points = report.split("crashes by point (runs").nth(1).unwrap_or("");
     assert!(points.contains("after-answer"), "{report}");
@@ -135,7 +135,7 @@ fn a_keyed_counter_is_clean_over_its_bound() {
 #[test]
 fn time_is_the_harness_clock_only_when_the_scenario_says_so() {
     let own = clean_but_key_reuse(&[
-        "mcp",
+        "check",
         &scenario(
             "own-clock",
             &counter("{ argument = \"request_id\" }", "KEYED = \"1\""),
@@ -147,13 +147,13 @@ fn time_is_the_harness_clock_only_when_the_scenario_says_so() {
         "not in the table:\n{own}"
     );
     assert!(own.contains("at-most-once-effect      clean"), "{own}");
-    let harness = clean_but_key_reuse(&["mcp", &shipped("counter.toml")]);
+    let harness = clean_but_key_reuse(&["check", &shipped("counter.toml")]);
     assert!(
         harness.contains("eventual-verdict         clean"),
         "{harness}"
     );
     assert!(!harness.contains("time: the server's own"), "{harness}");
-    let json = expect(&["mcp", &shipped("counter.toml"), "--json"], 3);
+    let json = expect(&["check", &shipped("counter.toml"), "--json"], 3);
     assert!(json.contains(r#""clock":"harness""#), "{json}");
     assert!(
         json.contains(r#""coverage_gaps":["a request id reused with other arguments (for no-silent-key-reuse)"]"#),
@@ -163,7 +163,7 @@ fn time_is_the_harness_clock_only_when_the_scenario_says_so() {
 
 #[test]
 fn a_key_recorded_in_its_own_transaction_is_caught_by_a_crash_between() {
-    let report = expect(&["mcp", &shipped("counter_split.toml")], 1);
+    let report = expect(&["check", &shipped("counter_split.toml")], 1);
     assert!(
         report.contains("CRASH at between-commits"),
         "the helper's crash point is in the timeline:\n{report}"
@@ -173,12 +173,12 @@ fn a_key_recorded_in_its_own_transaction_is_caught_by_a_crash_between() {
 
 #[test]
 fn the_seeds_interval_tool_version_only_is_caught_and_receipt_is_clean() {
-    let version_only = expect(&["mcp", &shipped("interval_version_only.toml")], 1);
+    let version_only = expect(&["check", &shipped("interval_version_only.toml")], 1);
     assert!(
         version_only.contains("outcome-agreement        VIOLATED"),
         "{version_only}"
     );
-    let receipt = clean_but_key_reuse(&["mcp", &shipped("interval_receipt.toml")]);
+    let receipt = clean_but_key_reuse(&["check", &shipped("interval_receipt.toml")]);
     assert!(receipt.contains("bound: exhausted"), "{receipt}");
 }
 
@@ -191,7 +191,7 @@ fn the_key_reaches_the_server_where_the_scenario_puts_it() {
     ] {
         let env = format!(r#"KEYED = "1", KEY_FROM = "{key_from}""#);
         let clean = scenario(&format!("key-{key_from}"), &counter(key, &env));
-        clean_but_key_reuse(&["mcp", &clean]);
+        clean_but_key_reuse(&["check", &clean]);
     }
     // Sent in the arguments to a server that reads it from _meta: no key reaches it.
     let missed = scenario(
@@ -201,7 +201,7 @@ fn the_key_reaches_the_server_where_the_scenario_puts_it() {
             r#"KEYED = "1", KEY_FROM = "meta""#,
         ),
     );
-    expect(&["mcp", &missed], 1);
+    expect(&["check", &missed], 1);
 }
 
 #[test]
@@ -220,17 +220,17 @@ fn exploration_and_json_work_on_a_scenario() {
         1,
     );
     assert!(
-        explored.contains("reproduce: retrysim replay --model mcp"),
+        explored.contains(&format!("reproduce: retrysim replay {keyless} --seed ")),
         "{explored}"
     );
     let json: serde_json::Value =
-        serde_json::from_str(&expect(&["mcp", &keyless, "--json"], 1)).unwrap();
+        serde_json::from_str(&expect(&["check", &keyless, "--json"], 1)).unwrap();
     assert_eq!(json["model"], "mcp");
     assert_eq!(json["nondeterministic"], serde_json::Value::Null);
     assert!(json["minimal"]["replay"]
         .as_str()
         .unwrap()
-        .starts_with("retrysim replay --model mcp --handler"));
+        .starts_with(&format!("retrysim replay {keyless} --tape ")));
 }
 
 #[test]
@@ -240,13 +240,13 @@ fn a_wrong_scenario_is_bad_input_of_one_line() {
         "unknown-field",
         &keyed.replace("[bounds]", "[bounds]\nfaults = 1"),
     );
-    assert_bad_input(&["mcp", &unknown_field], "unknown field `faults`");
+    assert_bad_input(&["check", &unknown_field], "unknown field `faults`");
     let missing_tool = scenario(
         "missing-tool",
         &keyed.replace("tool = \"add\"", "tool = \"subtract\""),
     );
     assert_bad_input(
-        &["mcp", &missing_tool],
+        &["check", &missing_tool],
         "the server offers no tool `subtract` (it offers: add, status)",
     );
     let no_start = scenario(
@@ -257,7 +257,7 @@ fn a_wrong_scenario_is_bad_input_of_one_line() {
         ),
     );
     assert_bad_input(
-        &["mcp", &no_start],
+        &["check", &no_start],
         "`no-such-program-retrysim` does not start",
     );
     let no_database = scenario(
@@ -267,22 +267,22 @@ fn a_wrong_scenario_is_bad_input_of_one_line() {
             "",
         ),
     );
-    assert_bad_input(&["mcp", &no_database], "no [database] and no [provider]");
+    assert_bad_input(&["check", &no_database], "no [database] and no [provider]");
     let no_capability = scenario(
         "no-capability",
         &counter(r#""idempotencyKey""#, r#"KEYED = "1""#),
     );
     assert_bad_input(
-        &["mcp", &no_capability],
+        &["check", &no_capability],
         "declares no `idempotency` capability",
     );
     assert_bad_input(
-        &["mcp", "no/such/scenario.toml"],
+        &["check", "no/such/scenario.toml"],
         "scenario no/such/scenario.toml",
     );
     let clean = shipped("counter.toml");
     assert_bad_input(
-        &["mcp", &clean, "--clients", "2"],
+        &["check", &clean, "--clients", "2"],
         "--clients 2 is more than the scenario",
     );
 }
@@ -298,8 +298,8 @@ fn a_server_that_fails_the_harness_is_one_line_with_its_last_words() {
             &format!("misbehave-{misbehave}"),
             &counter(r#"{ argument = "request_id" }"#, &env),
         );
-        assert_bad_input(&["mcp", &failing], says);
-        assert_bad_input(&["mcp", &failing], "its stderr ends: misbehaving:");
+        assert_bad_input(&["check", &failing], says);
+        assert_bad_input(&["check", &failing], "its stderr ends: misbehaving:");
     }
     let hang = counter(
         r#"{ argument = "request_id" }"#,
@@ -307,7 +307,7 @@ fn a_server_that_fails_the_harness_is_one_line_with_its_last_words() {
     )
     .replace("[server]", "[server]\nanswer_wait_ms = 5000");
     assert_bad_input(
-        &["mcp", &scenario("misbehave-hang", &hang)],
+        &["check", &scenario("misbehave-hang", &hang)],
         "did not answer within 5000 ms (answer_wait_ms)",
     );
 }
@@ -319,7 +319,7 @@ fn a_server_that_fails_the_harness_is_one_line_with_its_last_words() {
 fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
     let memory = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "memory""#);
     let reused_path = scenario("memory-reused", &memory);
-    let reused = expect(&["mcp", &reused_path], 3);
+    let reused = expect(&["check", &reused_path], 3);
     assert!(reused.contains("NONDETERMINISTIC"), "{reused}");
     // What the search found is no verdict: its rows say so.
     assert!(!reused.contains("VIOLATED"), "{reused}");
@@ -345,7 +345,7 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
         "the first divergence is the remembered key's replay: {checked}"
     );
     let fresh = memory.replace("[server]", "[server]\nreuse = false");
-    let caught = expect(&["mcp", &scenario("memory-fresh", &fresh)], 1);
+    let caught = expect(&["check", &scenario("memory-fresh", &fresh)], 1);
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     assert!(caught.contains("CRASH at"), "{caught}");
 }
@@ -354,13 +354,13 @@ fn memory_carried_between_runs_is_nondeterminism_not_a_violation() {
 /// clean; one that answers a request it has no record of as completed is caught.
 #[test]
 fn a_status_tool_is_asked_on_reconnect_and_held_to_the_truth() {
-    let truthful = clean_but_key_reuse(&["mcp", &shipped("counter_status.toml")]);
+    let truthful = clean_but_key_reuse(&["check", &shipped("counter_status.toml")]);
     assert!(truthful.contains("bound: exhausted"), "{truthful}");
     let text = std::fs::read_to_string(shipped("counter_status.toml"))
         .unwrap()
         .replace(r#""counter_server.py""#, r#""COUNTER""#)
         .replace(r#"KEYED = "1""#, r#"KEYED = "1", STATUS = "optimistic""#);
-    let caught = expect(&["mcp", &scenario("status-optimistic", &text)], 1);
+    let caught = expect(&["check", &scenario("status-optimistic", &text)], 1);
     assert!(caught.contains("will look up the status of A"), "{caught}");
     assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
 }
@@ -370,7 +370,7 @@ fn a_status_tool_is_asked_on_reconnect_and_held_to_the_truth() {
 /// id as the key, one charge and one record.
 #[test]
 fn a_provider_call_without_a_key_is_caught_and_with_one_is_clean() {
-    let keyless = expect(&["mcp", &shipped("pay_keyless.toml")], 1);
+    let keyless = expect(&["check", &shipped("pay_keyless.toml")], 1);
     assert!(keyless.contains("CRASH at after-charge"), "{keyless}");
     assert!(
         keyless.contains("VIOLATED at-most-once-effect"),
@@ -378,7 +378,7 @@ fn a_provider_call_without_a_key_is_caught_and_with_one_is_clean() {
     );
     assert!(keyless.contains("VIOLATED no-orphan-effect"), "{keyless}");
     assert!(keyless.contains("charges [-:40; -:40]"), "{keyless}");
-    let keyed = clean_but_key_reuse(&["mcp", &shipped("pay.toml")]);
+    let keyed = clean_but_key_reuse(&["check", &shipped("pay.toml")]);
     assert!(keyed.contains("no-orphan-effect         clean"), "{keyed}");
     assert!(keyed.contains("bound: exhausted"), "{keyed}");
 }
@@ -400,7 +400,7 @@ fn violated(report: &str) -> Vec<&str> {
 #[test]
 fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
     let racy = shipped("counter_racy.toml");
-    let report = expect(&["mcp", &racy], 1);
+    let report = expect(&["check", &racy], 1);
     assert!(report.contains("invocations_max=2"), "{report}");
     assert!(
         report.contains("bound: stopped at a violation at faults_max=0"),
@@ -417,7 +417,7 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
     let args: Vec<&str> = replay.iter().map(String::as_str).collect();
     assert_eq!(expect(&args, 1), expect(&args, 1));
     // One call at a time, the race is not explored: the check says so and is not clean.
-    let one_at_a_time = expect(&["mcp", &racy, "--invocations-max", "1"], 3);
+    let one_at_a_time = expect(&["check", &racy, "--invocations-max", "1"], 3);
     assert!(
         one_at_a_time.contains("bound: exhausted"),
         "{one_at_a_time}"
@@ -432,7 +432,7 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
         "{one_at_a_time}"
     );
 
-    let keyed = clean_but_key_reuse(&["mcp", &shipped("counter_concurrent.toml")]);
+    let keyed = clean_but_key_reuse(&["check", &shipped("counter_concurrent.toml")]);
     assert!(keyed.contains("bound: exhausted"), "{keyed}");
     let points = keyed.split("crashes by point (runs").nth(1).unwrap_or("");
     assert!(points.contains("after-answer"), "{keyed}");
@@ -445,7 +445,7 @@ fn two_calls_in_flight_at_once_race_in_a_concurrent_server() {
 #[test]
 fn overlapping_calls_need_a_concurrent_server() {
     assert_bad_input(
-        &["mcp", &shipped("counter.toml"), "--invocations-max", "2"],
+        &["check", &shipped("counter.toml"), "--invocations-max", "2"],
         "--invocations-max 2: the scenario",
     );
     let racy = std::fs::read_to_string(shipped("counter_racy.toml")).unwrap();
@@ -460,7 +460,7 @@ fn overlapping_calls_need_a_concurrent_server() {
             "concurrent = true\nanswer_wait_ms = 5000",
         );
     assert_bad_input(
-        &["mcp", &scenario("not-concurrent", &one_at_a_time)],
+        &["check", &scenario("not-concurrent", &one_at_a_time)],
         "must not say concurrent = true",
     );
 }
@@ -474,25 +474,25 @@ fn overlapping_calls_need_a_concurrent_server() {
 fn a_provider_alone_is_the_ground_truth_of_a_server_without_a_database() {
     let crashes_only = crate::http_cli::CRASHES_ONLY;
     let keyless = shipped("pay_memory_keyless.toml");
-    let caught = expect(&[&["mcp", &keyless][..], &crashes_only].concat(), 1);
+    let caught = expect(&[&["check", &keyless][..], &crashes_only].concat(), 1);
     assert!(caught.contains("CRASH at after-charge"), "{caught}");
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     // Without local records the harness sees, no-orphan-effect is not judged.
     assert!(!caught.contains("no-orphan-effect"), "{caught}");
     let keyed = shipped("pay_memory.toml");
-    let clean = clean_but_key_reuse(&[&["mcp", &keyed][..], &crashes_only].concat());
+    let clean = clean_but_key_reuse(&[&["check", &keyed][..], &crashes_only].concat());
     assert!(clean.contains("bound: exhausted"), "{clean}");
     assert!(clean.contains("after-charge"), "{clean}");
 
     let text = std::fs::read_to_string(&keyed).unwrap();
     let reused = text.replace("[server]", "[server]\nreuse = true");
     assert_bad_input(
-        &["mcp", &scenario("provider-reused", &reused)],
+        &["check", &scenario("provider-reused", &reused)],
         "server.reuse = true needs a [database]",
     );
     let neither = text.replace("[provider]\nenv = \"PROVIDER_URL\"", "");
     assert_bad_input(
-        &["mcp", &scenario("no-ground-truth", &neither)],
+        &["check", &scenario("no-ground-truth", &neither)],
         "no [database] and no [provider]",
     );
 }
@@ -508,8 +508,8 @@ fn reductions_find_what_plain_enumeration_finds_on_real_servers() {
         "interval_version_only.toml",
         "pay_keyless.toml",
     ] {
-        let reduced = expect(&["mcp", &shipped(name)], 1);
-        let plain = expect(&["mcp", &shipped(name), "--reduction", "none"], 1);
+        let reduced = expect(&["check", &shipped(name)], 1);
+        let plain = expect(&["check", &shipped(name), "--reduction", "none"], 1);
         assert!(!violated(&plain).is_empty(), "{name}: {plain}");
         assert_eq!(violated(&reduced), violated(&plain), "{name}");
         let level = |report: &str| {
@@ -529,12 +529,12 @@ fn a_value_pointer_that_matches_nothing_is_an_error() {
     let keyed = counter(r#"{ argument = "request_id" }"#, r#"KEYED = "1""#);
     let unrooted = keyed.replace("/structuredContent/total", "structuredContent/total");
     assert_bad_input(
-        &["mcp", &scenario("pointer-unrooted", &unrooted)],
+        &["check", &scenario("pointer-unrooted", &unrooted)],
         "value = \"structuredContent/total\" is not a JSON pointer",
     );
     let missing = keyed.replace("/structuredContent/total", "/structuredContent/nothing");
     assert_bad_input(
-        &["mcp", &scenario("pointer-missing", &missing)],
+        &["check", &scenario("pointer-missing", &missing)],
         "value = \"/structuredContent/nothing\" (a JSON pointer) matches nothing in the successful answer",
     );
 }
@@ -547,7 +547,7 @@ fn what_a_server_writes_is_read_as_bytes_and_capped() {
     for tolerated in ["log-latin1", "blank"] {
         let env = format!(r#"KEYED = "1", RETRYSIM_MISBEHAVE = "{tolerated}""#);
         let text = counter(r#"{ argument = "request_id" }"#, &env);
-        let clean = clean_but_key_reuse(&["mcp", &scenario(tolerated, &text)]);
+        let clean = clean_but_key_reuse(&["check", &scenario(tolerated, &text)]);
         assert!(clean.contains("bound: exhausted"), "{tolerated}: {clean}");
     }
     for (misbehave, says) in [
@@ -562,7 +562,7 @@ fn what_a_server_writes_is_read_as_bytes_and_capped() {
     ] {
         let env = format!(r#"KEYED = "1", RETRYSIM_MISBEHAVE = "{misbehave}""#);
         let text = counter(r#"{ argument = "request_id" }"#, &env);
-        assert_bad_input(&["mcp", &scenario(misbehave, &text)], says);
+        assert_bad_input(&["check", &scenario(misbehave, &text)], says);
     }
 }
 
@@ -572,7 +572,7 @@ fn what_a_server_writes_is_read_as_bytes_and_capped() {
 fn a_servers_children_are_ended_with_it() {
     let env = r#"KEYED = "1", RETRYSIM_MISBEHAVE = "spawn""#;
     let text = counter(r#"{ argument = "request_id" }"#, env);
-    let clean = clean_but_key_reuse(&["mcp", &scenario("spawn", &text)]);
+    let clean = clean_but_key_reuse(&["check", &scenario("spawn", &text)]);
     assert!(clean.contains("bound: exhausted"), "{clean}");
     // SIGKILL is sent to the whole group before the check ends, but a process takes a moment
     // to die (longer on a loaded machine): a child left behind would run for 300 s, so it is
@@ -599,18 +599,21 @@ fn a_servers_children_are_ended_with_it() {
 #[test]
 fn a_scenario_file_is_read_within_a_cap() {
     assert_bad_input(
-        &["mcp", "/dev/zero"],
+        &["check", "/dev/zero"],
         "scenario /dev/zero: not a regular file",
     );
     let fifo = crate::scratch_dir().join(format!("retrysim-fifo-{}", std::process::id()));
     let _ = std::fs::remove_file(&fifo);
     let made = std::process::Command::new("mkfifo").arg(&fifo).status();
     assert!(made.expect("mkfifo runs").success());
-    assert_bad_input(&["mcp", &fifo.display().to_string()], "not a regular file");
+    assert_bad_input(
+        &["check", &fifo.display().to_string()],
+        "not a regular file",
+    );
     let _ = std::fs::remove_file(&fifo);
     let long = format!("# {}\n", "x".repeat(2 << 20));
     assert_bad_input(
-        &["mcp", &scenario("long", &long)],
+        &["check", &scenario("long", &long)],
         "longer than 1048576 bytes, the cap on a scenario file",
     );
 }
@@ -685,8 +688,8 @@ fn scenario_fields_are_checked_at_load() {
         ),
     ] {
         let path = scenario(name, &text);
-        assert_bad_input(&["mcp", &path], says);
-        assert_bad_input(&["mcp", &path], &format!("scenario {path}"));
+        assert_bad_input(&["check", &path], says);
+        assert_bad_input(&["check", &path], &format!("scenario {path}"));
     }
 }
 
@@ -701,7 +704,7 @@ fn shard_reports_of_a_server_merge() {
         // A shard whose part of the workloads is clean exits 0, one that holds none 3; the
         // other finds the flaw.
         let output = retrysim(&[
-            "mcp",
+            "check",
             &shipped("counter_keyless.toml"),
             "--shard",
             shard,
@@ -724,7 +727,7 @@ fn shard_reports_of_a_server_merge() {
     let mut clean = Vec::new();
     for shard in ["1/2", "2/2"] {
         let shard_args = [
-            "mcp",
+            "check",
             &shipped("counter_concurrent.toml"),
             "--invocations-max",
             "1",
@@ -818,7 +821,7 @@ faults_max = 1
 "#,
             server = server.display()
         );
-        let args = ["mcp", &scenario(name, &text)];
+        let args = ["check", &scenario(name, &text)];
         // With a key and no call that reuses it, no-silent-key-reuse goes untested; without
         // one, it does not apply.
         let clean = match key {
@@ -835,7 +838,7 @@ faults_max = 1
 /// `[pending]`), it is a verdict and nothing is caught.
 #[test]
 fn a_tool_that_answers_in_progress_is_held_to_a_verdict() {
-    let caught = expect(&["mcp", &shipped("counter_claim.toml")], 1);
+    let caught = expect(&["check", &shipped("counter_claim.toml")], 1);
     assert!(caught.contains("VIOLATED eventual-verdict"), "{caught}");
     assert!(
         caught.contains("outcome unknown, answered pending"),
@@ -854,7 +857,7 @@ fn a_tool_that_answers_in_progress_is_held_to_a_verdict() {
         })
         .collect();
     let text = unread_lines.join("\n");
-    let unread = clean_but_key_reuse(&["mcp", &scenario("claim-unread", &text)]);
+    let unread = clean_but_key_reuse(&["check", &scenario("claim-unread", &text)]);
     assert!(unread.contains("bound: exhausted"), "{unread}");
 }
 
@@ -867,7 +870,7 @@ fn a_check_in_which_no_call_succeeded_says_so() {
         r#"{ argument = "request_id" }"#,
         r#"KEYED = "1", RETRYSIM_MISBEHAVE = "error""#,
     );
-    let report = expect(&["mcp", &scenario("all-refused", &refused)], 3);
+    let report = expect(&["check", &scenario("all-refused", &refused)], 3);
     assert!(report.contains("no call succeeded"), "{report}");
 }
 
@@ -891,13 +894,13 @@ fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
             )
     };
     let caught = expect(
-        &["mcp", &scenario("pay-random-key", &with_key("random"))],
+        &["check", &scenario("pay-random-key", &with_key("random"))],
         1,
     );
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     assert!(!caught.contains("NONDETERMINISTIC"), "{caught}");
     let short = with_key("random-short");
-    let caught = expect(&["mcp", &scenario("pay-random-short-key", &short)], 1);
+    let caught = expect(&["check", &scenario("pay-random-short-key", &short)], 1);
     assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
     assert!(caught.contains("NONDETERMINISTIC"), "{caught}");
     assert!(
@@ -914,7 +917,7 @@ fn a_violation_in_the_ground_truth_is_one_even_when_replays_differ() {
 fn a_key_reused_with_other_arguments_is_judged() {
     let quick = ["--faults-max", "0"];
     let clean = expect(
-        &[&["mcp", &shipped("counter_reuse.toml")][..], &quick].concat(),
+        &[&["check", &shipped("counter_reuse.toml")][..], &quick].concat(),
         0,
     );
     assert!(clean.contains("no-silent-key-reuse      clean"), "{clean}");
@@ -924,17 +927,17 @@ fn a_key_reused_with_other_arguments_is_judged() {
         .replace(r#""counter_server.py""#, r#""COUNTER""#)
         .replace(r#"KEYED = "1""#, r#"KEYED = "1", REUSE = "ignore""#);
     let ignoring = scenario("reuse-ignored", &text);
-    let caught = expect(&[&["mcp", &ignoring][..], &quick].concat(), 1);
+    let caught = expect(&[&["check", &ignoring][..], &quick].concat(), 1);
     assert!(caught.contains("VIOLATED no-silent-key-reuse"), "{caught}");
     // Where no call reuses a key, the invariant went untested: not clean, exit 3.
-    let single = clean_but_key_reuse(&[&["mcp", &shipped("counter.toml")][..], &quick].concat());
+    let single = clean_but_key_reuse(&[&["check", &shipped("counter.toml")][..], &quick].concat());
     assert!(
         !single.contains("no-silent-key-reuse      clean"),
         "{single}"
     );
     let later = text.replace("key_of = 1", "key_of = 2");
     assert_bad_input(
-        &["mcp", &scenario("reuse-later", &later)],
+        &["check", &scenario("reuse-later", &later)],
         "client 1 call 2 (`add`): key_of = 2 names no earlier call of its client",
     );
 }
@@ -958,7 +961,7 @@ fn a_signal_ends_the_server_and_its_files() {
     for (case, (signal, status, text)) in cases.into_iter().enumerate() {
         let path = scenario(&format!("signal-{signal}-{case}"), text);
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
-            .args(["mcp", &path])
+            .args(["check", &path])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -1024,7 +1027,7 @@ fn a_signal_ends_the_server_and_its_files() {
 /// real server would, its client concludes failed, and the original adds all the same.
 #[test]
 fn a_read_lock_does_not_hide_a_race() {
-    let caught = expect(&["mcp", &shipped("counter_deferred.toml")], 1);
+    let caught = expect(&["check", &shipped("counter_deferred.toml")], 1);
     assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
     assert!(caught.contains("database is locked"), "{caught}");
 }
@@ -1063,7 +1066,7 @@ fn a_relative_command_runs_as_written() {
     );
     let path = directory.join("venv.toml");
     std::fs::write(&path, text).unwrap();
-    let clean = clean_but_key_reuse(&["mcp", &path.display().to_string()]);
+    let clean = clean_but_key_reuse(&["check", &path.display().to_string()]);
     assert!(clean.contains("bound: exhausted"), "{clean}");
     let _ = std::fs::remove_dir_all(&directory);
 }

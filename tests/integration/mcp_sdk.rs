@@ -75,7 +75,7 @@ impl Installed {
     /// and the report (stdout, then stderr); `None`, with a loud line, when it is missing
     /// and not required.
     pub(crate) fn check(&self, name: &str) -> Option<(i32, String)> {
-        self.run(&["mcp", &format!("examples/mcp/{name}")])
+        self.run(&["check", &format!("examples/mcp/{name}")])
     }
 
     /// Runs the command line with `args` (paths relative to the crate's directory) and it,

@@ -106,7 +106,7 @@ fn assert_caught_by_crash(status: i32, report: &str) {
 #[test]
 fn the_read_committed_lookup_race_is_caught_with_no_fault() {
     let scenario = "examples/http/counter_pg_lookup.toml";
-    let check = ["mcp", scenario, "--faults-max", "0"];
+    let check = ["check", scenario, "--faults-max", "0"];
     let Some((status, report)) = run("the lookup race", &check) else {
         return;
     };
@@ -153,7 +153,7 @@ fn on_conflict_waits_on_the_uncommitted_key_then_replays_it() {
 
 #[test]
 fn on_conflict_is_clean_over_the_whole_bound() {
-    let check = ["mcp", "examples/http/counter_pg.toml", "--intents", "1"];
+    let check = ["check", "examples/http/counter_pg.toml", "--intents", "1"];
     let Some((status, report)) = run("the on-conflict check", &check) else {
         return;
     };
@@ -163,7 +163,7 @@ fn on_conflict_is_clean_over_the_whole_bound() {
 #[test]
 fn the_key_in_a_second_transaction_is_caught_by_a_crash() {
     let scenario = "examples/http/counter_pg_second_transaction.toml";
-    let check = ["mcp", scenario, "--intents", "1"];
+    let check = ["check", scenario, "--intents", "1"];
     let Some((status, report)) = run("the second-transaction check", &check) else {
         return;
     };
@@ -173,7 +173,7 @@ fn the_key_in_a_second_transaction_is_caught_by_a_crash() {
 #[test]
 fn the_rust_services_lookup_race_is_caught_with_no_fault() {
     let scenario = "examples/http/counter_axum_lookup.toml";
-    let check = ["mcp", scenario, "--faults-max", "0", "--clients", "1"];
+    let check = ["check", scenario, "--faults-max", "0", "--clients", "1"];
     let check = [&check[..], &["--intents", "1"]].concat();
     let Some((status, report)) = run_axum("the Rust service's lookup race", &check) else {
         return;
@@ -187,7 +187,7 @@ fn the_rust_services_lookup_race_is_caught_with_no_fault() {
 
 #[test]
 fn the_rust_services_on_conflict_is_clean_over_the_whole_bound() {
-    let check = ["mcp", "examples/http/counter_axum.toml", "--intents", "1"];
+    let check = ["check", "examples/http/counter_axum.toml", "--intents", "1"];
     let Some((status, report)) = run_axum("the Rust service's on-conflict check", &check) else {
         return;
     };
@@ -198,7 +198,7 @@ fn the_rust_services_on_conflict_is_clean_over_the_whole_bound() {
 /// fault (the race between a request's attempts alone), its lines wide enough to search.
 fn race_args(path: &str) -> [&str; 8] {
     [
-        "mcp",
+        "check",
         path,
         "--faults-max",
         "0",
@@ -250,7 +250,7 @@ fn the_rust_services_pair_through_the_relay_is_caught_and_clean() {
 #[test]
 fn the_rust_services_second_transaction_is_caught_by_a_crash() {
     let scenario = "examples/http/counter_axum_second_transaction.toml";
-    let check = ["mcp", scenario, "--intents", "1"];
+    let check = ["check", scenario, "--intents", "1"];
     let Some((status, report)) = run_axum("the Rust service's second transaction", &check) else {
         return;
     };
@@ -263,7 +263,7 @@ fn the_rust_services_second_transaction_is_caught_by_a_crash() {
 fn reductions_give_plain_enumerations_verdicts_on_the_lookup_race() {
     let scenario = "examples/http/counter_pg_lookup.toml";
     let check = |reduction: &str| {
-        let args = ["mcp", scenario, "--intents", "1", "--faults-max", "0"];
+        let args = ["check", scenario, "--intents", "1", "--faults-max", "0"];
         run(
             "the lookup race without reductions",
             &[&args[..], &["--reduction", reduction]].concat(),
@@ -295,7 +295,7 @@ fn serializable_turns_the_race_into_a_serialization_failure_the_client_hears() {
         r#"env = { VARIANT = "lookup", ISOLATION = "serializable" }"#,
     );
     let path = variant.path();
-    let check = ["mcp", path.as_str(), "--intents", "1", "--clients", "1"];
+    let check = ["check", path.as_str(), "--intents", "1", "--clients", "1"];
     let check = [&check[..], &["--faults-max", "0"]].concat();
     let Some((status, report)) = run("the lookup race under SERIALIZABLE", &check) else {
         return;
@@ -326,7 +326,7 @@ fn an_effect_table_without_a_primary_key_is_judged_as_any_other() {
             std::process::id()
         );
         std::fs::write(&path, text.replace(&from, &to)).unwrap();
-        let check = ["mcp", path.as_str(), "--intents", "1", "--clients", "1"];
+        let check = ["check", path.as_str(), "--intents", "1", "--clients", "1"];
         let ran = run(
             "a table without a primary key",
             &[&check[..], &["--faults-max", "0"]].concat(),
@@ -348,10 +348,10 @@ fn an_effect_table_without_a_primary_key_is_judged_as_any_other() {
     }
 }
 
-/// Runs `retrysim mcp SCENARIO` with `env`; its exit status and standard error.
+/// Runs `retrysim check SCENARIO` with `env`; its exit status and standard error.
 fn check_with_env(scenario: &str, env: &[(&str, &str)]) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-        .args(["mcp", scenario])
+        .args(["check", scenario])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .envs(env.iter().copied())
         .output()
@@ -529,7 +529,7 @@ fn sigint_mid_check_leaves_no_process_and_no_directory() {
         return;
     };
     let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-        .args(["mcp", "examples/http/orders_psycopg.toml"])
+        .args(["check", "examples/http/orders_psycopg.toml"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("RETRYSIM_PG_PYTHON", python)
         .stdout(std::process::Stdio::null())
@@ -627,13 +627,13 @@ fn with_schema(base: &str, env: &str, counter_table: &str) -> crate::ScenarioVar
 fn ground_truth_survives_migrations_replica_and_names_on_postgres() {
     let env = r#"MIGRATE = "rebuild", REPLICA = "1", COUNTER_TABLE = "retrysimcounter", KEYS_TABLE = "retrysim_keys""#;
     let correct = with_schema("counter_pg.toml", env, "retrysimcounter");
-    let check = ["mcp", &correct.path(), "--intents", "1"];
+    let check = ["check", &correct.path(), "--intents", "1"];
     let Some((status, report)) = run("the rebuilt schema's check", &check) else {
         return;
     };
     assert_clean_with_crashes(status, &report);
     let faulty = with_schema("counter_pg_second_transaction.toml", env, "retrysimcounter");
-    let check = ["mcp", &faulty.path(), "--intents", "1"];
+    let check = ["check", &faulty.path(), "--intents", "1"];
     let (status, report) = run("the rebuilt schema's check", &check).expect("ran once");
     assert_caught_by_crash(status, &report);
     assert!(!report.contains("NONDETERMINISTIC"), "{report}");
@@ -660,7 +660,7 @@ fn lock_variant(name: &str, env: &str) -> crate::ScenarioVariant {
 fn every_kind_of_lock_is_a_lock_wait_and_a_late_one_is_caught() {
     for lock in ["advisory", "for-update", "lock-table"] {
         let correct = lock_variant(lock, &format!(r#"LOCK = "{lock}""#));
-        let check = ["mcp", &correct.path(), "--intents", "1", "--clients", "1"];
+        let check = ["check", &correct.path(), "--intents", "1", "--clients", "1"];
         // Crashes once (the three kinds wait alike); the race alone for the others.
         let faults: &[&str] = if lock == "advisory" {
             &[]
@@ -681,7 +681,7 @@ fn every_kind_of_lock_is_a_lock_wait_and_a_late_one_is_caught() {
             &format!("{lock}-late"),
             &format!(r#"LOCK = "{lock}", LOCK_AT = "after-lookup""#),
         );
-        let check = ["mcp", &late.path(), "--intents", "1", "--clients", "1"];
+        let check = ["check", &late.path(), "--intents", "1", "--clients", "1"];
         let check = [&check[..], &["--faults-max", "0"]].concat();
         let (status, report) = run("the lock kinds", &check).expect("ran once");
         assert_eq!(status, 1, "{lock}: {report}");
@@ -746,7 +746,7 @@ fn a_transaction_the_server_leaves_open_is_named() {
         r#"env = { VARIANT = "on-conflict", HOLD_LOCK = "1" }
 answer_wait_ms = 3000"#,
     );
-    let check = ["mcp", &held.path(), "--intents", "1", "--clients", "1"];
+    let check = ["check", &held.path(), "--intents", "1", "--clients", "1"];
     let Some((status, report)) = run("the lock held outside requests", &check) else {
         return;
     };
@@ -814,7 +814,7 @@ fn sigint_at_any_moment_of_the_start_leaves_nothing_behind() {
                 let tmp = crate::scratch_dir().join(format!("sigint-at-{at_ms}"));
                 std::fs::create_dir_all(&tmp).unwrap();
                 let child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
-                    .args(["mcp", "examples/http/counter_pg.toml"])
+                    .args(["check", "examples/http/counter_pg.toml"])
                     .current_dir(env!("CARGO_MANIFEST_DIR"))
                     .env("RETRYSIM_PG_PYTHON", &python)
                     .env("TMPDIR", &tmp)
@@ -899,7 +899,7 @@ fn with_variant(scenario: &str, variant: &str) -> crate::ScenarioVariant {
 #[test]
 fn the_charge_service_on_postgres_comes_out_clean_with_crashes() {
     let mut args = vec![
-        "mcp",
+        "check",
         "examples/http/charge_pg.toml",
         "--invocations-max",
         "1",
@@ -922,7 +922,7 @@ fn the_charge_service_on_postgres_comes_out_clean_with_crashes() {
 fn the_charge_services_faulty_twins_on_postgres_are_caught() {
     let split = charge_pg("split");
     let split_path = split.path();
-    let mut args = vec!["mcp", &split_path, "--invocations-max", "1"];
+    let mut args = vec!["check", &split_path, "--invocations-max", "1"];
     args.extend(crate::http_cli::CRASHES_ONLY);
     let Some((status, report)) = run("the charge service's split twin", &args) else {
         return;
@@ -937,7 +937,7 @@ fn the_charge_services_faulty_twins_on_postgres_are_caught() {
     crate::http_cli::assert_resumes_as_it_replays(&report, &replayed);
     let racy = charge_pg("racy");
     let racy_path = racy.path();
-    let args = ["mcp", &racy_path, "--faults-max", "0", "--width", "400"];
+    let args = ["check", &racy_path, "--faults-max", "0", "--width", "400"];
     let (status, report) = run("the charge service's racy twin", &args).expect("found before");
     assert_eq!(status, 1, "{report}");
     assert!(report.contains("a seeded run breaks"), "{report}");
@@ -997,7 +997,7 @@ fn charge_flask(variant: &str) -> crate::ScenarioVariant {
 #[test]
 fn the_charge_service_on_flask_is_clean_and_its_split_twin_caught() {
     let args = [
-        "mcp",
+        "check",
         "examples/http/charge_flask.toml",
         "--faults-max",
         "0",
@@ -1013,7 +1013,7 @@ fn the_charge_service_on_flask_is_clean_and_its_split_twin_caught() {
     assert!(report.contains("fresh values: charges"), "{report}");
     let split = charge_flask("split");
     let split_path = split.path();
-    let mut args = vec!["mcp", &split_path, "--invocations-max", "1"];
+    let mut args = vec!["check", &split_path, "--invocations-max", "1"];
     args.extend(crate::http_cli::CRASHES_ONLY);
     let (status, report) = run("the Flask split twin", &args).expect("found before");
     assert_eq!(status, 1, "{report}");
@@ -1028,12 +1028,19 @@ fn the_charge_service_on_flask_is_clean_and_its_split_twin_caught() {
 fn the_flask_services_racy_twin_is_caught_and_resumes_as_it_replays() {
     let racy = charge_flask("racy");
     let path = racy.path();
-    let Some((status, report)) = run_flask("the Flask racy twin", &["mcp", &path]) else {
+    let Some((status, report)) = run_flask("the Flask racy twin", &["check", &path]) else {
         return;
     };
     assert_eq!(status, 1, "{report}");
     assert!(report.contains("VIOLATED"), "{report}");
-    let args = ["mcp", &path, "--faults-max", "0", "--invocations-max", "1"];
+    let args = [
+        "check",
+        &path,
+        "--faults-max",
+        "0",
+        "--invocations-max",
+        "1",
+    ];
     let (status, resumed) = run("the Flask racy twin, one in flight", &args).expect("found");
     assert_eq!(status, 3, "{resumed}");
     let replayed_args = [&args[..], &["--no-checkpoints"]].concat();
@@ -1079,7 +1086,7 @@ fn the_orders_service_on_fastapi_is_caught_at_its_transactions_with_no_helper() 
         "points = \"none\"",
     );
     let path = without.path();
-    let args = ["mcp", &path, "--faults-max", "0", "--intents", "1"];
+    let args = ["check", &path, "--faults-max", "0", "--intents", "1"];
     let (status, report) = run("the orders service without points", &args).expect("found before");
     assert_eq!(
         status, 3,
@@ -1089,7 +1096,7 @@ fn the_orders_service_on_fastapi_is_caught_at_its_transactions_with_no_helper() 
     // One attempt in flight: a crash once the order's commit landed, and the retry orders
     // again. The server is killed at the relay's point; what committed stays.
     let mut args = vec![
-        "mcp",
+        "check",
         "examples/http/orders_fastapi.toml",
         "--intents",
         "1",
@@ -1218,7 +1225,7 @@ fn crashes_at_relay_points_with_no_transaction_between_are_explored_once() {
     let path = claim.path();
     let check = |reduction: &str| {
         let mut args = vec![
-            "mcp",
+            "check",
             &path,
             "--intents",
             "1",

@@ -37,8 +37,8 @@ fn same_with_and_without(base: &str, status: i32) -> String {
         .find(|line| line.starts_with(spare_line))
         .unwrap_or_else(|| panic!("{base} keeps a spare"));
     let without = ScenarioVariant::of(base, "off", line, "spare = false");
-    let with_spare = expect(&["mcp", &shipped(base), "--threads", "1"], status);
-    let without_spare = expect(&["mcp", &without.path(), "--threads", "1"], status);
+    let with_spare = expect(&["check", &shipped(base), "--threads", "1"], status);
+    let without_spare = expect(&["check", &without.path(), "--threads", "1"], status);
     let names = [shipped(base), without.path()];
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     assert_eq!(
@@ -77,7 +77,7 @@ fn a_server_that_never_reaches_the_gate_is_one_line_at_load() {
         "command = [\"python3\", \"-c\", \"import time; time.sleep(60)\"]\nanswer_wait_ms = 1000",
     );
     assert_bad_input(
-        &["mcp", &variant.path()],
+        &["check", &variant.path()],
         "server.spare = true, but its spare did not reach the helper's gate and fork within \
          1000 ms (answer_wait_ms)",
     );
@@ -92,7 +92,7 @@ fn a_forked_server_that_exits_says_its_exit_status() {
         r#"env = { KEYED = "1", RETRYSIM_MISBEHAVE = "exit" }"#,
     );
     assert_bad_input(
-        &["mcp", &variant.path()],
+        &["check", &variant.path()],
         "the server exited (exit status: 3)",
     );
 }
@@ -139,14 +139,14 @@ fn a_process_id_given_again_is_a_new_server() {
         .unwrap_or(32_768);
     let pid = pid_max - 700;
     let clean = shipped("http/counter.toml");
-    let Some((status, report)) = with_pid_reused(&["mcp", &clean, "--threads", "1"], pid) else {
+    let Some((status, report)) = with_pid_reused(&["check", &clean, "--threads", "1"], pid) else {
         return;
     };
     assert_eq!(status, 0, "{report}");
     assert!(report.contains("bound: exhausted"), "{report}");
     let split = shipped("http/counter_split.toml");
     let (status, report) =
-        with_pid_reused(&["mcp", &split, "--threads", "1"], pid).expect("set before");
+        with_pid_reused(&["check", &split, "--threads", "1"], pid).expect("set before");
     assert_eq!(status, 1, "{report}");
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
 }

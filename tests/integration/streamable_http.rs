@@ -1,4 +1,4 @@
-//! `retrysim mcp SCENARIO` over MCP's Streamable HTTP (`transport = "streamable-http"`): the
+//! `retrysim check SCENARIO` over MCP's Streamable HTTP (`transport = "streamable-http"`): the
 //! standard-library counter server (`examples/mcp/counter_server.py`, told a port in `PORT`)
 //! answered as JSON and as an event stream, each message `POST`ed to `/mcp` under the session
 //! its handshake named; the same verdicts as over stdio, and each way a server can fail the
@@ -15,7 +15,7 @@ fn shipped(name: &str) -> String {
 
 #[test]
 fn a_keyless_server_over_streamable_http_is_caught_and_its_replay_reproduces() {
-    let report = expect(&["mcp", &shipped("counter_streamable_keyless.toml")], 1);
+    let report = expect(&["check", &shipped("counter_streamable_keyless.toml")], 1);
     assert!(
         report.contains("at-most-once-effect      VIOLATED"),
         "{report}"
@@ -26,7 +26,7 @@ fn a_keyless_server_over_streamable_http_is_caught_and_its_replay_reproduces() {
 #[test]
 fn a_keyed_server_over_streamable_http_is_clean_with_crashes_at_its_points() {
     // Its answers come as event streams (ANSWER_AS = "event-stream").
-    let report = expect(&["mcp", &shipped("counter_streamable.toml")], 3);
+    let report = expect(&["check", &shipped("counter_streamable.toml")], 3);
     assert!(!report.contains("VIOLATED"), "{report}");
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(
@@ -45,7 +45,7 @@ fn a_keyed_server_over_streamable_http_is_clean_with_crashes_at_its_points() {
         r#", ANSWER_AS = "event-stream""#,
         "",
     );
-    let as_json = expect(&["mcp", &json.path()], 3);
+    let as_json = expect(&["check", &json.path()], 3);
     let runs = |report: &str| {
         let line = report
             .lines()
@@ -97,7 +97,7 @@ fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
         ),
     ] {
         let written = ScenarioVariant::of("mcp/counter_streamable.toml", name, from, to);
-        assert_bad_input(&["mcp", &written.path()], says);
+        assert_bad_input(&["check", &written.path()], says);
     }
 }
 
@@ -166,7 +166,7 @@ fn interim_responses_and_lone_carriage_returns_are_read() {
         r#"ANSWER_AS = "event-stream""#,
         r#"ANSWER_AS = "event-stream-cr", INTERIM = "100,102,103""#,
     );
-    let report = expect(&["mcp", &keyed.path(), "--faults-max", "1"], 3);
+    let report = expect(&["check", &keyed.path(), "--faults-max", "1"], 3);
     assert!(report.contains("bound: exhausted"), "{report}");
     assert!(!report.contains("VIOLATED"), "{report}");
     let keyless = ScenarioVariant::of(
@@ -175,7 +175,7 @@ fn interim_responses_and_lone_carriage_returns_are_read() {
         "[database]",
         "env = { INTERIM = \"102\" }\n\n[database]",
     );
-    let caught = expect(&["mcp", &keyless.path()], 1);
+    let caught = expect(&["check", &keyless.path()], 1);
     assert!(
         caught.contains("at-most-once-effect      VIOLATED"),
         "{caught}"
