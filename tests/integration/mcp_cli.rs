@@ -220,7 +220,7 @@ fn exploration_and_json_work_on_a_scenario() {
         1,
     );
     assert!(
-        explored.contains(&format!("reproduce: retrysim replay {keyless} --seed ")),
+        explored.contains(&format!("original:  retrysim replay {keyless} --seed 0")),
         "{explored}"
     );
     let json: serde_json::Value =
