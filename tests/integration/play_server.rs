@@ -339,7 +339,7 @@ fn bad_commands_are_refused_in_one_line() {
 #[test]
 fn a_real_mcp_server_is_played_and_ended() {
     let scenario = crate::mcp_cli::shipped("counter_keyless.toml");
-    let server = PlayProcess::start(&["--model", "mcp", "--handler", &scenario]);
+    let server = PlayProcess::start(&[&scenario]);
     let (clicks, state) = play_over_http(&server, "", &["lose reply A#1"], "at-most-once-effect");
     assert!(clicks > 0 && clicks < 30, "{clicks}");
     assert!(
