@@ -39,6 +39,8 @@ fn counter(keyed: bool) -> McpTarget {
             key_of: None,
             tool: "add".into(),
             arguments: json!({"amount": 5}),
+            // Headers are plain HTTP's: an MCP call has none of its own.
+            headers: json!({}),
         }]],
         status: None,
         reuse: true,

@@ -62,6 +62,8 @@ MISBEHAVE = os.environ.get("MISBEHAVE", "")
 BEGIN_POINT = os.environ.get("BEGIN_POINT") == "1"
 EXIT_AFTER_REQUESTS = int(os.environ.get("EXIT_AFTER_REQUESTS", "0"))
 ANSWERED = []
+# With BEARER set, a request without `Authorization: Bearer <BEARER>` is answered 401.
+BEARER = os.environ.get("BEARER", "")
 INTERIM = [int(code) for code in os.environ.get("INTERIM", "").split(",") if code]
 INTERIM_REASONS = {100: "Continue", 102: "Processing", 103: "Early Hints"}
 DATABASE = os.environ["RETRYSIM_DB"]
@@ -159,6 +161,10 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(404, {}, {"error": "no such endpoint"})
             return
         length = int(self.headers.get("Content-Length", "0"))
+        if BEARER and self.headers.get("Authorization") != f"Bearer {BEARER}":
+            self.rfile.read(length)
+            self.answer(401, {"WWW-Authenticate": "Bearer"}, {"error": "unauthorized"})
+            return
         try:
             amount = int(json.loads(self.rfile.read(length) or b"{}")["amount"])
         except (ValueError, KeyError, TypeError):

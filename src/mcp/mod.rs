@@ -12,6 +12,7 @@
 mod command;
 mod database;
 mod fresh;
+mod headers;
 mod http;
 mod provider;
 mod scenario;

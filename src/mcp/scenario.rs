@@ -54,6 +54,7 @@
 //! Every field is checked: an unknown one, a missing one, or a value of the wrong kind is
 //! an error of one line that names it.
 
+use super::headers::HeadersFile;
 use super::{
     Call, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand,
     ServerTransport, StatusTool, SIDE_CHANNEL_ENV,
@@ -132,6 +133,8 @@ struct ServerSection {
     spare: Option<bool>,
     concurrent: Option<bool>,
     clock: Option<ClockFile>,
+    /// HTTP: headers every call sends.
+    headers: Option<HeadersFile>,
 }
 
 /// `transport` under `[server]`: how the harness speaks to the server.
@@ -254,6 +257,8 @@ struct StatusSection {
 #[serde(deny_unknown_fields)]
 struct ClientSection {
     calls: Vec<CallSection>,
+    /// HTTP: headers each of the client's calls sends.
+    headers: Option<HeadersFile>,
 }
 
 #[derive(Deserialize)]
@@ -272,6 +277,8 @@ struct CallSection {
     /// The 1-based number of an earlier call of the same client whose request id this one
     /// is sent under.
     key_of: Option<usize>,
+    /// HTTP: headers the call sends.
+    headers: Option<HeadersFile>,
 }
 
 #[derive(Deserialize)]
@@ -314,7 +321,7 @@ fn no_arguments() -> Value {
 }
 
 /// The headers the harness writes itself on every HTTP request: a key may not go in one.
-const HEADERS_OF_THE_HARNESS: [&str; 5] = [
+pub(super) const HEADERS_OF_THE_HARNESS: [&str; 5] = [
     "host",
     "connection",
     "content-length",
@@ -505,6 +512,7 @@ impl ScenarioFile {
         for name in self.server.env.keys() {
             env_name("server.env", name)?;
         }
+        self.check_headers()?;
         if let Some(database) = &self.database {
             env_name("database.env", database.env()?)?;
             env_set_by_harness("database.env", database.env()?)?;
@@ -674,6 +682,35 @@ impl ScenarioFile {
         })
     }
 
+    /// Checks the headers the file gives, which only an HTTP call sends.
+    fn check_headers(&self) -> Result<(), String> {
+        let key = match self.key_placement()? {
+            KeyPlacement::Header(name) => Some(name),
+            _ => None,
+        };
+        let mut given = vec![("server.headers", self.server.headers.as_ref())];
+        for client in &self.clients {
+            given.push(("client.headers", client.headers.as_ref()));
+            given.extend(
+                client
+                    .calls
+                    .iter()
+                    .map(|call| ("calls.headers", call.headers.as_ref())),
+            );
+        }
+        for (field, headers) in given {
+            let Some(headers) = headers else { continue };
+            if self.server.transport != TransportFile::Http {
+                return Err(format!(
+                    "{field} is for plain HTTP calls (transport = \"http\"): an MCP call has \
+                     no headers of its own"
+                ));
+            }
+            super::headers::check(field, headers, key.as_deref())?;
+        }
+        Ok(())
+    }
+
     /// The target, its server run in `directory`.
     fn target(&self, directory: &Path) -> Result<McpTarget, String> {
         let Some((program, args)) = self.server.command.split_first() else {
@@ -771,10 +808,16 @@ impl ScenarioFile {
                             let (tool, arguments) = call
                                 .named(self.server.transport)
                                 .expect("calls checked at load");
+                            let layers = [
+                                self.server.headers.as_ref(),
+                                client.headers.as_ref(),
+                                call.headers.as_ref(),
+                            ];
                             Call {
                                 tool,
                                 arguments,
                                 key_of: call.key_of.map(|number| number - 1),
+                                headers: super::headers::merged(&layers),
                             }
                         })
                         .collect()

@@ -213,8 +213,8 @@ impl OnMcp {
         let (Some(method), Some(path), Some(body)) = (method, path, body) else {
             unreachable!("a call the harness wrote: {call}")
         };
-        let mut body: Value = serde_json::from_str(body).expect("a body the harness wrote");
-        let mut headers = json!({});
+        let (mut body, headers) = super::headers::body_and_headers(body);
+        let mut headers = Value::Object(headers);
         match &self.0.key {
             KeyPlacement::Header(name) => headers[name.as_str()] = json!(key),
             KeyPlacement::Argument(name) => {
@@ -594,7 +594,10 @@ impl System for OnMcp {
                         ids.push(id.clone());
                         Intent::new(Keyed {
                             id: Cow::Owned(id),
-                            args: format!("{} {}", call.tool, drawn(&call.arguments, decider)),
+                            args: super::headers::with_headers(
+                                format!("{} {}", call.tool, drawn(&call.arguments, decider)),
+                                &drawn(&call.headers, decider),
+                            ),
                         })
                     })
                     .collect()

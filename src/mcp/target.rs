@@ -174,6 +174,10 @@ pub struct Call {
     /// (counted from 0, an earlier one): with other arguments, a key reused, which
     /// `no-silent-key-reuse` judges; `None` for a request id of its own.
     pub key_of: Option<usize>,
+    /// Over plain HTTP, the headers the call sends besides its key's: an object of names to
+    /// strings, each of which may be `{"one_of": [...]}` drawn as arguments are; an empty
+    /// object for none (and over MCP).
+    pub headers: Value,
 }
 
 /// Where a client puts its request id (its idempotency key) in a `tools/call`.

@@ -86,6 +86,107 @@ fn a_scenario_file_is_named_alone_and_the_older_forms_run_the_same_check() {
     assert_bad_input(&both, "cannot be used with");
 }
 
+/// A service that wants a bearer token: without the header every call is answered 401 and
+/// nothing succeeds (exit 3, which the report says); with `headers` under `[server]` the keyed
+/// endpoint is clean and the keyless one caught, and the timeline shows what was sent.
+#[test]
+fn headers_a_scenario_gives_are_sent_with_every_call() {
+    let keyed = r#"env = { KEYED = "1", BEARER = "t1" }"#;
+    let refused = variant("no-bearer", r#"env = { KEYED = "1" }"#, keyed);
+    let report = expect(&["check", &refused.path(), "--faults-max", "0"], 3);
+    assert!(report.contains("no call succeeded"), "{report}");
+    let header = r#"headers = { Authorization = "Bearer t1" }"#;
+    let with_bearer = variant(
+        "bearer",
+        r#"env = { KEYED = "1" }"#,
+        &format!("{keyed}\n{header}"),
+    );
+    let report = expect(&["check", &with_bearer.path(), "--faults-max", "0"], 0);
+    assert!(report.contains("bound: exhausted"), "{report}");
+    let keyless = format!("env = {{ BEARER = \"t1\" }}\n{header}");
+    let keyless = variant("bearer-keyless", r#"env = { KEYED = "1" }"#, &keyless);
+    let caught = expect(&["check", &keyless.path(), "--width", "400"], 1);
+    assert!(
+        caught.contains("at-most-once-effect      VIOLATED"),
+        "{caught}"
+    );
+    let sent = r#"POST /add {"amount":5} headers {"Authorization":"Bearer t1"}"#;
+    assert!(caught.contains(sent), "{caught}");
+}
+
+/// A call's header drawn with `one_of` is a choice of the workload, as a drawn argument is:
+/// a wrong token on one of them is answered 401, and the check goes through both.
+#[test]
+fn a_header_drawn_with_one_of_is_a_choice_of_the_workload() {
+    let drawn = r#"{ method = "POST", path = "/add", body = { amount = 5 }, headers = { Authorization = { one_of = ["Bearer t1", "Bearer stale"] } } }"#;
+    let scenario = ScenarioVariant::of(
+        "http/counter.toml",
+        "drawn-bearer",
+        r#"{ method = "POST", path = "/add", body = { amount = 5 } }"#,
+        drawn,
+    );
+    let text = std::fs::read_to_string(scenario.path()).unwrap();
+    let text = text.replace(
+        r#"env = { KEYED = "1" }"#,
+        r#"env = { KEYED = "1", BEARER = "t1" }"#,
+    );
+    std::fs::write(scenario.path(), text).unwrap();
+    let args = ["check", &scenario.path(), "--faults-max", "0", "--json"];
+    let json: serde_json::Value = serde_json::from_str(&expect(&args, 0)).unwrap();
+    assert_eq!(json["report"]["workloads"], 2, "{json}");
+    let stale = [
+        "replay",
+        &scenario.path(),
+        "--tape",
+        "1",
+        "--faults-max",
+        "0",
+        "--width",
+        "400",
+    ];
+    let replayed = expect(&stale, 0);
+    assert!(
+        replayed.contains(r#"headers {"Authorization":"Bearer stale"}"#),
+        "{replayed}"
+    );
+    assert!(replayed.contains("401"), "{replayed}");
+}
+
+/// Headers are refused where a request cannot carry them, on one line.
+#[test]
+fn headers_a_request_cannot_carry_are_bad_input() {
+    let cases = [
+        (
+            r#"headers = { "Content-Type" = "text/plain" }"#,
+            "the harness writes Content-Type itself",
+        ),
+        (
+            r#"headers = { "Idempotency-Key" = "fixed" }"#,
+            "the header the client's key goes in",
+        ),
+        (r#"headers = { X-A = 5 }"#, "must be a string"),
+    ];
+    for (index, (headers, says)) in cases.into_iter().enumerate() {
+        let to = format!("env = {{ KEYED = \"1\" }}\n{headers}");
+        let written = variant(
+            &format!("bad-header-{index}"),
+            r#"env = { KEYED = "1" }"#,
+            &to,
+        );
+        assert_bad_input(&["check", &written.path()], says);
+    }
+    let over_mcp = ScenarioVariant::of(
+        "mcp/counter.toml",
+        "mcp-headers",
+        "[server]",
+        "[server]\nheaders = { Authorization = \"Bearer t1\" }",
+    );
+    assert_bad_input(
+        &["check", &over_mcp.path()],
+        "server.headers is for plain HTTP calls",
+    );
+}
+
 /// Runs the reproduction line of `report` twice: the same timeline each time, with the
 /// intent's two committed effects.
 pub(crate) fn assert_replays_a_double_effect(report: &str) {
