@@ -321,7 +321,25 @@ fn fitted(natural: &[usize], width_chars: usize) -> Vec<usize> {
     }
 }
 
-/// `text` in lines of at most `width` characters, broken at spaces where it can.
+/// Where to cut `line`, longer than `width` characters and with no space to break at (a
+/// JSON body, say): after the last `,` `:` `{` or `[` in its first `width` characters, so
+/// that no token is cut in two, unless that leaves less than a third of the width; else at
+/// the width.
+fn cut_between_tokens(line: &str, width: usize) -> usize {
+    let after_mark = line
+        .chars()
+        .take(width)
+        .enumerate()
+        .filter(|(_, c)| matches!(c, ',' | ':' | '{' | '['))
+        .map(|(index, _)| index + 1)
+        .last();
+    after_mark
+        .filter(|&cut| cut >= width.div_ceil(3))
+        .unwrap_or(width)
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces where it can, and a word
+/// too long for a line between its JSON tokens where it can.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     if text.chars().count() <= width || width == 0 {
         return vec![text.to_string()];
@@ -338,8 +356,9 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         }
         line.push_str(word);
         while line.chars().count() > width {
-            let head: String = line.chars().take(width).collect();
-            let rest: String = line.chars().skip(width).collect();
+            let cut = cut_between_tokens(&line, width);
+            let head: String = line.chars().take(cut).collect();
+            let rest: String = line.chars().skip(cut).collect();
             lines.push(head);
             line = rest;
         }
@@ -348,4 +367,30 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         lines.push(line);
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    #[test]
+    fn a_json_body_too_long_for_a_line_is_cut_between_its_tokens() {
+        let lines = wrap(
+            r#"send A#1: POST /orders {"item":"widget","quantity":12}"#,
+            20,
+        );
+        assert_eq!(
+            lines,
+            [
+                "send A#1: POST",
+                r#"/orders"#,
+                r#"{"item":"widget","#,
+                r#""quantity":12}"#
+            ]
+        );
+        assert!(lines.iter().all(|line| line.chars().count() <= 20));
+        // A token longer than a line is still cut at the width.
+        let long = wrap(&"x".repeat(25), 10);
+        assert_eq!(long, ["x".repeat(10), "x".repeat(10), "x".repeat(5)]);
+    }
 }
