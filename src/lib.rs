@@ -134,6 +134,7 @@
 
 pub mod cli;
 pub mod diagram;
+pub mod helpers;
 pub mod html;
 pub mod mcp;
 pub mod merge;

@@ -9,6 +9,7 @@ mod output;
 mod report_dir;
 mod target;
 
+use crate::helpers::HelperLanguage;
 use crate::mcp::MCP_MODEL;
 use commands::{list, run_check, run_explore, run_merge, run_play, run_replay};
 use output::{note, one_line, standard_output_closed, write_out, Printed};
@@ -125,6 +126,14 @@ enum Command {
         #[command(flatten)]
         bounds: BoundsArgs,
     },
+    /// Print the crash-point helper for a server's language, to save beside the server
+    /// (`retrysim helper python > retrysim_points.py`): `point(NAME)` where a crash may
+    /// come, the simulated clock, and the warm spare's gate.
+    Helper {
+        /// The server's language.
+        #[arg(value_enum)]
+        language: HelperArg,
+    },
     /// Write the no-argument run's matrix as DIR/index.html, each failing cell linked to its
     /// shortest failure's page and Mermaid diagram (for a course or a CI artifact); exit
     /// statuses as for the no-argument run.
@@ -199,6 +208,47 @@ enum Command {
         #[command(flatten)]
         bounds: BoundsArgs,
     },
+}
+
+/// `retrysim helper`'s languages.
+#[derive(Clone, Copy, ValueEnum)]
+enum HelperArg {
+    /// retrysim_points.py
+    Python,
+    /// retrysim_points_asyncio.py (it imports retrysim_points.py)
+    PythonAsync,
+    /// retrysim_points.ts
+    Typescript,
+    /// retrysim_points.rs
+    Rust,
+}
+
+impl From<HelperArg> for HelperLanguage {
+    fn from(language: HelperArg) -> Self {
+        match language {
+            HelperArg::Python => HelperLanguage::Python,
+            HelperArg::PythonAsync => HelperLanguage::PythonAsync,
+            HelperArg::Typescript => HelperLanguage::Typescript,
+            HelperArg::Rust => HelperLanguage::Rust,
+        }
+    }
+}
+
+/// The helper of `language`, printed as it is; the file it must be saved under, and the
+/// one it imports, are said on stderr.
+fn helper(language: HelperLanguage) -> Printed {
+    let file = language.file();
+    let imports = file.imports.map_or_else(String::new, |imported| {
+        format!(
+            "; it imports {}, which goes beside it",
+            imported.file().name
+        )
+    });
+    note(&format!("retrysim: save this as {}{imports}", file.name));
+    Printed {
+        text: file.text.to_string(),
+        status: ExitCode::SUCCESS,
+    }
 }
 
 /// What a command runs on: a scenario file (a real service, over HTTP or MCP), or a
@@ -720,6 +770,7 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
             )
         }
         Some(Command::Report { out, seeds }) => run_report_dir(&out, seeds),
+        Some(Command::Helper { language }) => Ok(helper(language.into())),
         Some(Command::Merge { files, json }) => run_merge(&files, json),
         Some(Command::Replay {
             target,

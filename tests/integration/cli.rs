@@ -1305,3 +1305,32 @@ fn a_missing_temporary_directory_and_a_goal_budget_without_a_goal_are_bad_input(
     let play = ["play", "--model", "counter", "--handler", "naive"];
     assert_bad_input(&[&play[..], &["--goal-faults", "2"]].concat(), "--goal");
 }
+
+/// `retrysim helper LANGUAGE` prints the crash-point helper as the repository has it, for a
+/// user without the source, and says on stderr what to save it as (and what it imports).
+#[test]
+fn the_helpers_are_printed_for_a_user_without_the_source() {
+    let helpers = [
+        ("python", "retrysim_points.py"),
+        ("python-async", "retrysim_points_asyncio.py"),
+        ("typescript", "retrysim_points.ts"),
+        ("rust", "retrysim_points.rs"),
+    ];
+    for (language, file) in helpers {
+        let output = retrysim(&["helper", language]);
+        assert_eq!(output.status.code(), Some(0), "{language}");
+        let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("helpers")
+            .join(file);
+        assert_eq!(
+            stdout(&output),
+            std::fs::read_to_string(shipped).unwrap(),
+            "{language}"
+        );
+        let said = stderr(&output);
+        assert!(said.contains(&format!("save this as {file}")), "{said}");
+    }
+    let said = stderr(&retrysim(&["helper", "python-async"]));
+    assert!(said.contains("it imports retrysim_points.py"), "{said}");
+    assert_bad_input(&["helper", "cobol"], "invalid value 'cobol'");
+}
