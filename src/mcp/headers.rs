@@ -13,6 +13,16 @@ use std::collections::BTreeMap;
 /// Headers as a scenario writes them: names to strings or `{ one_of = [...] }`.
 pub(super) type HeadersFile = BTreeMap<String, Value>;
 
+/// The headers the harness writes itself on every HTTP request: neither a key nor a header
+/// a scenario gives may go in one.
+pub(super) const HEADERS_OF_THE_HARNESS: [&str; 5] = [
+    "host",
+    "connection",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+];
+
 /// What separates a call's body from its headers in the request the workload writes.
 const HEADERS_MARK: &str = " headers ";
 
@@ -61,7 +71,7 @@ fn check_name(field: &str, name: &str, key_header: Option<&str>) -> Result<(), S
              !#$%&'*+-.^_`|~ only)"
         ));
     }
-    if super::scenario::HEADERS_OF_THE_HARNESS.contains(&name.to_ascii_lowercase().as_str()) {
+    if HEADERS_OF_THE_HARNESS.contains(&name.to_ascii_lowercase().as_str()) {
         return Err(format!(
             "{field}: the harness writes {name} itself (from the call's body and the \
              connection)"

@@ -54,7 +54,7 @@
 //! Every field is checked: an unknown one, a missing one, or a value of the wrong kind is
 //! an error of one line that names it.
 
-use super::headers::HeadersFile;
+use super::headers::{HeadersFile, HEADERS_OF_THE_HARNESS};
 use super::{
     Call, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand,
     ServerTransport, StatusTool, SIDE_CHANNEL_ENV,
@@ -319,15 +319,6 @@ struct BoundsSection {
 fn no_arguments() -> Value {
     Value::Object(serde_json::Map::new())
 }
-
-/// The headers the harness writes itself on every HTTP request: a key may not go in one.
-pub(super) const HEADERS_OF_THE_HARNESS: [&str; 5] = [
-    "host",
-    "connection",
-    "content-length",
-    "content-type",
-    "transfer-encoding",
-];
 
 /// Refuses a key header whose name is no HTTP field name (RFC 9110 §5.1: a token) or is one
 /// the harness writes itself (a second `Content-Length` would make the request another).
