@@ -336,6 +336,25 @@ pub trait System: StoreKind {
         unreachable!("handle_on is called only for a system whose connect gives connections")
     }
 
+    /// Whether some of the workload's requests are built on answers their clients received
+    /// earlier ([`System::built_on_answers`]): an order's id in the path of its payment.
+    fn builds_on_answers(&self) -> bool {
+        false
+    }
+
+    /// The request a client sends for `request` when it comes to that intent, built on what
+    /// it received: `earlier[i]` is the value its intent `i` (in the client's own order)
+    /// succeeded with, `None` where that intent did not succeed. `None`: the request cannot
+    /// be built, and the client does not send it (its verdict is *not sent*). Called only
+    /// when [`System::builds_on_answers`] says so; the default sends `request` as it is.
+    fn built_on_answers(
+        &self,
+        request: &Self::Request,
+        _earlier: &[Option<&Self::Value>],
+    ) -> Option<Self::Request> {
+        Some(request.clone())
+    }
+
     /// Whether the system answers status lookups ([`System::lookup`]).
     fn supports_lookup(&self) -> bool {
         false

@@ -9,6 +9,7 @@
 //! ([`StreamableHttpServer`]) and a plain HTTP endpoint with an `Idempotency-Key` header
 //! ([`HttpServer`]), implement the same trait, each in a file of its own.
 
+mod answers;
 mod command;
 mod database;
 mod fresh;
@@ -25,6 +26,7 @@ mod system;
 mod target;
 mod verify;
 
+pub use answers::Answer;
 pub use command::{ServerCommand, STDERR_LINES_KEPT};
 pub use database::DatabaseKind;
 pub use fresh::{FreshValues, Learned, FRESH_TOKEN_CHARS_MIN};

@@ -41,10 +41,17 @@
 //! equals = "in_progress"                       # here is this; retry after the ms at
 //! retry_after_ms = "/structuredContent/wait_ms" # this pointer, when it is a number
 //!
+//! [status]                                     # asked by a reconnecting client: an MCP
+//! tool = "status"                              # tool and the argument its request id
+//! key_argument = "request_id"                  # goes in; over HTTP method = "GET" and
+//!                                              # path = "/requests/{key}"
+//!
 //! [[client]]
 //! calls = [{ tool = "add", arguments = { amount = { one_of = [5, 7] } } },
-//!          { tool = "add", arguments = { amount = 9 }, key_of = 1 }]  # call 1's key
+//!          { tool = "add", arguments = { amount = 9 }, key_of = 1 },  # call 1's key
 //!                                              # reused with other arguments
+//!          { tool = "add", arguments = { amount = "{1:/structuredContent/total}" } }]
+//!                                              # a value from the answer to call 1
 //!
 //! [bounds]                                     # defaults for the command line's flags
 //! attempts_max = 2
@@ -54,6 +61,7 @@
 //! Every field is checked: an unknown one, a missing one, or a value of the wrong kind is
 //! an error of one line that names it.
 
+use super::answers;
 use super::headers::{HeadersFile, HEADERS_OF_THE_HARNESS};
 use super::{
     Call, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand,
@@ -246,12 +254,80 @@ struct PendingSection {
     retry_after_ms: Option<String>,
 }
 
+/// `[status]`: how a reconnecting client asks what became of its request: an MCP tool and
+/// the argument the request id goes in, or an HTTP `method` and `path` with `{key}` where
+/// the request id goes.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StatusSection {
-    tool: String,
-    key_argument: String,
+    tool: Option<String>,
+    key_argument: Option<String>,
+    method: Option<String>,
+    path: Option<String>,
 }
+
+impl StatusSection {
+    /// The status lookup over `transport`; an error names what that transport does not
+    /// take, or what it lacks.
+    fn lookup(&self, transport: TransportFile) -> Result<StatusTool, String> {
+        if transport.speaks_mcp() {
+            if self.method.is_some() || self.path.is_some() {
+                return Err(
+                    "[status] method and path are HTTP's: over MCP it names its tool \
+                            and key_argument"
+                        .into(),
+                );
+            }
+            let (Some(tool), Some(key_argument)) = (&self.tool, &self.key_argument) else {
+                return Err(
+                    "[status] names its tool and key_argument (the argument the \
+                            request id goes in)"
+                        .into(),
+                );
+            };
+            return Ok(StatusTool {
+                tool: tool.clone(),
+                key_argument: key_argument.clone(),
+            });
+        }
+        if self.tool.is_some() || self.key_argument.is_some() {
+            return Err(
+                "[status] tool and key_argument are MCP's: over HTTP it names its \
+                        path (with {key} where the request id goes) and method"
+                    .into(),
+            );
+        }
+        let path = self.path.as_deref().ok_or(
+            "[status] names its path, with {key} where the request id goes (e.g. path = \
+             \"/requests/{key}\")",
+        )?;
+        if !path.starts_with('/') || !path.bytes().all(|byte| byte.is_ascii_graphic()) {
+            return Err(format!(
+                "[status] path = {path:?} must start with / and hold only visible ASCII \
+                 characters"
+            ));
+        }
+        if !path.contains(STATUS_KEY_MARK) {
+            return Err(format!(
+                "[status] path = {path:?} has no {STATUS_KEY_MARK}: say where the request id \
+                 goes"
+            ));
+        }
+        let method = self.method.clone().unwrap_or_else(|| "GET".into());
+        if method.is_empty() || !method.chars().all(|c| c.is_ascii_uppercase()) {
+            return Err(format!(
+                "[status] method = {method:?} is not an HTTP method"
+            ));
+        }
+        Ok(StatusTool {
+            tool: format!("{method} {path}"),
+            key_argument: String::new(),
+        })
+    }
+}
+
+/// Where an HTTP status lookup's path takes the request id.
+pub(super) const STATUS_KEY_MARK: &str = "{key}";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -600,6 +676,15 @@ impl ScenarioFile {
                         section.key_of.unwrap_or(0)
                     ));
                 }
+                let headers = super::headers::merged(&[
+                    self.server.headers.as_ref(),
+                    self.clients[client].headers.as_ref(),
+                    section.headers.as_ref(),
+                ]);
+                let mut references = answers::references(&name);
+                references.extend(answers::references_in(&arguments));
+                references.extend(answers::references_in(&headers));
+                answers::check(&at, call + 1, &references)?;
                 empty_choice(&arguments).map_or(Ok(()), |path| {
                     Err(format!(
                         "{at}: {field}{path} is one_of = []: give it at least one value"
@@ -718,13 +803,6 @@ impl ScenarioFile {
         if self.clients.is_empty() || self.clients.iter().any(|c| c.calls.is_empty()) {
             return Err("every [[client]] needs at least one call, and there must be one".into());
         }
-        if self.server.transport == TransportFile::Http && self.status.is_some() {
-            return Err(
-                "[status] names an MCP tool: over HTTP a reconnecting client asks no \
-                 status lookup yet"
-                    .into(),
-            );
-        }
         if !self.server.transport.listens() && self.server.port_env.is_some() {
             return Err(
                 "server.port_env is an HTTP server's: say transport = \"http\" or \
@@ -814,10 +892,9 @@ impl ScenarioFile {
                         .collect()
                 })
                 .collect(),
-            status: self.status.as_ref().map(|status| StatusTool {
-                tool: status.tool.clone(),
-                key_argument: status.key_argument.clone(),
-            }),
+            status: (self.status.as_ref())
+                .map(|status| status.lookup(self.server.transport))
+                .transpose()?,
             reuse: self.server.reuse.unwrap_or(database.is_some()),
             spare: self.server.spare.unwrap_or(false),
             fresh: super::FreshValues::default(),

@@ -13,10 +13,11 @@
 //! point) is kept for it, told apart by its backend and its side channel's connection, until
 //! the schedule lets it go on. Each run starts from the database as the template left it.
 
+use super::answers::{self, Unresolved};
 use super::database::{DatabaseKind, PostgresDatabase, ServerDatabase, SqliteFile};
 use super::store::{LockWaits, McpStore, SavedStore, Seen};
 use super::target::{KeyPlacement, McpTarget, ServerClock, ServerTransport};
-use super::{Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand};
+use super::{Answer, Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand};
 use crate::fail_subject;
 use crate::process::ScratchDir;
 use crate::sqlite::rusqlite::Connection;
@@ -119,7 +120,7 @@ impl OnMcp {
 
     /// What a tool's result answers: refused when it is a tool error; else its value, applied
     /// when this invocation committed an effect and replayed when it did not.
-    fn reply(&self, result: &Value, committed: bool) -> Reply<String> {
+    fn reply(&self, result: &Value, committed: bool) -> Reply<Answer> {
         if let Some(pending) = self.0.pending.as_ref().and_then(|p| p.read(result)) {
             return pending;
         }
@@ -137,12 +138,13 @@ impl OnMcp {
         }
     }
 
-    /// What an HTTP response says: 2xx answered (applied or replayed by the harness's record,
-    /// never by the body), 409 in progress (*retry after* its `Retry-After` seconds when it
+    /// What an HTTP response says: 202 accepted, not yet done (*pending*, or *retry after*
+    /// its `Retry-After` seconds); other 2xx answered (applied or replayed by the harness's
+    /// record, never by the body), 409 in progress (*retry after* its `Retry-After` seconds when it
     /// names them), 5xx unavailable (or *retry after*), other statuses refused. A connection
     /// that ends without a response is no reply: the client hears nothing, and times out. A
     /// response that broke HTTP or a cap ends the check.
-    fn http_reply(&self, result: &Value, committed: bool) -> Reply<String> {
+    fn http_reply(&self, result: &Value, committed: bool) -> Reply<Answer> {
         if let Some(why) = result["lost"].as_str() {
             return Reply::Lost(why.to_string().into());
         }
@@ -158,6 +160,11 @@ impl OnMcp {
             .map(|seconds| seconds.saturating_mul(1_000));
         let said = || format!("HTTP {status}: {}", result["body"]);
         match (status, retry_after_ms) {
+            (202, Some(retry_after_ms)) => Reply::RetryAfter {
+                retry_after_ms,
+                why: said().into(),
+            },
+            (202, None) => Reply::Pending,
             (200..=299, _) => {
                 let value = self.value(result);
                 if committed {
@@ -176,13 +183,13 @@ impl OnMcp {
         }
     }
 
-    /// The value a successful result answers, as JSON text. A pointer that matches nothing
+    /// The value a successful result answers, as JSON text, with the whole result. A pointer that matches nothing
     /// in it ends the check: every answer would read alike, and answers that differ would
     /// pass for the same.
-    fn value(&self, result: &Value) -> String {
+    fn value(&self, result: &Value) -> Answer {
         let pointer = &self.0.value_pointer;
         match result.pointer(pointer) {
-            Some(value) => value.to_string(),
+            Some(value) => Answer::new(value.to_string(), result.clone()),
             None => {
                 let answer: String = result.to_string().chars().take(200).collect();
                 fail_subject(format!(
@@ -224,6 +231,8 @@ impl OnMcp {
             }
             _ => {}
         }
+        let no_body = matches!(method, "GET" | "HEAD" | "DELETE") && body == json!({});
+        let body = if no_body { Value::Null } else { body };
         json!({"method": method, "path": path, "headers": headers, "body": body})
     }
 
@@ -232,7 +241,7 @@ impl OnMcp {
         &self,
         answer: Result<Value, Interrupted>,
         committed: bool,
-    ) -> Result<Reply<String>, Crash> {
+    ) -> Result<Reply<Answer>, Crash> {
         match answer {
             Ok(result) => Ok(self.reply(&result, committed)),
             Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Reply::Refused(
@@ -264,8 +273,31 @@ impl OnMcp {
         params
     }
 
+    /// What an HTTP status lookup's response says of a request: 2xx completed (its value
+    /// read as a call's answer's is: the endpoint answers what the request answered), 404 or
+    /// 410 not found, 202 or 409 pending, 422 a key-reuse conflict, anything else (or no
+    /// response) unavailable.
+    fn http_status(&self, result: &Value) -> Status<Answer> {
+        if let Some(why) = result["lost"].as_str() {
+            return Status::Unavailable(format!("no response: {why}").into());
+        }
+        let Some(status) = result["status"].as_u64() else {
+            fail_subject(format!(
+                "no response could be read from the server: {}",
+                result["broken"].as_str().unwrap_or("broken")
+            ))
+        };
+        match status {
+            202 | 409 => Status::Pending,
+            200..=299 => Status::Completed(self.value(result)),
+            404 | 410 => Status::NotFound,
+            422 => Status::Conflict,
+            _ => Status::Unavailable(format!("HTTP {status}: {}", result["body"]).into()),
+        }
+    }
+
     /// What a status tool's result says of a request.
-    fn status(&self, result: &Value) -> Status<String> {
+    fn status(&self, result: &Value) -> Status<Answer> {
         if result.get("isError") == Some(&Value::Bool(true)) {
             return Status::Unavailable(tool_error(result).into());
         }
@@ -279,6 +311,71 @@ impl OnMcp {
             _ => Status::NotFound,
         }
     }
+}
+
+/// A call the workload wrote (`METHOD /path BODY headers {...}` over HTTP, `tool ARGUMENTS`
+/// over MCP) with its references to earlier answers resolved.
+fn built_call(call: &str, http: bool, earlier: &[Option<&Answer>]) -> Result<String, Unresolved> {
+    if !http {
+        let (tool, arguments) = call.split_once(' ').expect("a call the harness wrote");
+        let arguments = serde_json::from_str(arguments).expect("arguments the harness wrote");
+        return Ok(format!(
+            "{tool} {}",
+            answers::resolved(&arguments, earlier)?
+        ));
+    }
+    let mut parts = call.splitn(3, ' ');
+    let (Some(method), Some(path), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        unreachable!("a call the harness wrote: {call}")
+    };
+    let path = answers::resolved_text(path, earlier, answers::path_escaped)?;
+    let (body, headers) = super::headers::body_and_headers(rest);
+    let body = answers::resolved(&body, earlier)?;
+    let headers = answers::resolved(&Value::Object(headers), earlier)?;
+    let visible = |c: char| c == ' ' || c == '\t' || c.is_ascii_graphic();
+    for (name, value) in headers.as_object().into_iter().flatten() {
+        let text = value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string);
+        if !text.chars().all(visible) {
+            return Err(Unresolved::Unusable(format!(
+                "the header {name} takes {text:?} from an earlier answer, which an HTTP header \
+                 cannot carry (visible ASCII, spaces and tabs only)"
+            )));
+        }
+    }
+    let headers = Value::Object(
+        (headers.as_object().into_iter().flatten())
+            .map(|(name, value)| {
+                let text = value
+                    .as_str()
+                    .map_or_else(|| value.to_string(), str::to_string);
+                (name.clone(), Value::String(text))
+            })
+            .collect(),
+    );
+    Ok(super::headers::with_headers(
+        format!("{method} {path} {body}"),
+        &headers,
+    ))
+}
+
+/// The HTTP request of a status lookup of `request`: `lookup` (`METHOD /path`) with the
+/// request id in place of `{key}`, and the headers the client sends `request` with (its
+/// bearer, its tenant), but no key header and no body.
+fn http_lookup_params(lookup: &str, request: &Keyed<String>) -> Value {
+    let (method, path) = lookup.split_once(' ').expect("a lookup the scenario wrote");
+    let path = path.replace(
+        super::scenario::STATUS_KEY_MARK,
+        &answers::path_escaped(&request.id),
+    );
+    let rest = request
+        .args
+        .splitn(3, ' ')
+        .nth(2)
+        .expect("a call the harness wrote");
+    let (_, headers) = super::headers::body_and_headers(rest);
+    json!({"method": method, "path": path, "headers": headers, "body": null})
 }
 
 /// A tool error's text (its first content item's), or the whole result.
@@ -373,7 +470,7 @@ fn failed(error: &McpError) -> ! {
 
 impl StoreKind for OnMcp {
     type Request = Keyed<String>;
-    type Value = String;
+    type Value = Answer;
     type Store = McpStore;
     type Memory = ();
     type Event = NoEvent;
@@ -612,7 +709,7 @@ impl System for OnMcp {
         store: &mut McpStore,
         _memory: &mut (),
         request: &Keyed<String>,
-    ) -> Result<Reply<String>, Crash> {
+    ) -> Result<Reply<Answer>, Crash> {
         ctx.point(BEFORE_CALL)?;
         let params = self.call_params(request);
         tell(&store.history, &params.to_string());
@@ -635,7 +732,7 @@ impl System for OnMcp {
         store: &McpStore,
         _connection: &Connection,
         request: &Keyed<String>,
-    ) -> Result<Reply<String>, Crash> {
+    ) -> Result<Reply<Answer>, Crash> {
         ctx.point(BEFORE_CALL)?;
         let params = self.call_params(request);
         tell(&store.history, &params.to_string());
@@ -716,6 +813,33 @@ impl System for OnMcp {
         }
     }
 
+    /// Whether a call takes values from an earlier call's answer (`{N:/pointer}`).
+    fn builds_on_answers(&self) -> bool {
+        (self.0.clients.iter().flatten()).any(super::Call::builds_on_answers)
+    }
+
+    /// The call with each `{N:/pointer}` replaced by the value at the pointer in the answer
+    /// its client concluded call `N` on; `None` when that call did not succeed. A pointer
+    /// that matches nothing in that answer ends the check.
+    fn built_on_answers(
+        &self,
+        request: &Keyed<String>,
+        earlier: &[Option<&Answer>],
+    ) -> Option<Keyed<String>> {
+        if answers::references(&request.args).is_empty() {
+            return Some(request.clone());
+        }
+        let http = matches!(self.0.transport, ServerTransport::Http { .. });
+        match built_call(&request.args, http, earlier) {
+            Ok(args) => Some(Keyed {
+                id: request.id.clone(),
+                args,
+            }),
+            Err(Unresolved::NotAnswered) => None,
+            Err(Unresolved::Unusable(why)) => fail_subject(format!("{}: {why}", request.args)),
+        }
+    }
+
     fn supports_lookup(&self) -> bool {
         self.0.status.is_some()
     }
@@ -727,16 +851,21 @@ impl System for OnMcp {
         store: &mut McpStore,
         _memory: &mut (),
         request: &Keyed<String>,
-    ) -> Result<Status<String>, Crash> {
+    ) -> Result<Status<Answer>, Crash> {
         let status = self
             .0
             .status
             .as_ref()
             .expect("lookups only with a status tool");
-        let params = json!({
-            "name": status.tool,
-            "arguments": { status.key_argument.as_str(): request.id },
-        });
+        let http = matches!(self.0.transport, ServerTransport::Http { .. });
+        let params = if http {
+            http_lookup_params(&status.tool, request)
+        } else {
+            json!({
+                "name": status.tool,
+                "arguments": { status.key_argument.as_str(): request.id },
+            })
+        };
         tell(&store.history, &params.to_string());
         let session = ctx.session();
         let server = store.server.get_mut();
@@ -744,6 +873,7 @@ impl System for OnMcp {
         let answer = server.call(&params, &mut asker(ctx, &store.history));
         store.take_effects(None);
         match answer {
+            Ok(result) if http => Ok(self.http_status(&result)),
             Ok(result) => Ok(self.status(&result)),
             Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Status::Unavailable(
                 format!("JSON-RPC error {code}: {message}").into(),

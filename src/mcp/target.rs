@@ -91,7 +91,7 @@ pub struct PendingAnswer {
 
 impl PendingAnswer {
     /// What `result` says, if it says the request is in progress.
-    pub fn read(&self, result: &Value) -> Option<Reply<String>> {
+    pub fn read<V>(&self, result: &Value) -> Option<Reply<V>> {
         if result.pointer(&self.pointer) != Some(&self.equals) {
             return None;
         }
@@ -180,6 +180,17 @@ pub struct Call {
     pub headers: Value,
 }
 
+impl Call {
+    /// Whether the call takes a value from an earlier call's answer: a `{N:/pointer}` in its
+    /// tool (an HTTP call's path), arguments or headers.
+    pub fn builds_on_answers(&self) -> bool {
+        use super::answers::{references, references_in};
+        !references(&self.tool).is_empty()
+            || !references_in(&self.arguments).is_empty()
+            || !references_in(&self.headers).is_empty()
+    }
+}
+
 /// Where a client puts its request id (its idempotency key) in a `tools/call`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyPlacement {
@@ -220,14 +231,18 @@ pub enum ServerTransport {
     },
 }
 
-/// A tool that answers what became of a request: called with the request id in
-/// `key_argument`, it answers `{"status": "completed" | "pending" | "not-found" |
+/// A lookup that answers what became of a request. Over MCP a tool: called with the request
+/// id in `key_argument`, it answers `{"status": "completed" | "pending" | "not-found" |
 /// "conflict", ...}` in its `structuredContent`, with the saved answer's value where the
-/// target's `value_pointer` points.
+/// target's `value_pointer` points. Over plain HTTP a request, `tool` written `METHOD /path`
+/// with `{key}` in the path where the request id goes (`GET /requests/{key}`), sent with
+/// the headers of the call it looks up: it answers what the request answered (2xx, its
+/// value where `value_pointer` points), 404 or 410 when it has no record, 202 or 409 while
+/// in progress, 422 for a key reused with another request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusTool {
-    /// The tool's name.
+    /// The tool's name; over HTTP, `METHOD /path` with `{key}` in the path.
     pub tool: String,
-    /// The argument the request id goes in.
+    /// The argument the request id goes in (over HTTP, empty: the path takes it).
     pub key_argument: String,
 }

@@ -119,7 +119,11 @@ fn schema_problem(schema: &Value, arguments: &Value, key_argument: Option<&str>)
             (false, None) => continue,
         };
         for value in values {
-            if !of_type(value, types) {
+            // A value taken from an earlier answer is typed when the run takes it.
+            let taken = value.as_str().is_some_and(|text| {
+                matches!(super::answers::references(text).as_slice(), [one] if one.is_whole(text))
+            });
+            if !taken && !of_type(value, types) {
                 return Some(format!(
                     "the tool's inputSchema types the argument `{name}` as {types}, but the call \
                      sends {value}"

@@ -314,7 +314,32 @@ fn an_http_scenario_is_checked_at_load() {
             "status",
             "[bounds]",
             "[status]\ntool = \"status\"\nkey_argument = \"request_id\"\n\n[bounds]",
-            "[status] names an MCP tool",
+            "[status] tool and key_argument are MCP's: over HTTP it names its path",
+        ),
+        (
+            "status-key",
+            "[bounds]",
+            "[status]\npath = \"/requests\"\n\n[bounds]",
+            r#"[status] path = "/requests" has no {key}: say where the request id goes"#,
+        ),
+        (
+            "status-path",
+            "[bounds]",
+            "[status]\nmethod = \"GET\"\n\n[bounds]",
+            "[status] names its path, with {key} where the request id goes",
+        ),
+        (
+            "answer-later",
+            r#"path = "/add", body = { amount = 5 }"#,
+            r#"path = "/add/{2:/body/id}", body = { amount = 5 }"#,
+            "client 1 call 1 (`POST /add/{2:/body/id}`) takes a value from call 2 \
+             ({2:/body/id}): a call can take values from an earlier call of its client only",
+        ),
+        (
+            "answer-itself",
+            r#"path = "/add", body = { amount = 7 }"#,
+            r#"path = "/add", body = { amount = "{2:/body/total}" }"#,
+            "client 1 call 2 (`POST /add`) takes a value from call 2",
         ),
     ] {
         let written = variant(name, from, to);

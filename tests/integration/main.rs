@@ -13,6 +13,7 @@ mod determinism;
 mod docs;
 mod exhaustive;
 mod http;
+mod http_answers;
 mod http_cli;
 mod interval;
 mod layers;

@@ -108,21 +108,21 @@ impl<S: System> Execution<'_, '_, S> {
         let policy = points.bounds.client;
         let lookup = self.system.supports_lookup();
         self.disturbed("a reconnect");
-        let world = &mut self.world;
-        let state = &mut world.clients[client];
+        let state = &mut self.world.clients[client];
         state.generation += 1;
         let generation = state.generation;
         let intent = state.current().expect("reconnecting with an open intent");
         let next = match policy {
             ClientPolicy::FreshId => {
-                let intent = world.intent_mut(intent);
-                let fresh = intent.request.with_fresh_id(generation);
-                intent.send_as(fresh);
+                let fresh = self.world.intent(intent).request.with_fresh_id(generation);
+                let fresh = self.built_request(client, &fresh).unwrap_or(fresh);
+                self.world.intent_mut(intent).send_as(fresh);
                 NextSend::Submit
             }
             _ if lookup => NextSend::Lookup,
             _ => NextSend::Submit,
         };
+        let world = &mut self.world;
         world.clients[client].next = next;
         world.note(Lane::Client(client as u32), |w| {
             let plan = match w.clients[client].next {
@@ -294,6 +294,7 @@ impl<S: System> Execution<'_, '_, S> {
             world.conclude(client, Verdict::GaveUp);
             world.note(lane, |_| format!("{what}; gives up: outcome unknown"));
         }
+        self.build_next(client);
     }
 
     /// Whether the answer for `intent` is still awaited by its client; notes it if not.
@@ -368,6 +369,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.world.note(Lane::Client(client as u32), |_| {
             format!("receive reply {intent}#{attempt}; concludes {intent}")
         });
+        self.build_next(client);
     }
 
     pub(super) fn receive_status(
@@ -421,5 +423,52 @@ impl<S: System> Execution<'_, '_, S> {
         self.world.note(lane, |_| {
             format!("receive status {intent}#{attempt}; concludes {intent}")
         });
+        self.build_next(client);
+    }
+
+    /// The client's next intent, where its system builds requests on earlier answers
+    /// ([`System::built_on_answers`]): sent as built from what the client received, or, when
+    /// it builds on an answer the client never got, concluded *not sent*, and the next one
+    /// built in turn.
+    fn build_next(&mut self, client: usize) {
+        if !self.system.builds_on_answers() {
+            return;
+        }
+        while let Some(intent) = self.world.clients[client].current() {
+            let planned = &self.world.intent(intent).request;
+            match self.built_request(client, planned) {
+                Some(built) => {
+                    if built != self.world.intent(intent).sending {
+                        self.world.intent_mut(intent).send_as(built);
+                    }
+                    return;
+                }
+                None => {
+                    self.world.conclude(client, Verdict::Skipped);
+                    self.world.note(Lane::Client(client as u32), |_| {
+                        format!("{intent} builds on an answer the client never got: not sent")
+                    });
+                }
+            }
+        }
+    }
+
+    /// `planned`, a request of the client's current intent, as its system builds it on the
+    /// answers the client's earlier intents succeeded with; `None` when it cannot be.
+    fn built_request(&self, client: usize, planned: &S::Request) -> Option<S::Request> {
+        if !self.system.builds_on_answers() {
+            return Some(planned.clone());
+        }
+        let state = &self.world.clients[client];
+        let earlier: Vec<Option<&S::Value>> = (0..state.position)
+            .map(|position| {
+                let earlier = state.intent_at(position).expect("an earlier intent");
+                match &self.world.intent(earlier).verdict {
+                    Some(Verdict::Succeeded(value)) => Some(value),
+                    _ => None,
+                }
+            })
+            .collect();
+        self.system.built_on_answers(planned, &earlier)
     }
 }

@@ -1,0 +1,123 @@
+//! HTTP as services are called: a later call built on an earlier call's answer (an order's id
+//! in its payment's path), a bearer header on every call, a status lookup over HTTP after a
+//! reconnect, and `202 Accepted` read as *pending* (`examples/http/shop.toml`).
+
+use crate::mcp_cli::expect;
+use crate::ScenarioVariant;
+
+/// The path of the shipped `examples/http/shop.toml`.
+fn shop() -> String {
+    format!("{}/examples/http/shop.toml", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The shop's scenario with `from` replaced by `to`, beside its server.
+fn shop_variant(name: &str, from: &str, to: &str) -> ScenarioVariant {
+    ScenarioVariant::of("http/shop.toml", name, from, to)
+}
+
+/// The payment's path takes the order's id from the answer its client got: clean and
+/// exhausted (crashes, lost answers and reconnects included) when the payment is keyed, and
+/// a payment that ignores its key is caught paying twice, the id in its path as the order's
+/// answer gave it.
+#[test]
+fn a_payment_built_on_its_orders_answer_is_clean_and_a_keyless_one_caught() {
+    let clean = expect(&["check", &shop()], 3);
+    assert!(clean.contains("bound: exhausted"), "{clean}");
+    assert!(clean.contains("at-most-once-effect      clean"), "{clean}");
+    assert!(clean.contains("outcome-agreement        clean"), "{clean}");
+    let keyless = shop_variant("pay-ignores-key", "\"correct\"", "\"pay-ignores-key\"");
+    let caught = expect(&["check", &keyless.path(), "--width", "400"], 1);
+    assert!(caught.contains("VIOLATED at-most-once-effect"), "{caught}");
+    assert!(
+        caught.contains(r#"send B#2: r2: POST /orders/1/pay {"amount":500}"#),
+        "the retried payment's path holds the order's id: {caught}"
+    );
+}
+
+/// A call whose earlier call did not succeed is not sent: without the bearer header every
+/// order is refused 401, and its payment, built on the order's id, is never sent.
+#[test]
+fn a_call_built_on_an_answer_never_received_is_not_sent() {
+    let bare = shop_variant(
+        "no-bearer",
+        "headers = { Authorization = \"Bearer t0k3n\" }\n",
+        "",
+    );
+    let replayed = expect(
+        &["replay", &bare.path(), "--tape", "0", "--width", "400"],
+        0,
+    );
+    assert!(
+        replayed.contains(r#"refused: HTTP 401: {"error":"unauthorized"}"#),
+        "{replayed}"
+    );
+    assert!(
+        replayed.contains("B builds on an answer the client never got: not sent"),
+        "{replayed}"
+    );
+    assert!(replayed.contains("0 attempt(s), not sent"), "{replayed}");
+    let authorized = expect(&["replay", &shop(), "--tape", "0", "--width", "400"], 0);
+    assert!(
+        authorized.contains(r#"headers {"Authorization":"Bearer t0k3n"}"#),
+        "{authorized}"
+    );
+    assert!(authorized.contains("POST /orders/1/pay"), "{authorized}");
+}
+
+/// A reconnecting client asks `GET /requests/{key}` before it sends again, with its call's
+/// headers: a lookup that answers what the request answered is clean (above); one that
+/// answers "done" for a request it has no record of is caught.
+#[test]
+fn a_status_lookup_over_http_is_asked_on_reconnect_and_held_to_the_truth() {
+    let optimistic = shop_variant("status-optimistic", "\"correct\"", "\"status-optimistic\"");
+    let caught = expect(&["check", &optimistic.path(), "--width", "400"], 1);
+    assert!(caught.contains("will look up the status of A"), "{caught}");
+    assert!(
+        caught.contains("look up A#2: status of r1: POST /orders"),
+        "{caught}"
+    );
+    assert!(caught.contains("VIOLATED outcome-agreement"), "{caught}");
+}
+
+/// A payment answered `202 Accepted` is *pending*, not an answer: the client polls under its
+/// key until it hears the saved 200, and the check is clean.
+#[test]
+fn a_202_accepted_is_pending_until_the_client_hears_the_answer() {
+    let accepted = shop_variant(
+        "accepted",
+        "VARIANT = \"correct\"",
+        "VARIANT = \"correct\", ACCEPTED = \"1\"",
+    );
+    let replayed = expect(
+        &["replay", &accepted.path(), "--tape", "0", "--width", "400"],
+        0,
+    );
+    assert!(replayed.contains("handle B#1 -> pending"), "{replayed}");
+    assert!(replayed.contains("handle B#2 -> replayed 1"), "{replayed}");
+    let clean = expect(&["check", &accepted.path()], 3);
+    assert!(clean.contains("bound: exhausted"), "{clean}");
+    assert!(clean.contains("eventual-verdict         clean"), "{clean}");
+}
+
+/// Over MCP a call's arguments take values from an earlier call's result alike: the second
+/// `add` adds the total the first answered.
+#[test]
+fn an_mcp_calls_arguments_take_a_value_from_an_earlier_result() {
+    let chained = ScenarioVariant::of(
+        "mcp/counter.toml",
+        "chained",
+        r#"calls = [{ tool = "add", arguments = { amount = 5 } }]"#,
+        r#"calls = [{ tool = "add", arguments = { amount = 5 } },
+         { tool = "add", arguments = { amount = "{1:/structuredContent/total}" } }]"#,
+    );
+    let replayed = expect(
+        &["replay", &chained.path(), "--tape", "0", "--width", "400"],
+        0,
+    );
+    assert!(
+        replayed.contains(r#"send B#1: r2: add {"amount":5}"#),
+        "{replayed}"
+    );
+    assert!(replayed.contains("concludes B"), "{replayed}");
+    assert!(replayed.contains("succeeded 10"), "{replayed}");
+}
