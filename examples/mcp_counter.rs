@@ -43,6 +43,7 @@ fn counter(keyed: bool) -> McpTarget {
             headers: json!({}),
         }]],
         status: None,
+        conformance: None,
         reuse: true,
         // Each restart starts Python afresh (a spare would need the helper's gate).
         spare: false,

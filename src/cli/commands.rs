@@ -424,6 +424,10 @@ fn check_on(
     if let Some(line) = &fresh_line {
         note(&format!("retrysim: {line}"));
     }
+    let conformance = resolved.probe_conformance()?;
+    if let Some(conformance) = &conformance {
+        note(&format!("retrysim: {}", conformance.line()));
+    }
     let seeded = seeded_pass(resolved, &options, threads, started)
         .map(|failure| seeded_shrunk(failure, &mut *subject, &options.bounds, shown));
     let levels = levels_after(seeded.as_ref(), &options, search.time_budget);
@@ -504,6 +508,9 @@ fn check_on(
             value["clock"] = json!(resolved.clock_name());
             value["fresh_values"] = json!(scenario.target.fresh.learned().tables);
         }
+        if let Some(conformance) = &conformance {
+            value["conformance"] = json!(conformance);
+        }
         if report.stopped == crate::Stopped::Asked {
             value["stop_cause"] = json!(asked_stop_cause(seeded.as_ref()));
         }
@@ -531,6 +538,15 @@ fn check_on(
         }
         if let Some(line) = &fresh_line {
             let _ = writeln!(out.text, "\n{line}.");
+        }
+        if let Some(conformance) = &conformance {
+            let _ = write!(out.text, "\n{}", conformance.table());
+            if conformance.fails_the_check() {
+                out.text.push_str(
+                    "conformance is required ([conformance] idempotency_key = \"required\") \
+                     and a behaviour was contradicted: the check fails\n",
+                );
+            }
         }
         if let Some(overlap) = &overlap_note {
             out.text.push_str(overlap);
@@ -561,7 +577,7 @@ fn check_on(
     let inconclusive = nothing_explored || (nondeterminism.is_some() && minimal.is_none());
     Ok(out.ending(if inconclusive {
         ExitCode::from(3)
-    } else if !report.violations.is_empty() {
+    } else if !report.violations.is_empty() || conformance.is_some_and(|c| c.fails_the_check()) {
         ExitCode::from(1)
     } else if report.clean() && !gaps_judged {
         ExitCode::SUCCESS

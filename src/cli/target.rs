@@ -188,6 +188,15 @@ impl Resolved {
         fresh.learned().line()
     }
 
+    /// For a scenario that asks for it (`[conformance]`), the Idempotency-Key draft's
+    /// answers probed on a fresh server ([`crate::mcp::probe_conformance`]).
+    pub fn probe_conformance(&self) -> Result<Option<crate::mcp::Conformance>, String> {
+        match &self.scenario {
+            Some(scenario) => crate::mcp::probe_conformance(&scenario.target),
+            None => Ok(None),
+        }
+    }
+
     /// What a report says of a scenario whose server reads its own clock: time in the check
     /// is not the harness's, and `eventual-verdict` was not judged. `None` otherwise.
     pub fn clock_note(&self) -> Option<String> {

@@ -11,6 +11,7 @@
 
 mod answers;
 mod command;
+mod conformance;
 mod database;
 mod fresh;
 mod headers;
@@ -28,6 +29,7 @@ mod verify;
 
 pub use answers::Answer;
 pub use command::{ServerCommand, STDERR_LINES_KEPT};
+pub use conformance::{probe_conformance, Behaviour, Conformance, ConformanceAsked, Seen};
 pub use database::DatabaseKind;
 pub use fresh::{FreshValues, Learned, FRESH_TOKEN_CHARS_MIN};
 pub use http::HttpServer;

@@ -64,8 +64,8 @@
 use super::answers;
 use super::headers::{HeadersFile, HEADERS_OF_THE_HARNESS};
 use super::{
-    Call, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerCommand,
-    ServerTransport, StatusTool, SIDE_CHANNEL_ENV,
+    Call, ConformanceAsked, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock,
+    ServerCommand, ServerTransport, StatusTool, SIDE_CHANNEL_ENV,
 };
 use crate::postgres::RelayPoints;
 use crate::{Bounds, ClientPolicy, Timeouts};
@@ -120,6 +120,7 @@ struct ScenarioFile {
     value: Option<String>,
     pending: Option<PendingSection>,
     status: Option<StatusSection>,
+    conformance: Option<ConformanceSection>,
     #[serde(rename = "client")]
     clients: Vec<ClientSection>,
     #[serde(default)]
@@ -252,6 +253,21 @@ struct PendingSection {
     pointer: String,
     equals: Value,
     retry_after_ms: Option<String>,
+}
+
+/// `[conformance]`: the standards the check probes the server for.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConformanceSection {
+    idempotency_key: ConformanceAskedFile,
+}
+
+/// `[conformance] idempotency_key`: advisory, or required.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum ConformanceAskedFile {
+    Advisory,
+    Required,
 }
 
 /// `[status]`: how a reconnecting client asks what became of its request: an MCP tool and
@@ -787,6 +803,32 @@ impl ScenarioFile {
         Ok(())
     }
 
+    /// What `[conformance]` asks: over plain HTTP only, with the key in a header.
+    fn conformance_asked(&self) -> Result<Option<ConformanceAsked>, String> {
+        let Some(section) = &self.conformance else {
+            return Ok(None);
+        };
+        if self.server.transport != TransportFile::Http {
+            return Err(
+                "[conformance] idempotency_key is plain HTTP's: say transport = \
+                        \"http\""
+                    .into(),
+            );
+        }
+        if !matches!(self.key_placement()?, KeyPlacement::Header(_)) {
+            return Err(
+                "[conformance] idempotency_key probes the key's header: the key must \
+                        go in one (key = { header = \"Idempotency-Key\" }, the default over \
+                        HTTP)"
+                    .into(),
+            );
+        }
+        Ok(Some(match section.idempotency_key {
+            ConformanceAskedFile::Advisory => ConformanceAsked::Advisory,
+            ConformanceAskedFile::Required => ConformanceAsked::Required,
+        }))
+    }
+
     /// The target, its server run in `directory`.
     fn target(&self, directory: &Path) -> Result<McpTarget, String> {
         let Some((program, args)) = self.server.command.split_first() else {
@@ -892,6 +934,7 @@ impl ScenarioFile {
                         .collect()
                 })
                 .collect(),
+            conformance: self.conformance_asked()?,
             status: (self.status.as_ref())
                 .map(|status| status.lookup(self.server.transport))
                 .transpose()?,

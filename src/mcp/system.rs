@@ -80,7 +80,7 @@ impl OnMcp {
 
     /// The server's command with where its database is, and the provider's address, in
     /// its environment.
-    fn command(
+    pub(super) fn command(
         &self,
         database: &dyn ServerDatabase,
         provider: Option<&LoopbackProvider>,

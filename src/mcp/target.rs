@@ -74,6 +74,10 @@ pub struct McpTarget {
     /// schedule: a uuid, a `created_at`), shared by every clone: a state's fingerprint names
     /// them by where they repeat, not by their values.
     pub fresh: FreshValues,
+    /// Over plain HTTP, whether the check probes the server for the Idempotency-Key draft's
+    /// answers before it explores ([`super::probe_conformance`]), and whether a contradiction
+    /// fails it; `None` for no probe.
+    pub conformance: Option<super::ConformanceAsked>,
 }
 
 /// How a tool's answer says "in progress, try later": the value at `pointer` in the answer

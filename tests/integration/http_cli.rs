@@ -329,6 +329,12 @@ fn an_http_scenario_is_checked_at_load() {
             "[status] names its path, with {key} where the request id goes",
         ),
         (
+            "conformance-key",
+            "[server]",
+            "key = { argument = \"request_id\" }\n\n[conformance]\nidempotency_key = \"advisory\"\n\n[server]",
+            "[conformance] idempotency_key probes the key's header",
+        ),
+        (
             "answer-later",
             r#"path = "/add", body = { amount = 5 }"#,
             r#"path = "/add/{2:/body/id}", body = { amount = 5 }"#,

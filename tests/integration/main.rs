@@ -8,6 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod api;
 mod browser;
 mod cli;
+mod conformance;
 mod counter;
 mod determinism;
 mod docs;
@@ -171,6 +172,14 @@ impl ScenarioVariant {
         let path = shipped.with_file_name(file);
         std::fs::write(&path, text.replace(from, to)).unwrap();
         ScenarioVariant(path)
+    }
+
+    /// The same file with `from` (which must be there) replaced by `to` too.
+    pub fn replaced(self, from: &str, to: &str) -> ScenarioVariant {
+        let text = std::fs::read_to_string(&self.0).unwrap();
+        assert!(text.contains(from), "{}: {from}", self.0.display());
+        std::fs::write(&self.0, text.replacen(from, to, 1)).unwrap();
+        self
     }
 
     /// Its path.
