@@ -126,7 +126,7 @@ const SCRIPT: &str = "
 /// One traced run as a self-contained HTML page (see the module's documentation).
 pub fn run_html(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) -> String {
     let timeline = outcome.timeline.as_ref().expect("a replayed run is traced");
-    let title = format!("{}/{}  tape {}", entry.domain, entry.handler, outcome.tape);
+    let title = format!("{}  tape {}", entry.name(), outcome.tape);
     let mut out = String::new();
     let _ = write!(
         out,

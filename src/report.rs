@@ -185,9 +185,8 @@ pub fn run_mermaid(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome) 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "%% {}/{}  tape {}  steps {}  ended: {}",
-        entry.domain,
-        entry.handler,
+        "%% {}  tape {}  steps {}  ended: {}",
+        entry.name(),
         outcome.tape,
         outcome.steps,
         end_name(outcome.end)
@@ -218,9 +217,8 @@ pub fn run_report_within(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{}/{}  tape {}  steps {}  faults {} (drops {}, duplicates {}, crashes {}, reconnects {}, storage {})  ended: {}",
-        entry.domain,
-        entry.handler,
+        "{}  tape {}  steps {}  faults {} (drops {}, duplicates {}, crashes {}, reconnects {}, storage {})  ended: {}",
+        entry.name(),
         outcome.tape,
         outcome.steps,
         outcome.faults.total(),
@@ -277,9 +275,8 @@ pub fn exploration_report(
     let runs_per_second = exploration.executions as f64 / elapsed_seconds.max(1e-9);
     let _ = writeln!(
         out,
-        "{}/{}: {} executions (seeds {}..{}) in {:.2} s, {:.0} runs/s",
-        entry.domain,
-        entry.handler,
+        "{}: {} executions (seeds {}..{}) in {:.2} s, {:.0} runs/s",
+        entry.name(),
         exploration.executions,
         seeds.start,
         seeds.end,
@@ -474,7 +471,7 @@ pub fn check_report(
 ) -> String {
     let mut out = String::new();
     let bounds = &options.bounds;
-    let _ = writeln!(out, "{}/{}: exhaustive check", entry.domain, entry.handler);
+    let _ = writeln!(out, "{}: exhaustive check", entry.name());
     let _ = writeln!(out, "bounds: {bounds}");
     let reduction = options.reduction.names();
     let _ = writeln!(

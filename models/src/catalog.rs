@@ -64,6 +64,21 @@ pub struct HandlerEntry {
     pub build: fn() -> Box<dyn Subject>,
 }
 
+/// The domain under which the command line checks a scenario file of a real service (its
+/// handler is the file's path).
+pub const SCENARIO_DOMAIN: &str = "mcp";
+
+impl HandlerEntry {
+    /// How reports name it: `domain/handler`, or a scenario file's path alone.
+    pub fn name(&self) -> String {
+        if self.domain == SCENARIO_DOMAIN {
+            self.handler.to_string()
+        } else {
+            format!("{}/{}", self.domain, self.handler)
+        }
+    }
+}
+
 impl HandlerEntry {
     /// `base` with this handler's own [`HandlerEntry::invocations_max`],
     /// [`HandlerEntry::storage_faults_max`] and [`HandlerEntry::invocation_limit_ms`] (when it

@@ -7,4 +7,6 @@ pub mod interval;
 pub mod payment;
 pub mod reservation;
 
-pub use catalog::{domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError};
+pub use catalog::{
+    domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError, SCENARIO_DOMAIN,
+};

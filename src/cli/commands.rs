@@ -888,7 +888,7 @@ pub(super) fn run_play(
         .map_err(|error| UsageError(format!("cannot serve on 127.0.0.1:{port}: {error}")))?;
     let entry = resolved.entry;
     let play_target = PlayTarget {
-        title: format!("{}/{}", entry.domain, entry.handler),
+        title: entry.name(),
         bounds,
         seed,
         start,
@@ -898,9 +898,8 @@ pub(super) fn run_play(
         }),
     };
     println!(
-        "retrysim play: {}/{} on http://127.0.0.1:{}/ (Ctrl-C to stop)",
-        entry.domain,
-        entry.handler,
+        "retrysim play: {} on http://127.0.0.1:{}/ (Ctrl-C to stop)",
+        entry.name(),
         server.port()
     );
     let _ = std::io::stdout().flush();

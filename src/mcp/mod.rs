@@ -48,7 +48,7 @@ use crate::Crash;
 
 /// The model under which the command line takes a scenario file as the handler
 /// (`--model mcp --handler SCENARIO`).
-pub const MCP_MODEL: &str = "mcp";
+pub const MCP_MODEL: &str = retrysim_models::SCENARIO_DOMAIN;
 use serde_json::Value;
 use std::fmt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
