@@ -56,3 +56,84 @@ fn the_readme_quotes_what_check_prints() {
         assert!(readme.contains(line), "the README does not quote {line:?}");
     }
 }
+
+/// A TOML block of the README that names a shipped scenario on its first line
+/// (`# examples/...toml ...`) is that file, word for word, less its comments.
+#[test]
+fn the_readmes_scenario_blocks_are_the_shipped_files() {
+    let readme = include_str!("../../README.md");
+    let mut quoted = 0;
+    for block in blocks(readme, "toml") {
+        let Some(path) = block
+            .lines()
+            .next()
+            .and_then(|first| first.strip_prefix("# "))
+            .and_then(|first| first.split_whitespace().next())
+            .filter(|path| path.starts_with("examples/") && path.ends_with(".toml"))
+        else {
+            continue;
+        };
+        let file =
+            std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let uncommented: Vec<&str> = file
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+            .collect();
+        let shown: Vec<&str> = block
+            .lines()
+            .skip(1)
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        assert_eq!(shown, uncommented, "the README's block of {path}");
+        quoted += 1;
+    }
+    assert!(quoted > 0, "the README shows a scenario file");
+}
+
+/// The README's front doors for services quote what `check` prints of the shipped keyless
+/// counters, over HTTP and over MCP: the same lines, from the same commands, with the exit
+/// statuses it gives.
+#[test]
+fn the_readmes_service_doors_quote_what_check_prints() {
+    let readme = include_str!("../../README.md");
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (scenario, status, lines) in [
+        (
+            "examples/http/counter_keyless.toml",
+            1,
+            &[
+                "bound: stopped at a violation at faults_max=0 (lower levels are clean)",
+                "  at-most-once-effect      VIOLATED (0 fault(s))",
+                "reproduce: retrysim replay examples/http/counter_keyless.toml --tape 1,0,1,1",
+            ][..],
+        ),
+        (
+            "examples/mcp/counter_keyless.toml",
+            1,
+            &[
+                r#"VIOLATED at-most-once-effect: A (c1 r1: add {"amount":5}) has 2 committed effects"#,
+                "reproduce: retrysim replay examples/mcp/counter_keyless.toml --tape 1,0,1,1",
+            ][..],
+        ),
+        ("examples/http/counter.toml", 0, &["bound: exhausted"][..]),
+    ] {
+        assert!(
+            readme.contains(&format!("retrysim check {scenario}")),
+            "the README runs {scenario}"
+        );
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+            .args(["check", scenario, "--width", "400"])
+            .current_dir(root)
+            .output()
+            .expect("the binary runs");
+        let printed = String::from_utf8(output.stdout).unwrap();
+        assert_eq!(output.status.code(), Some(status), "{scenario}: {printed}");
+        for line in lines {
+            assert!(
+                printed.contains(line),
+                "{scenario} no longer prints {line:?}:\n{printed}"
+            );
+            assert!(readme.contains(line), "the README does not quote {line:?}");
+        }
+    }
+}
