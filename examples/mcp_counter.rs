@@ -31,6 +31,7 @@ fn counter(keyed: bool) -> McpTarget {
         database_env: Some("RETRYSIM_DB".into()),
         database: DatabaseKind::Sqlite,
         database_points: None,
+        database_url_scheme: None,
         effect_tables: vec!["counter".into()],
         provider_env: None,
         key: KeyPlacement::Argument("request_id".into()),

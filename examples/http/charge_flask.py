@@ -66,13 +66,9 @@ class IdempotencyKey(Base):
     response = mapped_column(JSONB)
 
 
-def database_url():
-    """DATABASE_URL as SQLAlchemy 2.0 takes it for psycopg 3."""
-    url = os.environ["DATABASE_URL"]
-    return url.replace("postgresql://", "postgresql+psycopg://", 1)
-
-
-ENGINE = create_engine(database_url(), pool_size=4)
+# DATABASE_URL names the driver for SQLAlchemy (url_scheme = "postgresql+psycopg" in the
+# scenario): 2.0 takes a bare postgresql:// for psycopg2.
+ENGINE = create_engine(os.environ["DATABASE_URL"], pool_size=4)
 app = Flask(__name__)
 
 

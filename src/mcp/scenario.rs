@@ -188,6 +188,9 @@ struct DatabaseSection {
     effect_tables: Vec<String>,
     /// PostgreSQL: where the relay asks (`transactions`, the default; `statements`; `none`).
     points: Option<PointsFile>,
+    /// PostgreSQL: the scheme of the `DATABASE_URL` the server gets (`postgresql` unless
+    /// said: `postgresql+psycopg` for SQLAlchemy).
+    url_scheme: Option<String>,
 }
 
 /// `[database] points`: the points a PostgreSQL server's transactions give with no helper.
@@ -890,6 +893,9 @@ impl ScenarioFile {
                 Some(DatabaseKindFile::Postgres) => DatabaseKind::Postgres,
                 Some(DatabaseKindFile::Sqlite) | None => DatabaseKind::Sqlite,
             },
+            database_url_scheme: (database.and_then(|d| d.url_scheme.as_ref()))
+                .map(|scheme| url_scheme(database.map(|d| d.kind), scheme))
+                .transpose()?,
             database_points: database
                 .map(DatabaseSection::relay_points)
                 .transpose()?
@@ -947,6 +953,35 @@ impl ScenarioFile {
                 Some(ClockFile::Own) | None => ServerClock::Own,
             },
         })
+    }
+}
+
+/// `[database] url_scheme`, checked: PostgreSQL's, `postgresql` or `postgresql+DRIVER`.
+fn url_scheme(kind: Option<DatabaseKindFile>, scheme: &str) -> Result<String, String> {
+    if kind != Some(DatabaseKindFile::Postgres) {
+        return Err(
+            "database.url_scheme is PostgreSQL's (kind = \"postgres\"): a SQLite \
+                    server gets its file's path"
+                .into(),
+        );
+    }
+    let driver = scheme
+        .strip_prefix("postgresql")
+        .and_then(|rest| match rest {
+            "" => Some(""),
+            rest => rest.strip_prefix('+'),
+        });
+    let named = |driver: &str| {
+        driver
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    match driver {
+        Some(driver) if named(driver) => Ok(scheme.to_string()),
+        _ => Err(format!(
+            "database.url_scheme = {scheme:?}: give postgresql, or postgresql+DRIVER (e.g. \
+             postgresql+psycopg, postgresql+asyncpg)"
+        )),
     }
 }
 

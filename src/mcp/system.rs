@@ -87,7 +87,21 @@ impl OnMcp {
     ) -> ServerCommand {
         let mut command = self.0.server.clone();
         if let Some(name) = &self.0.database_env {
-            command.env.extend(database.server_env(name));
+            let scheme = self.0.database_url_scheme.as_deref();
+            command.env.extend(
+                database
+                    .server_env(name)
+                    .into_iter()
+                    .map(|(variable, value)| {
+                        let url = variable == "DATABASE_URL" || variable == *name;
+                        match (scheme, value.strip_prefix("postgresql://")) {
+                            (Some(scheme), Some(rest)) if url => {
+                                (variable, format!("{scheme}://{rest}"))
+                            }
+                            _ => (variable, value),
+                        }
+                    }),
+            );
         }
         if let (Some(name), Some(provider)) = (&self.0.provider_env, provider) {
             command

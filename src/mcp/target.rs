@@ -30,6 +30,10 @@ pub struct McpTarget {
     /// statement and each commit ([`crate::postgres::Relay`]), and the schedule may pause or
     /// crash a call there. `None`: the server reaches the cluster directly.
     pub database_points: Option<RelayPoints>,
+    /// On PostgreSQL, the scheme of the URL the server gets in `DATABASE_URL` (and in
+    /// `database_env`) in place of `postgresql`, e.g. `postgresql+psycopg` for SQLAlchemy;
+    /// `None` for `postgresql`.
+    pub database_url_scheme: Option<String>,
     /// The tables whose changes are the effects the invariants count; with a provider,
     /// the tables whose inserted rows are the local records of its charges.
     pub effect_tables: Vec<String>,

@@ -20,13 +20,11 @@ impl Scenario {
         .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
         let directory = scratch.path();
         let in_scenario = |why: String| ScenarioError(format!("scenario {name}: {why}"));
-        let mut command = self.target.server.clone();
-        let mut database = super::OnMcp(self.target.clone())
+        let system = super::OnMcp(self.target.clone());
+        let mut database = system
             .new_database(directory, &directory.join("verify.sock"))
             .map_err(in_scenario)?;
-        if let Some(env) = &self.target.database_env {
-            command.env.extend(database.server_env(env));
-        }
+        let command = system.command(database.as_ref(), None);
         let mut server = self
             .target
             .server_on(command, &directory.join("verify.sock"))

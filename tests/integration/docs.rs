@@ -229,11 +229,46 @@ fn a_command_the_cli_refuses_is_told_apart() {
 /// The GitHub Actions workflow in the guide is YAML of the shape it claims: both jobs say
 /// where they run, the shards' uploads and the verdict run even when a shard found a
 /// violation, and the verdict waits for the shards.
+/// The services' workflow: PostgreSQL's binaries installed, a time budget on the check, exit
+/// 3 let through and exit 1 and 2 not, the report uploaded whatever the status.
+fn services_workflow(text: &str) {
+    let workflow: serde_yaml::Value = serde_yaml::from_str(text).expect("valid YAML");
+    let steps = workflow["jobs"]["service"]["steps"]
+        .as_sequence()
+        .expect("the service job's steps");
+    let runs: Vec<&str> = steps
+        .iter()
+        .filter_map(|step| step["run"].as_str())
+        .collect();
+    assert!(runs
+        .iter()
+        .any(|run| run.contains("apt-get install -y postgresql")));
+    let check = runs
+        .iter()
+        .find(|run| run.contains(" check "))
+        .expect("a check step");
+    assert!(check.contains("--time-budget 10m"), "{check}");
+    assert!(
+        check.contains("test $status -eq 0 -o $status -eq 3"),
+        "{check}"
+    );
+    let upload = steps
+        .iter()
+        .find(|step| {
+            step["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/upload"))
+        })
+        .expect("an upload step");
+    assert_eq!(upload["if"].as_str(), Some("always()"));
+}
+
 #[test]
 fn the_ci_workflow_is_yaml_of_its_shape() {
     let guide = std::fs::read_to_string(root().join("docs/ci.md")).unwrap();
     let workflows = blocks(&guide, "yaml");
-    assert_eq!(workflows.len(), 1);
+    assert_eq!(workflows.len(), 2);
+    services_workflow(workflows[1]);
     let workflow: serde_yaml::Value = serde_yaml::from_str(workflows[0]).expect("valid YAML");
     let jobs = &workflow["jobs"];
     for job in ["check", "verdict"] {

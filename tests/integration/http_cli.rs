@@ -329,6 +329,12 @@ fn an_http_scenario_is_checked_at_load() {
             "[status] names its path, with {key} where the request id goes",
         ),
         (
+            "url-scheme-sqlite",
+            "effect_tables = [\"counter\"]",
+            "effect_tables = [\"counter\"]\nurl_scheme = \"postgresql+psycopg\"",
+            "database.url_scheme is PostgreSQL's",
+        ),
+        (
             "conformance-key",
             "[server]",
             "key = { argument = \"request_id\" }\n\n[conformance]\nidempotency_key = \"advisory\"\n\n[server]",
@@ -351,6 +357,16 @@ fn an_http_scenario_is_checked_at_load() {
         let written = variant(name, from, to);
         assert_bad_input(&["check", &written.path()], says);
     }
+    let scheme = variant_of(
+        "counter_pg.toml",
+        "url-scheme",
+        "kind = \"postgres\"",
+        "kind = \"postgres\"\nurl_scheme = \"mysql\"",
+    );
+    assert_bad_input(
+        &["check", &scheme.path()],
+        r#"database.url_scheme = "mysql": give postgresql, or postgresql+DRIVER"#,
+    );
     // A header is HTTP's.
     let stdio = format!("{}/examples/mcp/counter.toml", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&stdio)
