@@ -156,6 +156,12 @@ class Handler(BaseHTTPRequestHandler):
     # client's delayed acknowledgement (Nagle), tens of milliseconds a response.
     wbufsize = 1 << 16
 
+    def do_GET(self):
+        if self.path != "/healthz":
+            self.answer(404, {}, {"error": "no such endpoint"})
+            return
+        self.answer(200, {}, {"ready": True})
+
     def do_POST(self):
         if self.path != "/add":
             self.answer(404, {}, {"error": "no such endpoint"})

@@ -59,6 +59,12 @@ pub struct HttpServer {
     spares: Spares,
     /// The spare process, held at the helper's gate, and its token.
     spare: Option<(RunningHttp, u64)>,
+    /// A path the server answers `GET` with a 2xx once it is ready to serve, asked instead of
+    /// a bare connection until it does.
+    ready: Option<String>,
+    /// Whether the spare listens on its port already, held at the gate (a server that binds
+    /// before it imports the helper): then each process forked from it serves on that port.
+    spare_listens: bool,
 }
 
 /// A running server process.
@@ -115,7 +121,15 @@ impl HttpServer {
             kept_results: BTreeMap::new(),
             spares: Spares::default(),
             spare: None,
+            spare_listens: false,
+            ready: None,
         })
+    }
+
+    /// Waits, at each start, until the server answers `GET path` with a 2xx (a readiness
+    /// path, e.g. `/healthz`), not only until it accepts a connection.
+    pub fn ready_at(&mut self, path: &str) {
+        self.ready = Some(path.to_string());
     }
 
     /// Keeps a warm spare from now on: one more process of the server, started once and held
@@ -138,6 +152,7 @@ impl HttpServer {
         let mut running = if self.spares.kept() {
             if self.spare.is_none() {
                 self.spare = Some(self.launch(true)?);
+                self.spare_listens = false;
             }
             self.fork().inspect_err(|_| self.spare = None)?
         } else {
@@ -175,9 +190,13 @@ impl HttpServer {
             stdout.as_raw_fd(),
             stderr_write.as_raw_fd(),
         ];
-        let port = self.free_port()?;
+        let port = match (&self.spare, self.spare_listens) {
+            (Some((template, _)), true) => template.port,
+            _ => self.free_port()?,
+        };
         let variables = [(self.port_env.clone(), port.to_string())];
         let (template, token) = self.spare.as_mut().expect("a spare, started above");
+        let spare_port = template.port;
         let channel = self.side_channel.as_ref().expect("a spare has a gate");
         let child = spare::fork(
             channel,
@@ -189,6 +208,10 @@ impl HttpServer {
             &template.stderr,
         )?;
         drop((stdin, stdout, stderr_write));
+        // Held at its gate, the spare has bound its port if it ever does before the gate:
+        // then the fork inherited that socket, and serves there.
+        self.spare_listens = self.spare_listens || is_bound(spare_port);
+        let port = if self.spare_listens { spare_port } else { port };
         Ok(self.running(child, port, stderr_pipe))
     }
 
@@ -255,11 +278,29 @@ impl HttpServer {
                     stderr: tail_of(&running.stderr),
                 });
             }
-            if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok() {
+            // A socket the spare bound before its gate accepts before the process serves: a
+            // start is ready once it answers a request.
+            let asked = (self.ready.as_deref()).or(self.spare_listens.then_some("/"));
+            let up = match asked {
+                Some(path) => answers_get(running.port, path, self.ready.is_some()),
+                None => TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok(),
+            };
+            if up {
                 return Ok(());
             }
             if started.elapsed() > wait {
                 running.child.kill();
+                if let Some(path) = &self.ready {
+                    return Err(McpError::Start {
+                        command: self.command.display(),
+                        error: format!(
+                            "it did not answer GET {path} with a 2xx within {} ms \
+                             (server.ready, answer_wait_ms); its stderr ends: {}",
+                            self.command.answer_wait_ms,
+                            tail_of(&running.stderr).join(" | ")
+                        ),
+                    });
+                }
                 return Err(McpError::Silent {
                     waited_ms: self.command.answer_wait_ms,
                     stderr: tail_of(&running.stderr),
@@ -424,6 +465,42 @@ impl Drop for HttpServer {
 fn tail_of(stderr: &Mutex<VecDeque<String>>) -> Vec<String> {
     let kept = stderr.lock().expect("the stderr tail");
     kept.iter().take(STDERR_LINES_KEPT).cloned().collect()
+}
+
+/// How long a readiness request waits for its answer before it is asked again.
+const READY_ANSWER_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether the server on `port` answers `GET path` within [`READY_ANSWER_WAIT`]: with a 2xx
+/// when `success_only`, else with any response.
+fn answers_get(port: u16, path: &str, success_only: bool) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&address, READY_ANSWER_WAIT) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(READY_ANSWER_WAIT));
+    let _ = stream.set_write_timeout(Some(READY_ANSWER_WAIT));
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    match read_response(BufReader::new(stream)) {
+        Ok(response) => {
+            let status = response["status"].as_u64().unwrap_or(0);
+            !success_only || (200..300).contains(&status)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether a socket of 127.0.0.1 is bound to `port` now (binding it fails as in use).
+fn is_bound(port: u16) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    matches!(
+        std::net::TcpListener::bind(address),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse
+    )
 }
 
 /// The bytes of the HTTP/1.1 request `params` describes, to a server on `port`.

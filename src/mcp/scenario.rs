@@ -144,6 +144,8 @@ struct ServerSection {
     clock: Option<ClockFile>,
     /// HTTP: headers every call sends.
     headers: Option<HeadersFile>,
+    /// HTTP: a path the server answers `GET` with a 2xx once it is ready.
+    ready: Option<String>,
 }
 
 /// `transport` under `[server]`: how the harness speaks to the server.
@@ -738,6 +740,7 @@ impl ScenarioFile {
             TransportFile::Stdio => ServerTransport::Stdio,
             TransportFile::Http => ServerTransport::Http {
                 port_env: (self.server.port_env.clone()).unwrap_or_else(|| PORT_ENV_DEFAULT.into()),
+                ready: self.server.ready.clone(),
             },
             TransportFile::StreamableHttp => ServerTransport::StreamableHttp {
                 port_env: (self.server.port_env.clone()).unwrap_or_else(|| PORT_ENV_DEFAULT.into()),
@@ -873,6 +876,21 @@ impl ScenarioFile {
                 ))
             }
             _ => {}
+        }
+        if let Some(ready) = &self.server.ready {
+            if self.server.transport != TransportFile::Http {
+                return Err(
+                    "server.ready is a plain HTTP server's: say transport = \"http\" \
+                            too"
+                    .into(),
+                );
+            }
+            if !ready.starts_with('/') || !ready.bytes().all(|byte| byte.is_ascii_graphic()) {
+                return Err(format!(
+                    "server.ready = {ready:?} must be a path: start with / and hold only \
+                     visible ASCII characters"
+                ));
+            }
         }
         if let Some(port_env) = &self.server.port_env {
             env_name("server.port_env", port_env)?;

@@ -132,8 +132,11 @@ impl McpTarget {
                 }
                 Box::new(server)
             }
-            ServerTransport::Http { port_env } => {
+            ServerTransport::Http { port_env, ready } => {
                 let mut server = super::HttpServer::with_side_channel(command, port_env, socket)?;
+                if let Some(path) = ready {
+                    server.ready_at(path);
+                }
                 if self.spare {
                     server.keep_spare();
                 }
@@ -227,6 +230,9 @@ pub enum ServerTransport {
     Http {
         /// The variable that names the port, e.g. `PORT`.
         port_env: String,
+        /// A path the server answers `GET` with a 2xx once ready (`/healthz`), waited on at
+        /// each start instead of the first accepted connection; `None` for the connection.
+        ready: Option<String>,
     },
     /// MCP's Streamable HTTP on 127.0.0.1, at a port the harness picks and gives the server
     /// in the variable `port_env` ([`super::StreamableHttpServer`]); each call is a

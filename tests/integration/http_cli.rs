@@ -329,6 +329,12 @@ fn an_http_scenario_is_checked_at_load() {
             "[status] names its path, with {key} where the request id goes",
         ),
         (
+            "ready-path",
+            "clock = ",
+            "ready = \"healthz\"\nclock = ",
+            r#"server.ready = "healthz" must be a path"#,
+        ),
+        (
             "url-scheme-sqlite",
             "effect_tables = [\"counter\"]",
             "effect_tables = [\"counter\"]\nurl_scheme = \"postgresql+psycopg\"",

@@ -150,3 +150,47 @@ fn a_process_id_given_again_is_a_new_server() {
     assert_eq!(status, 1, "{report}");
     assert!(report.contains("VIOLATED at-most-once-effect"), "{report}");
 }
+
+/// A launcher that binds the port before it imports the application (as uvicorn under a
+/// process manager, or gunicorn's master, does): the spare listens at its gate, every fork
+/// inherits its socket and serves there, and a start is ready once it answers a request.
+/// The check is the one of the same endpoint started the usual way, run for run; with a
+/// readiness path it is the same again.
+#[test]
+fn a_server_that_binds_its_port_before_the_helper_forks_from_its_spare() {
+    let usual = expect(
+        &["check", &shipped("http/counter.toml"), "--threads", "1"],
+        0,
+    );
+    let bind_first = ScenarioVariant::of(
+        "http/counter.toml",
+        "bind-first",
+        r#""counter_http.py""#,
+        r#""bind_first.py""#,
+    );
+    let early = expect(&["check", &bind_first.path(), "--threads", "1"], 0);
+    let names = [shipped("http/counter.toml"), bind_first.path()];
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_eq!(
+        without_time_and_name(&usual, &names),
+        without_time_and_name(&early, &names)
+    );
+    let ready = bind_first.replaced("clock = ", "ready = \"/healthz\"\nclock = ");
+    let checked = expect(&["check", &ready.path(), "--threads", "1"], 0);
+    assert!(checked.contains("bound: exhausted"), "{checked}");
+}
+
+/// A readiness path the server never answers with a 2xx is one line naming it, exit 2.
+#[test]
+fn a_readiness_path_never_answered_is_one_line() {
+    let never = ScenarioVariant::of(
+        "http/counter.toml",
+        "ready-never",
+        "clock = ",
+        "ready = \"/nope\"\nanswer_wait_ms = 1500\nclock = ",
+    );
+    assert_bad_input(
+        &["check", &never.path()],
+        "did not answer GET /nope with a 2xx within 1500 ms (server.ready, answer_wait_ms)",
+    );
+}
