@@ -26,6 +26,7 @@ from datetime import datetime
 import uvicorn
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import DateTime, Integer, String, create_engine, func, select
 from sqlalchemy.dialects.postgresql import JSONB, UUID, insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -114,17 +115,21 @@ def claim(key, request_hash, item, quantity):
     return 201, body
 
 
+class OrderIn(BaseModel):
+    """An order's body; FastAPI answers 422 to one that does not fit."""
+
+    item: str
+    quantity: int
+
+
 @app.post("/orders")
-def place_order(request_body: dict, idempotency_key: str | None = Header(default=None)):
+def place_order(order: OrderIn, idempotency_key: str | None = Header(default=None)):
     if not idempotency_key:
         return JSONResponse({"error": "the Idempotency-Key header is required"}, 400)
-    try:
-        item, quantity = str(request_body["item"]), int(request_body["quantity"])
-    except (KeyError, TypeError, ValueError):
-        return JSONResponse({"error": 'the body must be {"item": "...", "quantity": N}'}, 400)
-    request_hash = hashlib.sha256(json.dumps(request_body, sort_keys=True).encode()).hexdigest()
+    request = json.dumps(order.model_dump(), sort_keys=True)
+    request_hash = hashlib.sha256(request.encode()).hexdigest()
     handler = claim if VARIANT == "claim" else lookup_first
-    status, body = handler(idempotency_key, request_hash, item, quantity)
+    status, body = handler(idempotency_key, request_hash, order.item, order.quantity)
     return JSONResponse(body, status)
 
 

@@ -5,6 +5,7 @@
 //! a shard with nothing to explore, a failure that did not replay alike).
 
 mod commands;
+mod init;
 mod output;
 mod report_dir;
 mod target;
@@ -126,6 +127,10 @@ enum Command {
         #[command(flatten)]
         bounds: BoundsArgs,
     },
+    /// Write a first scenario for an HTTP service (`retrysim init --effect-tables orders
+    /// --openapi /openapi.json -- python3 app.py`): its command, database and effect tables,
+    /// and the call to make, given or read from its OpenAPI document; then check it once.
+    Init(init::InitArgs),
     /// Print the crash-point helper for a server's language, to save beside the server
     /// (`retrysim helper python > retrysim_points.py`): `point(NAME)` where a crash may
     /// come, the simulated clock, and the warm spare's gate.
@@ -726,6 +731,10 @@ impl Target {
     }
 }
 
+/// The time budget of the check `init` runs on the file it wrote: a first verdict, or what
+/// a minute explored.
+const INIT_CHECK_BUDGET: &str = "60s";
+
 fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageError> {
     match command {
         None => Ok(run_matrix(width_chars).fitted(width_chars)),
@@ -771,6 +780,32 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
         }
         Some(Command::Report { out, seeds }) => run_report_dir(&out, seeds),
         Some(Command::Helper { language }) => Ok(helper(language.into())),
+        Some(Command::Init(args)) => {
+            let path = init::write_first_scenario(&args)?;
+            if !args.checks() {
+                note(&format!(
+                    "retrysim: wrote {path}; check it with `retrysim check {path}`"
+                ));
+                return Ok(Printed {
+                    text: String::new(),
+                    status: ExitCode::SUCCESS,
+                });
+            }
+            note(&format!(
+                "retrysim: wrote {path}; checking it once, for {INIT_CHECK_BUDGET} at most \
+                 (`retrysim check {path}` checks it whole)"
+            ));
+            let args = [
+                "retrysim",
+                "check",
+                &path,
+                "--time-budget",
+                INIT_CHECK_BUDGET,
+            ];
+            let check =
+                parse(args).map_err(|error| UsageError(one_line(&error.render().to_string())))?;
+            run(check.command, width_chars)
+        }
         Some(Command::Merge { files, json }) => run_merge(&files, json),
         Some(Command::Replay {
             target,

@@ -15,9 +15,8 @@
 //! that requires conformance (`[conformance] idempotency_key = "required"`) fails its check
 //! (exit 1) on a contradiction.
 
-use super::system::{scratch_root, unique_suffix, OnMcp};
-use super::{Ask, Interrupted, KeyPlacement, LoopbackProvider, McpTarget, Said, Transport};
-use crate::process::ScratchDir;
+use super::system::ServiceAlone;
+use super::{Ask, Interrupted, KeyPlacement, McpTarget, Said, Transport};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -158,29 +157,8 @@ pub fn probe_conformance(target: &McpTarget) -> Result<Option<Conformance>, Stri
         );
     };
     let probe = Probe::new(target, key_header);
-    let scratch = ScratchDir::create(scratch_root().join(format!(
-        "retrysim-mcp-{}-{}",
-        std::process::id(),
-        unique_suffix()
-    )))
-    .map_err(|error| format!("a scratch directory cannot be made: {error}"))?;
-    let system = OnMcp(target.clone());
-    let side_channel = scratch.path().join("points.sock");
-    let provider = match target.provider_env {
-        Some(_) => {
-            Some(LoopbackProvider::start().map_err(|e| format!("the provider starts: {e}"))?)
-        }
-        None => None,
-    };
-    let database = system.new_database(scratch.path(), &side_channel)?;
-    let command = system.command(database.as_ref(), provider.as_ref());
-    let mut server = target
-        .server_on(command, &side_channel)
-        .map_err(|error| error.to_string())?;
-    server.start().map_err(|error| error.to_string())?;
-    let rows = probe.rows(server.as_mut());
-    server.kill();
-    drop(database);
+    let mut alone = ServiceAlone::start(target)?;
+    let rows = probe.rows(alone.server.as_mut());
     Ok(Some(Conformance { asked, rows }))
 }
 

@@ -928,3 +928,55 @@ pub(super) fn unique_suffix() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
+
+/// A service started on a fresh database of its own, outside any check (to ask it before
+/// one): the server, and what it stands on. Dropped, the server is killed first, then the
+/// database and the scratch directory go.
+pub(super) struct ServiceAlone {
+    /// The running server.
+    pub(super) server: Box<dyn super::Transport>,
+    database: Option<Box<dyn ServerDatabase>>,
+    _provider: Option<LoopbackProvider>,
+    _scratch: ScratchDir,
+}
+
+impl ServiceAlone {
+    /// Starts `target`'s server on a fresh database (and provider, if it calls one); an error
+    /// of one line when it cannot be.
+    pub(super) fn start(target: &McpTarget) -> Result<ServiceAlone, String> {
+        let scratch = ScratchDir::create(scratch_root().join(format!(
+            "retrysim-mcp-{}-{}",
+            std::process::id(),
+            unique_suffix()
+        )))
+        .map_err(|error| format!("a scratch directory cannot be made: {error}"))?;
+        let system = OnMcp(target.clone());
+        let side_channel = scratch.path().join("points.sock");
+        let provider = match target.provider_env {
+            Some(_) => Some(
+                LoopbackProvider::start()
+                    .map_err(|error| format!("the provider starts: {error}"))?,
+            ),
+            None => None,
+        };
+        let database = system.new_database(scratch.path(), &side_channel)?;
+        let command = system.command(database.as_ref(), provider.as_ref());
+        let mut server = target
+            .server_on(command, &side_channel)
+            .map_err(|error| error.to_string())?;
+        server.start().map_err(|error| error.to_string())?;
+        Ok(ServiceAlone {
+            server,
+            database: Some(database),
+            _provider: provider,
+            _scratch: scratch,
+        })
+    }
+}
+
+impl Drop for ServiceAlone {
+    fn drop(&mut self) {
+        self.server.kill();
+        drop(self.database.take());
+    }
+}

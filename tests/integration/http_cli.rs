@@ -943,3 +943,93 @@ fn a_signal_ends_a_check_with_what_it_explored() {
         assert!(rest.contains("after its report"), "SIG{signal}: {rest}");
     }
 }
+
+/// `retrysim init` on bad input: a file that exists is not overwritten, a body that is no
+/// JSON and a missing command are one line each, exit 2, and nothing is written.
+#[test]
+fn init_refuses_bad_input_and_writes_nothing() {
+    let existing = shipped("counter.toml");
+    let before = std::fs::read_to_string(&existing).unwrap();
+    let python = ["--", "python3", "counter_http.py"];
+    let mut args = vec![
+        "init",
+        "--effect-tables",
+        "counter",
+        "--endpoint",
+        "POST /add",
+    ];
+    args.extend(["--out", existing.as_str()]);
+    args.extend(python);
+    assert_bad_input(&args, "counter.toml exists: name another file with --out");
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), before);
+    let fresh = format!(
+        "{}/examples/http/retrysim-init-bad-{}.toml",
+        env!("CARGO_MANIFEST_DIR"),
+        std::process::id()
+    );
+    let mut args = vec![
+        "init",
+        "--effect-tables",
+        "counter",
+        "--endpoint",
+        "POST /add",
+    ];
+    args.extend(["--body", "{amount", "--out", fresh.as_str()]);
+    args.extend(python);
+    assert_bad_input(&args, "--body is no JSON");
+    assert!(!std::path::Path::new(&fresh).exists());
+    assert_bad_input(
+        &[
+            "init",
+            "--effect-tables",
+            "counter",
+            "--out",
+            fresh.as_str(),
+        ],
+        "the following required arguments were not provided",
+    );
+    assert!(!std::path::Path::new(&fresh).exists());
+}
+
+/// `retrysim init` from answers alone (no OpenAPI document) writes a scenario that checks
+/// as written: the keyed counter over SQLite, clean and exhausted with no fault (the check
+/// init runs itself, a minute at most, is the FastAPI test's in `postgres_http`).
+#[test]
+fn init_from_answers_writes_a_scenario_that_checks() {
+    let out = format!(
+        "{}/examples/http/retrysim-init-answers-{}.toml",
+        env!("CARGO_MANIFEST_DIR"),
+        std::process::id()
+    );
+    let args = [
+        "init",
+        "--effect-tables",
+        "counter",
+        "--endpoint",
+        "POST /add",
+        "--body",
+        r#"{"amount": 5}"#,
+        "--env",
+        "KEYED=1",
+        "--out",
+        &out,
+        "--no-check",
+        "--",
+        "python3",
+        "counter_http.py",
+    ];
+    expect(&args, 0);
+    let written = std::fs::read_to_string(&out).unwrap_or_default();
+    let report = expect(&["check", &out, "--faults-max", "0"], 0);
+    let _ = std::fs::remove_file(&out);
+    assert!(
+        written
+            .contains(r#"{ method = "POST", path = "/add", body = { amount = 6 }, key_of = 1 }"#),
+        "{written}"
+    );
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(
+        report.contains("no-silent-key-reuse      clean"),
+        "{report}"
+    );
+}

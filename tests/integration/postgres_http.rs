@@ -1269,3 +1269,79 @@ fn crashes_at_relay_points_with_no_transaction_between_are_explored_once() {
         "{plain}"
     );
 }
+
+/// `retrysim init` asks the FastAPI orders service for its OpenAPI document and writes the
+/// scenario of its keyed POST: the lookup-first twin is caught by the check init runs at
+/// once (the second call, its key with another body, races the first); the claim twin's
+/// scenario, written the same way, is clean and exhausted with no fault and one request in
+/// flight.
+#[test]
+fn init_writes_a_fastapi_services_scenario_from_its_openapi_document() {
+    let directory = format!("{}/examples/http", env!("CARGO_MANIFEST_DIR"));
+    let command = r#"exec "${RETRYSIM_PG_PYTHON:-python3}" orders_fastapi.py"#;
+    let init = |variant: &str, out: &str, more: &[&str]| {
+        let env = format!("VARIANT={variant}");
+        let mut args = vec![
+            "init",
+            "--openapi",
+            "/openapi.json",
+            "--database",
+            "postgres",
+            "--effect-tables",
+            "orders",
+            "--env",
+            &env,
+            "--concurrent",
+            "--out",
+            out,
+        ];
+        args.extend(more);
+        args.extend(["--", "sh", "-c", command]);
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_fastapi("init on the FastAPI orders service", &args)
+    };
+    let caught_file = format!(
+        "{directory}/retrysim-init-lookup-{}.toml",
+        std::process::id()
+    );
+    let clean_file = format!(
+        "{directory}/retrysim-init-claim-{}.toml",
+        std::process::id()
+    );
+    let caught = init("lookup-first", &caught_file, &[]);
+    let written = std::fs::read_to_string(&caught_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&caught_file);
+    let Some((status, report)) = caught else {
+        return;
+    };
+    assert!(
+        written.contains(
+            r#"{ method = "POST", path = "/orders", body = { item = "item", quantity = 1 } }"#
+        ),
+        "{written}"
+    );
+    assert!(written.contains("key_of = 1 }"), "{written}");
+    assert_eq!(status, 1, "{report}");
+    assert!(report.contains("VIOLATED"), "{report}");
+    let clean = init("claim", &clean_file, &["--no-check"]);
+    let checked = clean.and_then(|(status, _)| {
+        assert_eq!(status, 0);
+        run(
+            "the scenario init wrote",
+            &[
+                "check",
+                &clean_file,
+                "--faults-max",
+                "0",
+                "--invocations-max",
+                "1",
+            ],
+        )
+    });
+    let _ = std::fs::remove_file(&clean_file);
+    let (status, report) = checked.expect("the first init ran");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    assert!(!report.contains("VIOLATED"), "{report}");
+    assert!(status == 0 || status == 3, "{report}");
+}
