@@ -532,7 +532,7 @@ fn print_check((name, label): (&str, &str), bounds: &Bounds, report: &CheckRepor
 /// check of the seed's receipt server at (1 client, 1 intent, attempts 2, faults 1) on one
 /// thread.
 fn mcp_servers() {
-    use retrysim::mcp::{OnMcp, Scenario};
+    use retrysim::service::{OnService, Scenario};
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mcp");
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
@@ -592,7 +592,7 @@ fn mcp_servers() {
             let mut target = scenario.target.clone();
             target.reuse = reuse;
             target.spare = spare;
-            let mut simulator = Simulator::new(OnMcp(target));
+            let mut simulator = Simulator::new(OnService(target));
             let started = Instant::now();
             for seed in 0..runs {
                 retrysim::run_seed(&mut simulator, seed, &bounds, false);
@@ -608,7 +608,7 @@ fn mcp_servers() {
         Scenario::load(&std::path::Path::new(examples).join("interval_receipt.toml")).unwrap();
     let started = Instant::now();
     let report = exhaust(
-        &mut Simulator::new(OnMcp(receipt.target.clone())),
+        &mut Simulator::new(OnService(receipt.target.clone())),
         &CheckOptions::new(receipt.bounds),
     );
     println!(
@@ -626,7 +626,7 @@ fn mcp_servers() {
 /// COMMITTED) at (2 clients, 1 intent, attempts 2, faults 1) on one thread, which stops at
 /// the race's fault level.
 fn postgres_race_check(examples: &str) {
-    use retrysim::mcp::{OnMcp, Scenario};
+    use retrysim::service::{OnService, Scenario};
     let path = std::path::Path::new(examples).join("../http/counter_pg_lookup.toml");
     let race = Scenario::load(&path).unwrap();
     let bounds = Bounds {
@@ -638,7 +638,7 @@ fn postgres_race_check(examples: &str) {
     };
     let started = Instant::now();
     let report = exhaust(
-        &mut Simulator::new(OnMcp(race.target.clone())),
+        &mut Simulator::new(OnService(race.target.clone())),
         &CheckOptions::new(bounds),
     );
     println!(
@@ -653,7 +653,7 @@ fn postgres_race_check(examples: &str) {
 /// traced: to the choice now, and judged so far) along a whole run answered 0 from the
 /// smallest workload, for a built-in handler on SQLite and a real MCP server.
 fn play_positions() {
-    use retrysim::mcp::{OnMcp, Scenario};
+    use retrysim::service::{OnService, Scenario};
     println!("\nplay: positions per second along one run (each two traced runs):");
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mcp");
     let scenario =
@@ -671,7 +671,7 @@ fn play_positions() {
         ),
         (
             "MCP stdlib counter",
-            Box::new(Simulator::new(OnMcp(scenario.target.clone()))),
+            Box::new(Simulator::new(OnService(scenario.target.clone()))),
             scenario.bounds,
         ),
     ];

@@ -5,16 +5,16 @@
 //!
 //! `cargo run --example mcp_counter` checks both; `cargo test` runs the test below.
 
-use retrysim::mcp::{
-    Call, DatabaseKind, FreshValues, KeyPlacement, McpTarget, OnMcp, ServerClock, ServerCommand,
-    ServerTransport,
+use retrysim::service::{
+    Call, DatabaseKind, FreshValues, KeyPlacement, OnService, ServerClock, ServerCommand,
+    ServerTransport, ServiceTarget,
 };
 use retrysim::{exhaust, Bounds, CheckOptions, CheckReport, Simulator};
 use serde_json::json;
 
 /// The counter server, keyed or not: one client adds 5 under a request id.
-fn counter(keyed: bool) -> McpTarget {
-    McpTarget {
+fn counter(keyed: bool) -> ServiceTarget {
+    ServiceTarget {
         pending: None,
         transport: ServerTransport::Stdio,
         server: ServerCommand {
@@ -66,7 +66,7 @@ fn check(keyed: bool) -> CheckReport {
         ..Bounds::default()
     };
     exhaust(
-        &mut Simulator::new(OnMcp(counter(keyed))),
+        &mut Simulator::new(OnService(counter(keyed))),
         &CheckOptions::new(bounds),
     )
 }

@@ -136,13 +136,13 @@ pub mod cli;
 pub mod diagram;
 pub mod helpers;
 pub mod html;
-pub mod mcp;
 pub mod merge;
 pub mod play;
 pub mod postgres;
 pub mod process;
 pub mod property;
 pub mod report;
+pub mod service;
 pub mod testing;
 
 pub use testing::{check, Check};
@@ -165,3 +165,6 @@ pub use retrysim_sim::{
     Violation, Visited, Workload, WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX,
     THREADS_MAX,
 };
+
+/// The former name of [`service`], kept for one release: its items under their old path.
+pub use service as mcp;

@@ -637,7 +637,7 @@ fn whole_coverage_gaps(
     check: &CheckJson,
 ) -> Result<Vec<String>, MergeError> {
     // A real server's scenario draws one situation, where its clients send keys.
-    let situations = if check.model == crate::mcp::MCP_MODEL {
+    let situations = if check.model == crate::service::SCENARIO_MODEL {
         &[Situation::KEY_REUSED][..]
     } else {
         let entry = models::find(&check.model, &check.handler).map_err(|error| {

@@ -43,7 +43,7 @@ pub fn play_command(entry: &HandlerEntry, bounds: &Bounds, tape: &Tape) -> Strin
 
 /// `retrysim VERB` on `entry` with `schedule` and the flags that set `bounds`.
 fn command_for(verb: &str, entry: &HandlerEntry, bounds: &Bounds, schedule: &Schedule) -> String {
-    let mut command = if entry.domain == crate::mcp::MCP_MODEL {
+    let mut command = if entry.domain == crate::service::SCENARIO_MODEL {
         format!("retrysim {verb} {}", entry.handler)
     } else {
         format!(
@@ -89,10 +89,10 @@ pub fn bounds_flags(bounds: &Bounds) -> String {
 /// The bounds a replay command's flags are written over for `entry`: its scenario's for a
 /// real MCP server, else [`Bounds::default`].
 fn flags_base(entry: &HandlerEntry) -> Bounds {
-    if entry.domain != crate::mcp::MCP_MODEL {
+    if entry.domain != crate::service::SCENARIO_MODEL {
         return Bounds::default();
     }
-    crate::mcp::Scenario::load(std::path::Path::new(entry.handler))
+    crate::service::Scenario::load(std::path::Path::new(entry.handler))
         .map_or_else(|_| Bounds::default(), |scenario| scenario.bounds)
 }
 

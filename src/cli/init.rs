@@ -2,7 +2,7 @@
 //! service's OpenAPI document), then checked once.
 
 use super::UsageError;
-use crate::mcp::{first_scenario, DatabaseKind, ServiceAnswers};
+use crate::service::{first_scenario, DatabaseKind, ServiceAnswers};
 use clap::{Args, ValueEnum};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

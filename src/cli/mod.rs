@@ -11,7 +11,7 @@ mod report_dir;
 mod target;
 
 use crate::helpers::HelperLanguage;
-use crate::mcp::MCP_MODEL;
+use crate::service::SCENARIO_MODEL;
 use commands::{list, run_check, run_explore, run_merge, run_play, run_replay};
 use output::{note, one_line, standard_output_closed, write_out, Printed};
 use report_dir::{run_matrix, run_report_dir};
@@ -415,7 +415,7 @@ fn flag_error(error: &BoundsError, entry: &HandlerEntry) -> String {
         field => format!("--{}", field.replace('_', "-")),
     };
     match error {
-        BoundsError::AboveWorkload { value, most, .. } if entry.domain == MCP_MODEL => format!(
+        BoundsError::AboveWorkload { value, most, .. } if entry.domain == SCENARIO_MODEL => format!(
             "{flag} {value} is more than the scenario {} has (at most {most})",
             entry.handler
         ),
@@ -423,7 +423,7 @@ fn flag_error(error: &BoundsError, entry: &HandlerEntry) -> String {
             let domain = entry.domain;
             format!("{flag} {value} is more than {domain}'s workloads draw (at most {most})")
         }
-        BoundsError::NoSuchFault { value, .. } if entry.domain == MCP_MODEL => format!(
+        BoundsError::NoSuchFault { value, .. } if entry.domain == SCENARIO_MODEL => format!(
             "{flag} {value}: the harness cannot fail a real server's COMMITs; use 0"
         ),
         BoundsError::NoSuchFault { value, .. } => format!(
@@ -719,7 +719,7 @@ impl Target {
     /// The domain and handler named: a scenario file is the handler of the `mcp` domain.
     fn names(&self) -> Result<(&str, &str), UsageError> {
         match (&self.scenario, &self.model, &self.handler) {
-            (Some(scenario), ..) => Ok((MCP_MODEL, scenario)),
+            (Some(scenario), ..) => Ok((SCENARIO_MODEL, scenario)),
             (None, Some(model), Some(handler)) => Ok((model, handler)),
             _ => Err(UsageError(
                 "name what to run: a scenario file (e.g. `retrysim check \

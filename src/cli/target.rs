@@ -3,7 +3,7 @@
 //! --handler SCENARIO`).
 
 use super::{Target, UsageError};
-use crate::mcp::{OnMcp, Scenario, ServerClock, MCP_MODEL};
+use crate::service::{OnService, Scenario, ServerClock, SCENARIO_MODEL};
 use crate::{
     check_replays, replay, shrink, try_shrink, Bounds, BoundsError, Choices, Invariant,
     SeededChoices, Shrunk, Simulator, Subject, SubjectFactory, SubjectFailure, System as _, Tape,
@@ -167,7 +167,7 @@ impl Resolved {
     /// For a scenario: runs the first schedule (each choice's first option) and
     /// [`FRESH_PROBE_SEEDS`] seeded ones twice each, and learns which values of the server's
     /// tables are fresh, differing between two runs of one schedule
-    /// ([`crate::mcp::FreshValues`]); the line that names them, if any. Built-in handlers
+    /// ([`crate::service::FreshValues`]); the line that names them, if any. Built-in handlers
     /// store nothing fresh.
     pub fn learn_fresh_values(&self, bounds: &Bounds) -> Option<String> {
         let fresh = &self.scenario.as_ref()?.target.fresh;
@@ -189,10 +189,10 @@ impl Resolved {
     }
 
     /// For a scenario that asks for it (`[conformance]`), the Idempotency-Key draft's
-    /// answers probed on a fresh server ([`crate::mcp::probe_conformance`]).
-    pub fn probe_conformance(&self) -> Result<Option<crate::mcp::Conformance>, String> {
+    /// answers probed on a fresh server ([`crate::service::probe_conformance`]).
+    pub fn probe_conformance(&self) -> Result<Option<crate::service::Conformance>, String> {
         match &self.scenario {
-            Some(scenario) => crate::mcp::probe_conformance(&scenario.target),
+            Some(scenario) => crate::service::probe_conformance(&scenario.target),
             None => Ok(None),
         }
     }
@@ -263,7 +263,7 @@ impl Resolved {
         let Some(scenario) = &self.scenario else {
             return self.subject().check_bounds(bounds);
         };
-        bounds.validate_for(OnMcp(scenario.target.clone()).workload_limits())?;
+        bounds.validate_for(OnService(scenario.target.clone()).workload_limits())?;
         if bounds.invocations_max > 1 && !scenario.target.concurrent {
             return Err(BoundsError::NoOverlap {
                 value: bounds.invocations_max,
@@ -283,7 +283,7 @@ impl Resolved {
 /// once too, to check that it offers the tools the scenario calls.
 pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageError> {
     let (model, handler) = target.names()?;
-    if model != MCP_MODEL {
+    if model != SCENARIO_MODEL {
         let entry = models::find(model, handler)?;
         return Ok(Resolved {
             entry,
@@ -301,7 +301,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
         scenario.verify()?;
     }
     let entry: &'static HandlerEntry = Box::leak(Box::new(HandlerEntry {
-        domain: MCP_MODEL,
+        domain: SCENARIO_MODEL,
         handler: Box::leak(handler.to_string().into_boxed_str()),
         summary: "a real MCP server, run over stdio as its scenario says",
         declared: Declared::Correct,
@@ -314,9 +314,9 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
     let (mcp, fresh) = (scenario.target.clone(), scenario.target.clone());
     Ok(Resolved {
         entry,
-        build: Box::new(move || Box::new(Simulator::new(OnMcp(mcp.clone())))),
+        build: Box::new(move || Box::new(Simulator::new(OnService(mcp.clone())))),
         fresh_build: Some(Box::new(move || {
-            Box::new(Simulator::new(OnMcp(fresh.clone()).without_reuse()))
+            Box::new(Simulator::new(OnService(fresh.clone()).without_reuse()))
         })),
         base: scenario.bounds,
         scenario: Some(scenario),

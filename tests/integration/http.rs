@@ -3,7 +3,7 @@
 //! harness picked, called over HTTP/1.1, crashed at a crash point it asks about, and each way
 //! it can fail the harness is one line, never waited on past the bound.
 
-use retrysim::mcp::{Ask, HttpServer, Interrupted, McpError, ServerCommand, Transport};
+use retrysim::service::{Ask, HttpServer, Interrupted, ServerCommand, ServiceError, Transport};
 use retrysim::Crash;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -123,7 +123,7 @@ fn a_server_that_fails_the_harness_is_one_line() {
     // A program that exits at once: the harness says so, with its last words.
     let mut exits = server(&scratch.0, "1", "false", 30_000);
     let error = exits.start().unwrap_err();
-    assert!(matches!(error, McpError::Exited { .. }), "{error}");
+    assert!(matches!(error, ServiceError::Exited { .. }), "{error}");
     // A program that never listens: silent after the bound, which nothing races.
     let script = scratch.0.join("never.py");
     std::fs::write(
@@ -144,7 +144,7 @@ fn a_server_that_fails_the_harness_is_one_line() {
     assert!(
         matches!(
             &error,
-            McpError::Silent {
+            ServiceError::Silent {
                 waited_ms: 2_000,
                 ..
             }

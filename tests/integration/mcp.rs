@@ -3,7 +3,7 @@
 //! and each way a server can fail the harness, reported in one line with its last stderr
 //! lines and never waited on past the bound.
 
-use retrysim::mcp::{McpError, ServerCommand, StdioServer, Transport};
+use retrysim::service::{ServerCommand, ServiceError, StdioServer, Transport};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -69,7 +69,7 @@ fn a_server_is_started_listed_and_called() {
         .call_tool("subtract", &json!({"amount": 1}))
         .unwrap_err();
     assert!(
-        matches!(unknown, McpError::Rpc { code: -32601, .. }),
+        matches!(unknown, ServiceError::Rpc { code: -32601, .. }),
         "{unknown}"
     );
 }
@@ -106,13 +106,13 @@ fn a_failing_server_is_a_clear_error() {
         server.call_tool("add", &json!({"amount": 1})).unwrap_err()
     };
     let garbage = call("garbage", 5_000);
-    assert!(matches!(&garbage, McpError::Garbage { line, .. } if line == "this is not JSON"));
+    assert!(matches!(&garbage, ServiceError::Garbage { line, .. } if line == "this is not JSON"));
     let exited = call("exit", 5_000);
-    assert!(matches!(&exited, McpError::Exited { status, .. } if status.contains('3')));
+    assert!(matches!(&exited, ServiceError::Exited { status, .. } if status.contains('3')));
     let silent = call("hang", 5_000);
     assert!(matches!(
         &silent,
-        McpError::Silent {
+        ServiceError::Silent {
             waited_ms: 5_000,
             ..
         }
@@ -120,7 +120,7 @@ fn a_failing_server_is_a_clear_error() {
     let error = call("error", 5_000);
     assert_eq!(
         error,
-        McpError::Rpc {
+        ServiceError::Rpc {
             code: -32000,
             message: "the tool failed".into()
         }
@@ -148,7 +148,7 @@ fn a_command_that_does_not_start_is_named() {
         answer_wait_ms: 1_000,
     });
     let error = server.start().unwrap_err();
-    assert!(matches!(error, McpError::Start { .. }));
+    assert!(matches!(error, ServiceError::Start { .. }));
     assert!(
         error
             .to_string()

@@ -105,7 +105,7 @@ fn a_streamable_http_server_that_fails_the_harness_is_one_line() {
 /// new one with a handshake; the calls of each go in it, and ending the sessions closes them.
 #[test]
 fn each_client_and_each_reconnect_has_a_session_of_its_own() {
-    use retrysim::mcp::{ServerCommand, StreamableHttpServer, Transport};
+    use retrysim::service::{ServerCommand, StreamableHttpServer, Transport};
     let directory = crate::scratch_dir().join(format!("streamable-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let command = ServerCommand {

@@ -20,7 +20,7 @@ impl Scenario {
         .map_err(|error| ScenarioError(format!("a scratch directory: {error}")))?;
         let directory = scratch.path();
         let in_scenario = |why: String| ScenarioError(format!("scenario {name}: {why}"));
-        let system = super::OnMcp(self.target.clone());
+        let system = super::OnService(self.target.clone());
         let mut database = system
             .new_database(directory, &directory.join("verify.sock"))
             .map_err(in_scenario)?;

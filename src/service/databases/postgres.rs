@@ -40,7 +40,7 @@ const VACUUM_EVERY_RESTORES: u64 = 500;
 struct SavedRows(Vec<String>);
 
 /// A server's database in the check's cluster.
-pub(in crate::mcp) struct PostgresDatabase {
+pub(in crate::service) struct PostgresDatabase {
     /// The harness's connection to the database (declared first: closed before the
     /// database is dropped).
     client: PgClient,
@@ -72,7 +72,7 @@ impl PostgresDatabase {
     /// A fresh, empty database in the check's cluster (started on first use), reached by the
     /// server through a relay in `relay_dir` that asks at `points` over the side channel at
     /// `side_channel` when `points` is given.
-    pub(in crate::mcp) fn create(
+    pub(in crate::service) fn create(
         points: Option<RelayPoints>,
         relay_dir: &Path,
         side_channel: &Path,

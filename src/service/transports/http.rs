@@ -11,11 +11,13 @@
 //! the result `{"status": null, "lost": "why"}`: the client hears nothing. What is no HTTP
 //! response, or passes a cap, is `{"status": null, "broken": "why"}`.
 
-use super::command::{ServerCommand, STDERR_LINES_KEPT};
-use super::side_channel::{answer_line, Heard, SideChannel};
-use super::spare::{self, ServerProcess, Spares};
 use super::stdio::MESSAGE_BYTES_MAX;
-use super::{receive_looking, Interrupted, McpError, Offer, Question, Said, Transport, Waited};
+use crate::service::command::{ServerCommand, STDERR_LINES_KEPT};
+use crate::service::side_channel::{answer_line, Heard, SideChannel};
+use crate::service::spare::{self, ServerProcess, Spares};
+use crate::service::{
+    receive_looking, Interrupted, Offer, Question, Said, ServiceError, Transport, Waited,
+};
 use crate::Crash;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -99,10 +101,10 @@ impl HttpServer {
         command: ServerCommand,
         port_env: &str,
         socket: &Path,
-    ) -> Result<Self, McpError> {
+    ) -> Result<Self, ServiceError> {
         let (hearing, heard) = mpsc::channel();
         let channel =
-            SideChannel::open(socket, hearing.clone()).map_err(|error| McpError::Start {
+            SideChannel::open(socket, hearing.clone()).map_err(|error| ServiceError::Start {
                 command: command.display(),
                 error: format!(
                     "the side channel {} does not open: {error}",
@@ -146,7 +148,7 @@ impl HttpServer {
 
     /// The process to serve next, once it accepts connections: one forked by the spare when
     /// one is kept (started first if need be), else a new process.
-    fn spawn(&mut self) -> Result<RunningHttp, McpError> {
+    fn spawn(&mut self) -> Result<RunningHttp, ServiceError> {
         while self.heard.try_recv().is_ok() {}
         self.kept_results.clear();
         let mut running = if self.spares.kept() {
@@ -163,8 +165,8 @@ impl HttpServer {
     }
 
     /// A port of 127.0.0.1 that no one holds now ([`server_port`]).
-    fn free_port(&self) -> Result<u16, McpError> {
-        server_port().ok_or_else(|| McpError::Start {
+    fn free_port(&self) -> Result<u16, ServiceError> {
+        server_port().ok_or_else(|| ServiceError::Start {
             command: self.command.display(),
             error: format!(
                 "no free port on 127.0.0.1 in {}..{}",
@@ -175,8 +177,8 @@ impl HttpServer {
 
     /// A new process of the server forked by the spare, on a port of its own, its standard
     /// input and output `/dev/null`.
-    fn fork(&mut self) -> Result<RunningHttp, McpError> {
-        let failed = |error: std::io::Error| McpError::Start {
+    fn fork(&mut self) -> Result<RunningHttp, ServiceError> {
+        let failed = |error: std::io::Error| ServiceError::Start {
             command: self.command.display(),
             error: format!("no files for its standard streams: {error}"),
         };
@@ -217,7 +219,7 @@ impl HttpServer {
 
     /// Runs a new process on a free port, the spare (held at the helper's gate) when
     /// `as_spare`; it, and its spare token (0 for none).
-    fn launch(&mut self, as_spare: bool) -> Result<(RunningHttp, u64), McpError> {
+    fn launch(&mut self, as_spare: bool) -> Result<(RunningHttp, u64), ServiceError> {
         let port = self.free_port()?;
         let socket = self.side_channel.as_ref().map(SideChannel::path);
         let mut process = self.command.process(socket);
@@ -232,7 +234,7 @@ impl HttpServer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = crate::process::spawn_in_group(&mut process, None).map_err(|error| {
-            McpError::Start {
+            ServiceError::Start {
                 command: self.command.display(),
                 error: error.to_string(),
             }
@@ -254,7 +256,7 @@ impl HttpServer {
         let stderr_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (kept, read) = (Arc::clone(&stderr), Arc::clone(&stderr_read));
         thread::spawn(move || {
-            super::command::keep_stderr_tail(stderr_pipe, &kept);
+            crate::service::command::keep_stderr_tail(stderr_pipe, &kept);
             read.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         RunningHttp {
@@ -267,13 +269,13 @@ impl HttpServer {
     }
 
     /// Waits, within `answer_wait_ms`, until the server accepts a connection on its port.
-    fn wait_until_listening(&self, running: &mut RunningHttp) -> Result<(), McpError> {
+    fn wait_until_listening(&self, running: &mut RunningHttp) -> Result<(), ServiceError> {
         let started = Instant::now();
         let wait = Duration::from_millis(self.command.answer_wait_ms);
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, running.port));
         loop {
             if let Some(status) = running.child.ended() {
-                return Err(McpError::Exited {
+                return Err(ServiceError::Exited {
                     status,
                     stderr: tail_of(&running.stderr),
                 });
@@ -291,7 +293,7 @@ impl HttpServer {
             if started.elapsed() > wait {
                 running.child.kill();
                 if let Some(path) = &self.ready {
-                    return Err(McpError::Start {
+                    return Err(ServiceError::Start {
                         command: self.command.display(),
                         error: format!(
                             "it did not answer GET {path} with a 2xx within {} ms \
@@ -301,7 +303,7 @@ impl HttpServer {
                         ),
                     });
                 }
-                return Err(McpError::Silent {
+                return Err(ServiceError::Silent {
                     waited_ms: self.command.answer_wait_ms,
                     stderr: tail_of(&running.stderr),
                 });
@@ -315,7 +317,7 @@ impl HttpServer {
     /// exits is no server to check: its ending would read as lost replies, which no replay
     /// reproduces. A refused connection (nothing listens) waits a little for the process's
     /// end to show.
-    fn check_still_running(&mut self, result: &Value) -> Result<(), McpError> {
+    fn check_still_running(&mut self, result: &Value) -> Result<(), ServiceError> {
         let Some(why) = result["lost"].as_str() else {
             return Ok(());
         };
@@ -328,7 +330,7 @@ impl HttpServer {
             if let Some(status) = running.child.ended() {
                 let stderr = running.last_words();
                 self.running = None;
-                return Err(McpError::Exited { status, stderr });
+                return Err(ServiceError::Exited { status, stderr });
             }
             if !refused || started.elapsed() > EXIT_SHOWS_WITHIN {
                 return Ok(());
@@ -349,7 +351,7 @@ impl HttpServer {
 
 impl Transport for HttpServer {
     /// Starts the server and waits until it listens; a plain HTTP server offers no tools.
-    fn start(&mut self) -> Result<Offer, McpError> {
+    fn start(&mut self) -> Result<Offer, ServiceError> {
         self.kill();
         self.running = Some(self.spawn()?);
         Ok(Offer {
@@ -358,7 +360,7 @@ impl Transport for HttpServer {
         })
     }
 
-    fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
+    fn send_call(&mut self, params: &Value) -> Result<u64, ServiceError> {
         let running = self.running.as_ref().expect("a started server");
         let request = request_bytes(params, running.port)?;
         let id = self.next_id;
@@ -375,7 +377,7 @@ impl Transport for HttpServer {
         &mut self,
         id: u64,
         mut look: Option<&mut dyn FnMut() -> bool>,
-    ) -> Result<Option<Said>, McpError> {
+    ) -> Result<Option<Said>, ServiceError> {
         if let Some(result) = self.kept_results.remove(&id) {
             return Ok(Some(Said::Result(result)));
         }
@@ -399,14 +401,14 @@ impl Transport for HttpServer {
                 }
                 Waited::Got(Heard::Unknown(line)) => {
                     self.stop();
-                    return Err(McpError::Protocol(format!(
+                    return Err(ServiceError::Protocol(format!(
                         "its side channel said {line:?}, not `point NAME` or `now`"
                     )));
                 }
                 Waited::Got(_) => continue,
                 Waited::Looked => return Ok(None),
                 Waited::TimedOut => {
-                    return Err(McpError::Silent {
+                    return Err(ServiceError::Silent {
                         waited_ms: self.command.answer_wait_ms,
                         stderr: self.stop().1,
                     })
@@ -445,10 +447,10 @@ impl Transport for HttpServer {
         self.running.is_some()
     }
 
-    fn exited_by_itself(&mut self) -> Option<McpError> {
+    fn exited_by_itself(&mut self) -> Option<ServiceError> {
         let status = self.running.as_mut()?.child.ended()?;
         let stderr = self.running.take()?.last_words();
-        Some(McpError::Exited { status, stderr })
+        Some(ServiceError::Exited { status, stderr })
     }
 }
 
@@ -504,11 +506,11 @@ fn is_bound(port: u16) -> bool {
 }
 
 /// The bytes of the HTTP/1.1 request `params` describes, to a server on `port`.
-fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, McpError> {
+fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, ServiceError> {
     let method = params["method"].as_str().unwrap_or("POST");
     let path = params["path"].as_str().unwrap_or("/");
     if !path.starts_with('/') || !path.bytes().all(|byte| byte.is_ascii_graphic()) {
-        return Err(McpError::Protocol(format!(
+        return Err(ServiceError::Protocol(format!(
             "the path {path:?} must start with / and hold only visible ASCII characters"
         )));
     }
@@ -528,7 +530,7 @@ fn request_bytes(params: &Value, port: u16) -> Result<Vec<u8>, McpError> {
             .as_str()
             .map_or_else(|| value.to_string(), str::to_string);
         if value.contains(['\r', '\n', '\0']) || name.contains(['\r', '\n', '\0', ':']) {
-            return Err(McpError::Protocol(format!(
+            return Err(ServiceError::Protocol(format!(
                 "the header {name:?} would carry a line break or NUL onto the wire"
             )));
         }

@@ -1,11 +1,11 @@
-//! The store of a real server ([`McpStore`]): the server's process, its database and the
+//! The store of a real server ([`ServiceStore`]): the server's process, its database and the
 //! harness's record of its effects; what it does between a run's steps (sending a call,
 //! waiting for what the server says next, giving committed changes to intents), and how calls
 //! that wait on each other's database locks are told apart.
 
-use super::database::{Change, SavedDatabase, ServerDatabase};
+use super::databases::{Change, SavedDatabase, ServerDatabase};
 use super::{
-    Ask, Charge, Interrupted, LoopbackProvider, McpError, Question, Said, Transport, LOCK_WAIT,
+    Ask, Charge, Interrupted, LoopbackProvider, Question, Said, ServiceError, Transport, LOCK_WAIT,
 };
 use crate::fail_subject;
 use crate::process::ScratchDir;
@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The server, its database and the harness's record of its effects.
 ///
-/// Overlapping invocations share it through `&McpStore`; each takes the server, and the
+/// Overlapping invocations share it through `&ServiceStore`; each takes the server, and the
 /// record, only for the moment it sends, waits for the next thing the server says, or reads
 /// the effects, never across a pause.
-pub struct McpStore {
+pub struct ServiceStore {
     pub(super) server: RefCell<Box<dyn Transport>>,
     /// The server's database (a file nobody writes for a server whose only ground truth is
     /// its provider).
@@ -85,7 +85,7 @@ impl Seen {
     }
 }
 
-/// How many looks ([`crate::mcp::LOOK_EVERY`] apart) a lone call waits between two looks at
+/// How many looks ([`crate::service::LOOK_EVERY`] apart) a lone call waits between two looks at
 /// what holds a lock it waits on: about half a second.
 const HOLDER_LOOK_EVERY_LOOKS: u32 = 250;
 
@@ -147,7 +147,7 @@ impl LockWaits {
     }
 }
 
-impl McpStore {
+impl ServiceStore {
     /// Gives the effects (and with a provider, the local records) made since the last look
     /// to the intent being served (call `followed`, when it is known); how many effects.
     /// Changes made by another call's backend, one that waited on a lock, are kept for it.
@@ -203,7 +203,7 @@ impl McpStore {
 
     /// Puts the template back and forgets the last run's effects: under the running server
     /// when it is reused, else before a fresh process starts.
-    pub(super) fn start_from_template(&mut self) -> Result<(), McpError> {
+    pub(super) fn start_from_template(&mut self) -> Result<(), ServiceError> {
         self.start_from(None)
     }
 
@@ -211,7 +211,7 @@ impl McpStore {
     /// saved with: under the running server when it is reused, else under a fresh process
     /// (`saved` once it has started). The calls an ended run left are finished first, and
     /// what they committed is undone with the rest.
-    pub(super) fn start_from(&mut self, saved: Option<&SavedStore>) -> Result<(), McpError> {
+    pub(super) fn start_from(&mut self, saved: Option<&SavedStore>) -> Result<(), ServiceError> {
         self.finish_left_running();
         self.adopt(saved);
         self.calls_in_flight.set(0);
@@ -285,7 +285,7 @@ impl McpStore {
     }
 
     /// Starts the server, and puts the harness's triggers back where its start undid them.
-    pub(super) fn start_server(&mut self) -> Result<(), McpError> {
+    pub(super) fn start_server(&mut self) -> Result<(), ServiceError> {
         self.database.get_mut().arm_points(false);
         self.server.get_mut().start()?;
         (self.database.get_mut().after_start()).unwrap_or_else(|why| fail_subject(why.to_string()));
@@ -547,7 +547,7 @@ impl McpStore {
     }
 }
 
-impl Drop for McpStore {
+impl Drop for ServiceStore {
     fn drop(&mut self) {
         // Its scratch directory goes after this, as a field.
         self.server.get_mut().kill();

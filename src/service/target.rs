@@ -1,9 +1,9 @@
-//! What to check of a real server ([`McpTarget`]): how to run it and speak to it, which
+//! What to check of a real server ([`ServiceTarget`]): how to run it and speak to it, which
 //! calls its clients make and where their keys go, how its answers and status lookups are
 //! read, and whose clock it reads.
 
-use super::database::DatabaseKind;
-use super::{FreshValues, McpError, ServerCommand, StdioServer, Transport};
+use super::databases::DatabaseKind;
+use super::{FreshValues, ServerCommand, ServiceError, StdioServer, Transport};
 use crate::postgres::RelayPoints;
 use crate::Reply;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use std::path::Path;
 /// What to check of a server: how to run it, which tools the clients call and how, and where
 /// its effects are.
 #[derive(Clone, Debug)]
-pub struct McpTarget {
+pub struct ServiceTarget {
     /// How to run the server (the harness adds the database's path to its environment).
     pub server: ServerCommand,
     /// How the harness speaks to it.
@@ -116,14 +116,14 @@ impl PendingAnswer {
     }
 }
 
-impl McpTarget {
+impl ServiceTarget {
     /// A server run with `command` over this target's transport, asking at crash points and
     /// for the time over a side channel at `socket`.
     pub fn server_on(
         &self,
         command: ServerCommand,
         socket: &Path,
-    ) -> Result<Box<dyn Transport>, McpError> {
+    ) -> Result<Box<dyn Transport>, ServiceError> {
         Ok(match &self.transport {
             ServerTransport::Stdio => {
                 let mut server = StdioServer::with_side_channel(command, socket)?;

@@ -1,4 +1,4 @@
-//! A real server as a system under test ([`OnMcp`]): the engine's clients call it through a
+//! A real server as a system under test ([`OnService`]): the engine's clients call it through a
 //! [`Transport`], and the harness's ground truth is the server's own database (a SQLite file
 //! or a PostgreSQL database the harness runs, [`super::database`]), on whose effect tables
 //! it installs triggers of its own, and the charges of a provider it runs on loopback, when
@@ -14,10 +14,10 @@
 //! the schedule lets it go on. Each run starts from the database as the template left it.
 
 use super::answers::{self, Unresolved};
-use super::database::{DatabaseKind, PostgresDatabase, ServerDatabase, SqliteFile};
-use super::store::{LockWaits, McpStore, SavedStore, Seen};
-use super::target::{KeyPlacement, McpTarget, ServerClock, ServerTransport};
-use super::{Answer, Ask, Interrupted, LoopbackProvider, McpError, Said, ServerCommand};
+use super::databases::{DatabaseKind, PostgresDatabase, ServerDatabase, SqliteFile};
+use super::store::{LockWaits, SavedStore, Seen, ServiceStore};
+use super::target::{KeyPlacement, ServerClock, ServerTransport, ServiceTarget};
+use super::{Answer, Ask, Interrupted, LoopbackProvider, Said, ServerCommand, ServiceError};
 use crate::fail_subject;
 use crate::process::ScratchDir;
 use crate::sqlite::rusqlite::Connection;
@@ -44,7 +44,7 @@ pub const BEFORE_CALL: &str = "before-call";
 pub const AFTER_ANSWER: &str = "after-answer";
 
 /// The invariants judged of a server: the core ones and `no-orphan-effect`, less those its
-/// scenario cannot test (see [`OnMcp`]'s `invariants`), in [`Invariant::ALL`]'s order.
+/// scenario cannot test (see [`OnService`]'s `invariants`), in [`Invariant::ALL`]'s order.
 fn invariants_judged(records: bool, own_clock: bool, key_reuse: bool) -> &'static [Invariant] {
     static LISTS: std::sync::OnceLock<Vec<Vec<Invariant>>> = std::sync::OnceLock::new();
     let lists = LISTS.get_or_init(|| {
@@ -66,13 +66,13 @@ fn invariants_judged(records: bool, own_clock: bool, key_reuse: bool) -> &'stati
 }
 
 /// An MCP server as a system under test.
-pub struct OnMcp(pub McpTarget);
+pub struct OnService(pub ServiceTarget);
 
-impl OnMcp {
+impl OnService {
     /// The same target with a fresh server process for every run: the check of a failure
     /// found with a reused process.
-    pub fn without_reuse(&self) -> OnMcp {
-        OnMcp(McpTarget {
+    pub fn without_reuse(&self) -> OnService {
+        OnService(ServiceTarget {
             reuse: false,
             ..self.0.clone()
         })
@@ -258,7 +258,7 @@ impl OnMcp {
     ) -> Result<Reply<Answer>, Crash> {
         match answer {
             Ok(result) => Ok(self.reply(&result, committed)),
-            Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Reply::Refused(
+            Err(Interrupted::Failed(ServiceError::Rpc { code, message })) => Ok(Reply::Refused(
                 format!("JSON-RPC error {code}: {message}").into(),
             )),
             Err(Interrupted::Failed(error)) => failed(&error),
@@ -478,14 +478,14 @@ impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
 }
 
 /// Panics with `error`'s line: a server that fails the harness ends the check.
-fn failed(error: &McpError) -> ! {
+fn failed(error: &ServiceError) -> ! {
     fail_subject(error.to_string())
 }
 
-impl StoreKind for OnMcp {
+impl StoreKind for OnService {
     type Request = Keyed<String>;
     type Value = Answer;
-    type Store = McpStore;
+    type Store = ServiceStore;
     type Memory = ();
     type Event = NoEvent;
     type Observation = ();
@@ -493,7 +493,7 @@ impl StoreKind for OnMcp {
     /// Starts the server once on a fresh database (it makes its schema), puts the
     /// harness's triggers on the effect tables, and keeps the database as every run's
     /// template.
-    fn open(&self, tag: &IntentTag) -> McpStore {
+    fn open(&self, tag: &IntentTag) -> ServiceStore {
         // Removed on every way out of here too: a server that fails at setup panics.
         let scratch = ScratchDir::create(scratch_root().join(format!(
             "retrysim-mcp-{}-{}",
@@ -528,7 +528,7 @@ impl StoreKind for OnMcp {
         database
             .install(&self.0.effect_tables)
             .unwrap_or_else(|why| fail_subject(why.to_string()));
-        McpStore {
+        ServiceStore {
             server: RefCell::new(server),
             sees_lock_waits: self.0.database == DatabaseKind::Postgres,
             database: RefCell::new(database),
@@ -548,7 +548,7 @@ impl StoreKind for OnMcp {
         }
     }
 
-    fn reset(&self, store: &mut McpStore) {
+    fn reset(&self, store: &mut ServiceStore) {
         store
             .start_from_template()
             .unwrap_or_else(|error| failed(&error));
@@ -557,11 +557,11 @@ impl StoreKind for OnMcp {
     /// The server's database and the harness's record of effects, for a reused server whose
     /// database can be copied and that keeps no sessions: at a point where no call is in
     /// it, the database is all its next calls depend on (as between runs).
-    fn save(&self, store: &McpStore) -> Option<StoreCopy> {
+    fn save(&self, store: &ServiceStore) -> Option<StoreCopy> {
         store.save().map(StoreCopy::new)
     }
 
-    fn restore(&self, store: &mut McpStore, copy: &StoreCopy) {
+    fn restore(&self, store: &mut ServiceStore, copy: &StoreCopy) {
         let saved: &SavedStore = copy.get().expect("a copy of a server's store");
         store
             .start_from(Some(saved))
@@ -576,7 +576,7 @@ impl StoreKind for OnMcp {
 
     /// Takes what the crashed server committed, waits until its database connections are
     /// gone (their open transactions rolled back), and starts it again.
-    fn restart(&self, store: &mut McpStore) {
+    fn restart(&self, store: &mut ServiceStore) {
         store.take_effects(None);
         tell(&store.history, &"restart");
         store.calls_in_flight.set(0);
@@ -588,19 +588,19 @@ impl StoreKind for OnMcp {
         store.start_server().unwrap_or_else(|error| failed(&error));
     }
 
-    fn apply_event(&self, _store: &mut McpStore, event: &NoEvent) {
+    fn apply_event(&self, _store: &mut ServiceStore, event: &NoEvent) {
         match *event {}
     }
 
-    fn observe(&self, _store: &McpStore, _request: &Keyed<String>) {}
+    fn observe(&self, _store: &ServiceStore, _request: &Keyed<String>) {}
 
-    fn effects(&self, store: &McpStore) -> Vec<crate::IntentId> {
+    fn effects(&self, store: &ServiceStore) -> Vec<crate::IntentId> {
         store.seen.borrow().ledger.effects().to_vec()
     }
 
     /// With a provider and a database, the effect tables' inserted rows, each under its
     /// intent.
-    fn effect_records(&self, store: &McpStore) -> Option<Vec<crate::IntentId>> {
+    fn effect_records(&self, store: &ServiceStore) -> Option<Vec<crate::IntentId>> {
         (store.provider.is_some() && self.0.database_env.is_some())
             .then(|| store.seen.borrow().records.effects().to_vec())
     }
@@ -615,7 +615,7 @@ impl StoreKind for OnMcp {
     /// For a server that serves calls concurrently: a connection for each invocation, which
     /// the engine asks for to let invocations overlap (the calls go to the server; the
     /// connection itself is not used).
-    fn connect(&self, _store: &McpStore) -> Option<Connection> {
+    fn connect(&self, _store: &ServiceStore) -> Option<Connection> {
         self.0
             .concurrent
             .then(|| Connection::open_in_memory().expect("an in-memory connection opens"))
@@ -623,7 +623,7 @@ impl StoreKind for OnMcp {
 
     /// Whether a connection of the server's holds its SQLite file's write lock, paused in a
     /// write transaction (never on PostgreSQL, whose waits are seen as they happen).
-    fn locked_outside(&self, store: &McpStore) -> bool {
+    fn locked_outside(&self, store: &ServiceStore) -> bool {
         store.database.borrow_mut().write_locked()
     }
 
@@ -641,7 +641,7 @@ impl StoreKind for OnMcp {
 
     /// The committed store; without a database, what the server was told in the run too:
     /// its state is hidden from the harness, and is a function of that.
-    fn fingerprint(&self, store: &McpStore) -> u64 {
+    fn fingerprint(&self, store: &ServiceStore) -> u64 {
         let store_text = self.describe_store(store);
         let described = self.0.fresh.canonical(&store_text);
         if self.0.database_env.is_some() {
@@ -651,7 +651,7 @@ impl StoreKind for OnMcp {
     }
 
     /// Every table of the server's file, row by row, and the provider's charges.
-    fn describe_store(&self, store: &McpStore) -> String {
+    fn describe_store(&self, store: &ServiceStore) -> String {
         let tables = store.database.borrow_mut().describe();
         let Some(provider) = &store.provider else {
             return tables;
@@ -665,13 +665,13 @@ impl StoreKind for OnMcp {
     }
 }
 
-impl System for OnMcp {
+impl System for OnService {
     /// Every run drives the server's process: shrinking spends a smaller budget.
     fn runs_are_costly(&self) -> bool {
         true
     }
 
-    /// The values learned fresh ([`crate::mcp::FreshValues`]) named by where they repeat:
+    /// The values learned fresh ([`crate::service::FreshValues`]) named by where they repeat:
     /// two replays of a tape that drew other uuids are alike.
     fn canonical_text<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
         self.0.fresh.canonical_timeline(text)
@@ -720,7 +720,7 @@ impl System for OnMcp {
     fn handle(
         &self,
         ctx: &mut Ctx<'_>,
-        store: &mut McpStore,
+        store: &mut ServiceStore,
         _memory: &mut (),
         request: &Keyed<String>,
     ) -> Result<Reply<Answer>, Crash> {
@@ -743,7 +743,7 @@ impl System for OnMcp {
     fn handle_on(
         &self,
         ctx: &mut Ctx<'_>,
-        store: &McpStore,
+        store: &ServiceStore,
         _connection: &Connection,
         request: &Keyed<String>,
     ) -> Result<Reply<Answer>, Crash> {
@@ -762,7 +762,7 @@ impl System for OnMcp {
         let answer = loop {
             match store.follow(id) {
                 Ok(Said::Result(result)) => break Ok(result),
-                Err(Interrupted::Failed(error @ McpError::Silent { .. })) => {
+                Err(Interrupted::Failed(error @ ServiceError::Silent { .. })) => {
                     if let Some(held) = store.lock_held_outside.borrow_mut().take() {
                         fail_subject(format!("{error}: {held}"))
                     }
@@ -810,7 +810,7 @@ impl System for OnMcp {
     /// The core invariants, with `no-orphan-effect` where the provider's charges have
     /// records in the database; without `eventual-verdict` on the server's own clock; and
     /// without `no-silent-key-reuse` when clients send no key
-    /// ([`McpTarget::judges_key_reuse`]).
+    /// ([`ServiceTarget::judges_key_reuse`]).
     fn invariants(&self) -> &'static [Invariant] {
         let records = self.0.provider_env.is_some() && self.0.database_env.is_some();
         let own_clock = self.0.clock == ServerClock::Own;
@@ -862,7 +862,7 @@ impl System for OnMcp {
     fn lookup(
         &self,
         ctx: &mut Ctx<'_>,
-        store: &mut McpStore,
+        store: &mut ServiceStore,
         _memory: &mut (),
         request: &Keyed<String>,
     ) -> Result<Status<Answer>, Crash> {
@@ -889,9 +889,9 @@ impl System for OnMcp {
         match answer {
             Ok(result) if http => Ok(self.http_status(&result)),
             Ok(result) => Ok(self.status(&result)),
-            Err(Interrupted::Failed(McpError::Rpc { code, message })) => Ok(Status::Unavailable(
-                format!("JSON-RPC error {code}: {message}").into(),
-            )),
+            Err(Interrupted::Failed(ServiceError::Rpc { code, message })) => Ok(
+                Status::Unavailable(format!("JSON-RPC error {code}: {message}").into()),
+            ),
             Err(Interrupted::Failed(error)) => failed(&error),
             Err(Interrupted::Crash(crash)) => Err(crash),
         }
@@ -943,14 +943,14 @@ pub(super) struct ServiceAlone {
 impl ServiceAlone {
     /// Starts `target`'s server on a fresh database (and provider, if it calls one); an error
     /// of one line when it cannot be.
-    pub(super) fn start(target: &McpTarget) -> Result<ServiceAlone, String> {
+    pub(super) fn start(target: &ServiceTarget) -> Result<ServiceAlone, String> {
         let scratch = ScratchDir::create(scratch_root().join(format!(
             "retrysim-mcp-{}-{}",
             std::process::id(),
             unique_suffix()
         )))
         .map_err(|error| format!("a scratch directory cannot be made: {error}"))?;
-        let system = OnMcp(target.clone());
+        let system = OnService(target.clone());
         let side_channel = scratch.path().join("points.sock");
         let provider = match target.provider_env {
             Some(_) => Some(

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// What a client received in a successful answer: its value (at the target's value pointer),
 /// by which answers are compared, judged and hashed, and the whole answer, which later calls
-/// may take values from ([`crate::mcp::Call`]'s references).
+/// may take values from ([`crate::service::Call`]'s references).
 #[derive(Clone, Debug)]
 pub struct Answer {
     /// The value, as JSON text.

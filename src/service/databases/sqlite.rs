@@ -23,7 +23,7 @@ use std::time::Duration;
 const KEEPER_BUSY_WAIT: Duration = Duration::from_secs(5);
 
 /// A server's SQLite file, its template, and the harness's connection to it.
-pub(in crate::mcp) struct SqliteFile {
+pub(in crate::service) struct SqliteFile {
     file: PathBuf,
     /// The database as every run starts from it.
     template: PathBuf,
@@ -86,7 +86,7 @@ const OPERATIONS: [&str; 3] = ["insert", "update", "delete"];
 
 impl SqliteFile {
     /// The file `server.db` in `directory`, not made yet: the server makes it.
-    pub(in crate::mcp) fn new(directory: &Path) -> SqliteFile {
+    pub(in crate::service) fn new(directory: &Path) -> SqliteFile {
         SqliteFile {
             file: directory.join("server.db"),
             template: directory.join("template.db"),

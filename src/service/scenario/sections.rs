@@ -3,8 +3,8 @@
 //! `[conformance]`.
 
 use super::TransportFile;
-use crate::mcp::StatusTool;
 use crate::postgres::RelayPoints;
+use crate::service::StatusTool;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -175,7 +175,7 @@ impl StatusSection {
 }
 
 /// Where an HTTP status lookup's path takes the request id.
-pub(in crate::mcp) const STATUS_KEY_MARK: &str = "{key}";
+pub(in crate::service) const STATUS_KEY_MARK: &str = "{key}";
 
 /// `[database] url_scheme`, checked: PostgreSQL's, `postgresql` or `postgresql+DRIVER`.
 pub(super) fn url_scheme(kind: Option<DatabaseKindFile>, scheme: &str) -> Result<String, String> {

@@ -6,8 +6,8 @@
 
 use super::system::ServiceAlone;
 use super::{
-    Call, DatabaseKind, FreshValues, KeyPlacement, McpTarget, ServerClock, ServerCommand,
-    ServerTransport,
+    Call, DatabaseKind, FreshValues, KeyPlacement, ServerClock, ServerCommand, ServerTransport,
+    ServiceTarget,
 };
 use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
@@ -115,14 +115,14 @@ fn openapi_of(answers: &ServiceAnswers, directory: &Path, path: &str) -> Result<
 }
 
 /// A target that starts the service as the written scenario will.
-fn target_of(answers: &ServiceAnswers, directory: &Path) -> McpTarget {
+fn target_of(answers: &ServiceAnswers, directory: &Path) -> ServiceTarget {
     let (program, args) = answers.command.split_first().expect("a command, checked");
     let program = if program.contains('/') {
         directory.join(program).display().to_string()
     } else {
         program.clone()
     };
-    McpTarget {
+    ServiceTarget {
         server: ServerCommand {
             program,
             args: args.to_vec(),

@@ -66,8 +66,8 @@ mod sections;
 use super::answers;
 use super::headers::{HeadersFile, HEADERS_OF_THE_HARNESS};
 use super::{
-    Call, ConformanceAsked, DatabaseKind, KeyPlacement, McpTarget, PendingAnswer, ServerClock,
-    ServerCommand, ServerTransport, SIDE_CHANNEL_ENV,
+    Call, ConformanceAsked, DatabaseKind, KeyPlacement, PendingAnswer, ServerClock, ServerCommand,
+    ServerTransport, ServiceTarget, SIDE_CHANNEL_ENV,
 };
 use crate::{Bounds, ClientPolicy, Timeouts};
 pub(super) use sections::STATUS_KEY_MARK;
@@ -97,7 +97,7 @@ pub struct Scenario {
     /// The file's path, as given.
     pub path: PathBuf,
     /// What to check.
-    pub target: McpTarget,
+    pub target: ServiceTarget,
     /// The bounds the file sets over [`Bounds::default`], the workload's size for the
     /// clients and intents it does not set.
     pub bounds: Bounds,
@@ -673,7 +673,7 @@ impl ScenarioFile {
     }
 
     /// The target, its server run in `directory`.
-    fn target(&self, directory: &Path) -> Result<McpTarget, String> {
+    fn target(&self, directory: &Path) -> Result<ServiceTarget, String> {
         let Some((program, args)) = self.server.command.split_first() else {
             return Err("server.command is empty: name the program and its arguments".into());
         };
@@ -733,7 +733,7 @@ impl ScenarioFile {
             env_name("server.port_env", port_env)?;
             env_set_by_harness("server.port_env", port_env)?;
         }
-        Ok(McpTarget {
+        Ok(ServiceTarget {
             server: ServerCommand {
                 program: program_in(directory, program),
                 args: args.to_vec(),
@@ -894,7 +894,7 @@ fn program_in(directory: &Path, program: &str) -> String {
 impl BoundsSection {
     /// These bounds over the defaults, with as many clients and intents as the workload has
     /// where unset.
-    fn over(&self, target: &McpTarget) -> Result<Bounds, String> {
+    fn over(&self, target: &ServiceTarget) -> Result<Bounds, String> {
         let base = Bounds::default();
         let clients = u32::try_from(target.clients.len()).unwrap_or(u32::MAX);
         let intents = target.clients.iter().map(Vec::len).max().unwrap_or(0);

@@ -1,11 +1,11 @@
 //! MCP's stdio transport: the server is a child process; each message is one line of JSON on
 //! its standard input or output.
 
-use super::command::{keep_stderr_tail, ServerCommand};
-use super::side_channel::{answer_line, Heard, SideChannel};
-use super::spare::{self, ServerProcess, Spares};
-use super::{
-    receive_looking, Interrupted, McpError, Offer, Question, Said, Tool, Transport, Waited,
+use crate::service::command::{keep_stderr_tail, ServerCommand};
+use crate::service::side_channel::{answer_line, Heard, SideChannel};
+use crate::service::spare::{self, ServerProcess, Spares};
+use crate::service::{
+    receive_looking, Interrupted, Offer, Question, Said, ServiceError, Tool, Transport, Waited,
 };
 use crate::Crash;
 use serde_json::{json, Value};
@@ -51,7 +51,7 @@ pub struct StdioServer {
 }
 
 /// What a server answered a request: its result, or a JSON-RPC error.
-pub(super) type Answer = Result<Value, McpError>;
+pub(super) type Answer = Result<Value, ServiceError>;
 
 /// A running server process and the lines it writes.
 struct Running {
@@ -96,30 +96,31 @@ impl StdioServer {
 
     /// A server to run with `command` that may ask the harness at crash points and for the
     /// time over a side channel, a Unix socket at `socket` whose path it finds in
-    /// [`super::SIDE_CHANNEL_ENV`].
-    pub fn with_side_channel(command: ServerCommand, socket: &Path) -> Result<Self, McpError> {
+    /// [`crate::service::SIDE_CHANNEL_ENV`].
+    pub fn with_side_channel(command: ServerCommand, socket: &Path) -> Result<Self, ServiceError> {
         let mut server = StdioServer::new(command);
-        let channel =
-            SideChannel::open(socket, server.hearing.clone()).map_err(|error| McpError::Start {
+        let channel = SideChannel::open(socket, server.hearing.clone()).map_err(|error| {
+            ServiceError::Start {
                 command: server.command.display(),
                 error: format!(
                     "the side channel {} does not open: {error}",
                     socket.display()
                 ),
-            })?;
+            }
+        })?;
         server.side_channel = Some(channel);
         Ok(server)
     }
 
     /// Calls `tool` with `arguments`, going on past every crash point the server asks about
     /// and answering the time 0.
-    pub fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Value, McpError> {
+    pub fn call_tool(&mut self, tool: &str, arguments: &Value) -> Result<Value, ServiceError> {
         self.request("tools/call", &json!({"name": tool, "arguments": arguments}))
     }
 
     /// The process to serve next, and the threads that read its output: one forked by the
     /// spare when one is kept (started first if need be), else a new process.
-    fn spawn(&mut self) -> Result<Running, McpError> {
+    fn spawn(&mut self) -> Result<Running, ServiceError> {
         // Old news of an earlier process is dropped.
         while self.heard.try_recv().is_ok() {}
         self.kept_results.clear();
@@ -134,7 +135,7 @@ impl StdioServer {
     }
 
     /// A new process of the server forked by the spare, on pipes of its own.
-    fn fork(&mut self) -> Result<Running, McpError> {
+    fn fork(&mut self) -> Result<Running, ServiceError> {
         let pipes = || crate::process::pipe().map_err(|error| self.no_pipe(&error));
         let ((stdin_read, stdin), (stdout, stdout_write)) = (pipes()?, pipes()?);
         let (stderr_pipe, stderr_write) = pipes()?;
@@ -160,8 +161,8 @@ impl StdioServer {
     }
 
     /// The error for pipes that cannot be made.
-    fn no_pipe(&self, error: &std::io::Error) -> McpError {
-        McpError::Start {
+    fn no_pipe(&self, error: &std::io::Error) -> ServiceError {
+        ServiceError::Start {
             command: self.command.display(),
             error: format!("no pipe for its standard streams: {error}"),
         }
@@ -169,7 +170,7 @@ impl StdioServer {
 
     /// Runs a new process, the spare (held at the helper's gate) when `as_spare`; it, and its
     /// spare token (0 for none).
-    fn launch(&mut self, as_spare: bool) -> Result<(Running, u64), McpError> {
+    fn launch(&mut self, as_spare: bool) -> Result<(Running, u64), ServiceError> {
         let socket = self.side_channel.as_ref().map(SideChannel::path);
         let mut process = self.command.process(socket);
         let token = if as_spare {
@@ -182,7 +183,7 @@ impl StdioServer {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = crate::process::spawn_in_group(&mut process, None).map_err(|error| {
-            McpError::Start {
+            ServiceError::Start {
                 command: self.command.display(),
                 error: error.to_string(),
             }
@@ -228,7 +229,7 @@ impl StdioServer {
 
     /// Sends a request and waits for the answer with its id. The server's questions
     /// meanwhile are answered go on (and the time 0): nothing here crashes it.
-    fn request(&mut self, method: &str, params: &Value) -> Result<Value, McpError> {
+    fn request(&mut self, method: &str, params: &Value) -> Result<Value, ServiceError> {
         let id = self.send_request(method, params)?;
         loop {
             match self.next(id)? {
@@ -242,7 +243,7 @@ impl StdioServer {
     }
 
     /// Sends a request; its id.
-    fn send_request(&mut self, method: &str, params: &Value) -> Result<u64, McpError> {
+    fn send_request(&mut self, method: &str, params: &Value) -> Result<u64, ServiceError> {
         let id = self.next_id;
         self.next_id += 1;
         self.unanswered.insert(id);
@@ -251,12 +252,12 @@ impl StdioServer {
     }
 
     /// Sends a notification (no answer).
-    fn notify(&mut self, method: &str) -> Result<(), McpError> {
+    fn notify(&mut self, method: &str) -> Result<(), ServiceError> {
         self.send(&json!({"jsonrpc": "2.0", "method": method}))
     }
 
     /// Writes one message line to the server.
-    fn send(&mut self, message: &Value) -> Result<(), McpError> {
+    fn send(&mut self, message: &Value) -> Result<(), ServiceError> {
         let running = self.running.as_mut().expect("a started server");
         let mut line = message.to_string();
         line.push('\n');
@@ -269,9 +270,9 @@ impl StdioServer {
 
     /// The id and answer (a result, or a JSON-RPC error) of the response `line` is; `None`
     /// for a message that is no response (a notification, a request of the server's).
-    fn response(&mut self, line: &str) -> Result<Option<(u64, Answer)>, McpError> {
+    fn response(&mut self, line: &str) -> Result<Option<(u64, Answer)>, ServiceError> {
         let Ok(message) = serde_json::from_str::<Value>(line) else {
-            return Err(McpError::Garbage {
+            return Err(ServiceError::Garbage {
                 line: line.chars().take(200).collect(),
                 stderr: self.stop().1,
             });
@@ -280,9 +281,9 @@ impl StdioServer {
     }
 
     /// The error for a server that is gone: its exit status and its last words.
-    fn exited(&mut self) -> McpError {
+    fn exited(&mut self) -> ServiceError {
         let (status, stderr) = self.stop();
-        McpError::Exited { status, stderr }
+        ServiceError::Exited { status, stderr }
     }
 
     /// Stops the server for good (it failed the harness): kills it if it still runs, and
@@ -300,7 +301,7 @@ impl StdioServer {
 }
 
 impl Transport for StdioServer {
-    fn start(&mut self) -> Result<Offer, McpError> {
+    fn start(&mut self) -> Result<Offer, ServiceError> {
         self.kill();
         self.running = Some(self.spawn()?);
         let handshake = self.request("initialize", &initialize_params())?;
@@ -310,7 +311,7 @@ impl Transport for StdioServer {
         offer(&handshake, &listed)
     }
 
-    fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
+    fn send_call(&mut self, params: &Value) -> Result<u64, ServiceError> {
         self.send_request("tools/call", params)
     }
 
@@ -318,7 +319,7 @@ impl Transport for StdioServer {
         &mut self,
         id: u64,
         mut look: Option<&mut dyn FnMut() -> bool>,
-    ) -> Result<Option<Said>, McpError> {
+    ) -> Result<Option<Said>, ServiceError> {
         // Each wait for the next thing the server says is bounded by `answer_wait_ms`.
         if let Some(answer) = self.kept_results.remove(&id) {
             return answer.map(|result| Some(Said::Result(result)));
@@ -331,7 +332,7 @@ impl Transport for StdioServer {
                 Waited::Got(Heard::Closed(from)) if from == generation => return Err(self.exited()),
                 Waited::Got(Heard::Malformed(from, what)) if from == generation => {
                     self.stop();
-                    return Err(McpError::Protocol(what));
+                    return Err(ServiceError::Protocol(what));
                 }
                 Waited::Got(
                     Heard::Line(..) | Heard::Closed(_) | Heard::Malformed(..) | Heard::Response(..),
@@ -345,13 +346,13 @@ impl Transport for StdioServer {
                 }
                 Waited::Got(Heard::Unknown(line)) => {
                     self.stop();
-                    return Err(McpError::Protocol(format!(
+                    return Err(ServiceError::Protocol(format!(
                         "its side channel said {line:?}, not `point NAME` or `now`"
                     )));
                 }
                 Waited::Looked => return Ok(None),
                 Waited::TimedOut => {
-                    return Err(McpError::Silent {
+                    return Err(ServiceError::Silent {
                         waited_ms: self.command.answer_wait_ms,
                         stderr: self.stop().1,
                     })
@@ -360,7 +361,7 @@ impl Transport for StdioServer {
             if let Some((answered, answer)) = self.response(&line)? {
                 if !self.unanswered.remove(&answered) {
                     self.stop();
-                    return Err(McpError::Protocol(format!(
+                    return Err(ServiceError::Protocol(format!(
                         "it answered id {answered}, which names no request waiting for an \
                          answer (the harness waits on id {id}): {}",
                         line.chars().take(200).collect::<String>()
@@ -417,9 +418,9 @@ pub(super) fn initialize_params() -> Value {
 }
 
 /// Checks a server's answer to `initialize`: it names the protocol version it speaks.
-pub(super) fn check_handshake(handshake: &Value) -> Result<(), McpError> {
+pub(super) fn check_handshake(handshake: &Value) -> Result<(), ServiceError> {
     if handshake.get("protocolVersion").is_none() {
-        return Err(McpError::Protocol(format!(
+        return Err(ServiceError::Protocol(format!(
             "its initialize answer names no protocolVersion: {handshake}"
         )));
     }
@@ -427,11 +428,11 @@ pub(super) fn check_handshake(handshake: &Value) -> Result<(), McpError> {
 }
 
 /// What a server offers: the tools it `listed`, and the capabilities of its `handshake`.
-pub(super) fn offer(handshake: &Value, listed: &Value) -> Result<Offer, McpError> {
+pub(super) fn offer(handshake: &Value, listed: &Value) -> Result<Offer, ServiceError> {
     let tools = listed
         .get("tools")
         .and_then(Value::as_array)
-        .ok_or_else(|| McpError::Protocol(format!("tools/list answered no tools: {listed}")))?;
+        .ok_or_else(|| ServiceError::Protocol(format!("tools/list answered no tools: {listed}")))?;
     let tools = tools
         .iter()
         .map(|tool| Tool {
@@ -455,7 +456,7 @@ pub(super) fn offer(handshake: &Value, listed: &Value) -> Result<Offer, McpError
 
 /// The id and answer (a result, or a JSON-RPC error) of the JSON-RPC `message`; `None` for a
 /// message that is no response (a notification, a request of the server's).
-pub(super) fn rpc_answer(message: &Value) -> Result<Option<(u64, Answer)>, McpError> {
+pub(super) fn rpc_answer(message: &Value) -> Result<Option<(u64, Answer)>, ServiceError> {
     let Some(id) = message.get("id").and_then(Value::as_u64) else {
         return Ok(None);
     };
@@ -463,7 +464,7 @@ pub(super) fn rpc_answer(message: &Value) -> Result<Option<(u64, Answer)>, McpEr
         return Ok(None);
     }
     if let Some(error) = message.get("error") {
-        let error = McpError::Rpc {
+        let error = ServiceError::Rpc {
             code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
             message: error
                 .get("message")
@@ -475,7 +476,7 @@ pub(super) fn rpc_answer(message: &Value) -> Result<Option<(u64, Answer)>, McpEr
     }
     let result = message.get("result").cloned().ok_or_else(|| {
         let text: String = message.to_string().chars().take(200).collect();
-        McpError::Protocol(format!("a response without a result: {text}"))
+        ServiceError::Protocol(format!("a response without a result: {text}"))
     })?;
     Ok(Some((id, Ok(result))))
 }

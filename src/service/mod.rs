@@ -1,56 +1,56 @@
-//! The server-facing side of checking a real MCP server: a [`Transport`] that runs a tool
-//! server and calls its tools, and its first implementation, [`StdioServer`], a child process
-//! that speaks JSON-RPC over its standard input and output (MCP's stdio transport).
+//! Checking a real service: a process the harness starts and talks to, whatever its
+//! transport (an HTTP endpoint, an MCP server over stdio or Streamable HTTP) and its
+//! database (a SQLite file, or a throwaway PostgreSQL). A scenario file ([`Scenario`]) says
+//! what to run and call; [`ServiceTarget`] is what it loads to; [`OnService`] is the system
+//! under test the engine explores, its [`ServiceStore`] the process, its database and the
+//! harness's record of its effects.
 //!
-//! Every wait on the server is bounded ([`ServerCommand::answer_wait_ms`]), and every way a
-//! server can fail the harness (it does not start, exits, writes something that is not
-//! JSON-RPC, never answers, answers an error) is an [`McpError`] of one line that carries the
-//! last lines of its standard error. The other transports, MCP's Streamable HTTP
-//! ([`StreamableHttpServer`]) and a plain HTTP endpoint with an `Idempotency-Key` header
-//! ([`HttpServer`]), implement the same trait, each in a file of its own.
+//! The transports (`transports/`) implement [`Transport`]: [`StdioServer`] (JSON-RPC over a
+//! child's standard streams), [`HttpServer`] (a plain HTTP endpoint with an
+//! `Idempotency-Key` header) and [`StreamableHttpServer`]; the databases (`databases/`) put a
+//! service's state back between runs and record its effects. Every wait on a service is
+//! bounded ([`ServerCommand::answer_wait_ms`]), and every way it can fail the harness (it
+//! does not start, exits, writes something that is not its protocol, never answers) is a
+//! [`ServiceError`] of one line that carries the last lines of its standard error.
 
 mod answers;
 mod command;
 mod conformance;
-mod database;
+mod databases;
 mod first_scenario;
 mod fresh;
 mod headers;
-mod http;
 mod provider;
 mod scenario;
 mod side_channel;
 mod spare;
-mod stdio;
 mod store;
-mod streamable_http;
 mod system;
 mod target;
+mod transports;
 mod verify;
 
 pub use answers::Answer;
 pub use command::{ServerCommand, STDERR_LINES_KEPT};
 pub use conformance::{probe_conformance, Behaviour, Conformance, ConformanceAsked, Seen};
-pub use database::DatabaseKind;
+pub use databases::DatabaseKind;
 pub use first_scenario::{first_scenario, ServiceAnswers, SQLITE_ENV_WRITTEN};
 pub use fresh::{FreshValues, Learned, FRESH_TOKEN_CHARS_MIN};
-pub use http::HttpServer;
 pub use provider::{Charge, LoopbackProvider};
 pub use scenario::{Scenario, ScenarioError};
 pub use side_channel::SIDE_CHANNEL_ENV;
-pub use stdio::StdioServer;
-pub use store::McpStore;
-pub use streamable_http::{StreamableHttpServer, MCP_ENDPOINT_DEFAULT};
-pub use system::{OnMcp, AFTER_ANSWER, BEFORE_CALL, LOCK_WAIT};
+pub use store::ServiceStore;
+pub use system::{OnService, AFTER_ANSWER, BEFORE_CALL, LOCK_WAIT};
 pub use target::{
-    Call, KeyPlacement, McpTarget, PendingAnswer, ServerClock, ServerTransport, StatusTool,
+    Call, KeyPlacement, PendingAnswer, ServerClock, ServerTransport, ServiceTarget, StatusTool,
 };
+pub use transports::{HttpServer, StdioServer, StreamableHttpServer, MCP_ENDPOINT_DEFAULT};
 
 use crate::Crash;
 
 /// The model under which the command line takes a scenario file as the handler
 /// (`--model mcp --handler SCENARIO`).
-pub const MCP_MODEL: &str = retrysim_models::SCENARIO_DOMAIN;
+pub const SCENARIO_MODEL: &str = retrysim_models::SCENARIO_DOMAIN;
 use serde_json::Value;
 use std::fmt;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -69,18 +69,18 @@ pub const LOOK_EVERY: Duration = Duration::from_millis(2);
 pub trait Transport {
     /// Starts the server, a fresh process and session, and does the handshake; what it
     /// offers. A server already running is killed first.
-    fn start(&mut self) -> Result<Offer, McpError>;
+    fn start(&mut self) -> Result<Offer, ServiceError>;
 
     /// Sends one `tools/call` with `params` (`name`, `arguments`, and `_meta` or an
     /// `idempotencyKey` when the client sends its key there) without waiting; its JSON-RPC
     /// id, which [`Transport::next`] follows.
-    fn send_call(&mut self, params: &Value) -> Result<u64, McpError>;
+    fn send_call(&mut self, params: &Value) -> Result<u64, ServiceError>;
 
     /// Waits for what the server says next about call `id`: its result (MCP's
     /// `CallToolResult`), or a question it asks over the side channel in the middle of it,
     /// which [`Transport::reply`] answers. Results of other calls that come meanwhile are
     /// kept for them.
-    fn next(&mut self, id: u64) -> Result<Said, McpError> {
+    fn next(&mut self, id: u64) -> Result<Said, ServiceError> {
         let said = self.next_until(id, None)?;
         Ok(said.expect("a wait that does not look elsewhere ends with what the server says"))
     }
@@ -92,7 +92,7 @@ pub trait Transport {
         &mut self,
         id: u64,
         look: Option<&mut dyn FnMut() -> bool>,
-    ) -> Result<Option<Said>, McpError>;
+    ) -> Result<Option<Said>, ServiceError>;
 
     /// Answers `question`: go on past the crash point, or the time. With `Err` the schedule
     /// crashes the server there: it is killed, and the call ends in [`Interrupted::Crash`].
@@ -122,7 +122,7 @@ pub trait Transport {
     /// more after each reconnect). Over a transport with sessions (MCP's Streamable HTTP)
     /// each has a session of its own, opened with a handshake at its first call; elsewhere
     /// this does nothing.
-    fn in_session(&mut self, client: u32, generation: u32) -> Result<(), McpError> {
+    fn in_session(&mut self, client: u32, generation: u32) -> Result<(), ServiceError> {
         let _ = (client, generation);
         Ok(())
     }
@@ -136,7 +136,7 @@ pub trait Transport {
 
     /// Ends the clients' sessions (a new run begins on the same process); elsewhere than over
     /// a transport with sessions, nothing.
-    fn end_sessions(&mut self) -> Result<(), McpError> {
+    fn end_sessions(&mut self) -> Result<(), ServiceError> {
         Ok(())
     }
 
@@ -148,7 +148,7 @@ pub trait Transport {
 
     /// Between runs: the error that says the server's process has exited by itself since it
     /// last answered (it is forgotten then), where the transport can tell; `None` otherwise.
-    fn exited_by_itself(&mut self) -> Option<McpError> {
+    fn exited_by_itself(&mut self) -> Option<ServiceError> {
         None
     }
 }
@@ -200,11 +200,11 @@ pub enum Interrupted {
     /// The schedule crashed the server at a crash point it asked about; it is killed.
     Crash(Crash),
     /// The server failed the harness.
-    Failed(McpError),
+    Failed(ServiceError),
 }
 
-impl From<McpError> for Interrupted {
-    fn from(error: McpError) -> Self {
+impl From<ServiceError> for Interrupted {
+    fn from(error: ServiceError) -> Self {
         Interrupted::Failed(error)
     }
 }
@@ -220,7 +220,7 @@ pub struct Tool {
 
 /// Why the harness could not get an answer from a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum McpError {
+pub enum ServiceError {
     /// The server's command did not start.
     Start {
         /// The command line.
@@ -272,29 +272,29 @@ pub enum McpError {
     Protocol(String),
 }
 
-impl fmt::Display for McpError {
+impl fmt::Display for ServiceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            McpError::Start { command, error } => {
+            ServiceError::Start { command, error } => {
                 write!(f, "the server command `{command}` does not start: {error}")
             }
-            McpError::Exited { status, stderr } => {
+            ServiceError::Exited { status, stderr } => {
                 write!(f, "the server exited ({status}){}", tail(stderr))
             }
-            McpError::Silent { waited_ms, stderr } => write!(
+            ServiceError::Silent { waited_ms, stderr } => write!(
                 f,
                 "the server did not answer within {waited_ms} ms (answer_wait_ms){}",
                 tail(stderr)
             ),
-            McpError::Garbage { line, stderr } => write!(
+            ServiceError::Garbage { line, stderr } => write!(
                 f,
                 "the server wrote a line that is not JSON-RPC: {line:?}{}",
                 tail(stderr)
             ),
-            McpError::Rpc { code, message } => {
+            ServiceError::Rpc { code, message } => {
                 write!(f, "the server answered a JSON-RPC error {code}: {message}")
             }
-            McpError::Lost {
+            ServiceError::Lost {
                 what,
                 why,
                 status,
@@ -304,12 +304,12 @@ impl fmt::Display for McpError {
                 "the server sent no response to {what} ({why}) and was stopped ({status}){}",
                 tail(stderr)
             ),
-            McpError::Protocol(what) => write!(f, "the server does not follow MCP: {what}"),
+            ServiceError::Protocol(what) => write!(f, "the server does not follow MCP: {what}"),
         }
     }
 }
 
-impl std::error::Error for McpError {}
+impl std::error::Error for ServiceError {}
 
 /// `; its stderr ends: a | b`, or nothing for an empty standard error.
 fn tail(stderr: &[String]) -> String {
@@ -358,3 +358,16 @@ pub(crate) fn receive_looking<T>(
         }
     }
 }
+
+/// The former name of [`ServiceTarget`], kept for one release.
+pub type McpTarget = ServiceTarget;
+
+/// The former name of [`ServiceStore`], kept for one release.
+pub type McpStore = ServiceStore;
+
+/// The former name of [`ServiceError`], kept for one release.
+pub type McpError = ServiceError;
+
+/// The former name of [`OnService`], kept for one release (as a type: build one with
+/// `OnService(target)`).
+pub type OnMcp = OnService;

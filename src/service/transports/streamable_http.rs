@@ -13,11 +13,11 @@
 //! on a connection of its own, so that the harness hears the side channel while a call is
 //! in the server, and calls of a server that serves them concurrently overlap.
 
-use super::command::ServerCommand;
 use super::http::HttpServer;
 use super::stdio::PROTOCOL_VERSION;
 use super::stdio::{check_handshake, initialize_params, offer, rpc_answer, Answer};
-use super::{Interrupted, McpError, Offer, Question, Said, Transport};
+use crate::service::command::ServerCommand;
+use crate::service::{Interrupted, Offer, Question, Said, ServiceError, Transport};
 use crate::Crash;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -54,7 +54,7 @@ impl StreamableHttpServer {
         port_env: &str,
         endpoint: &str,
         socket: &Path,
-    ) -> Result<Self, McpError> {
+    ) -> Result<Self, ServiceError> {
         Ok(StreamableHttpServer {
             http: HttpServer::with_side_channel(command, port_env, socket)?,
             endpoint: endpoint.to_string(),
@@ -88,7 +88,7 @@ impl StreamableHttpServer {
     }
 
     /// Sends the request `method` with `params` without waiting; its JSON-RPC id.
-    fn send_request(&mut self, method: &str, params: &Value) -> Result<u64, McpError> {
+    fn send_request(&mut self, method: &str, params: &Value) -> Result<u64, ServiceError> {
         let id = self.next_id;
         self.next_id += 1;
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -100,7 +100,7 @@ impl StreamableHttpServer {
     /// Sends a request and waits for its answer, going on past every crash point the server
     /// asks about and answering the time 0 (nothing here crashes it); the answer, and the
     /// HTTP response that carried it.
-    fn request(&mut self, method: &str, params: &Value) -> Result<(Value, Value), McpError> {
+    fn request(&mut self, method: &str, params: &Value) -> Result<(Value, Value), ServiceError> {
         let id = self.send_request(method, params)?;
         let exchange = self.exchanges.remove(&id).expect("a request just sent");
         loop {
@@ -117,7 +117,7 @@ impl StreamableHttpServer {
     }
 
     /// Sends the notification `method`: the server takes it with a 2xx and no answer.
-    fn notify(&mut self, method: &str) -> Result<(), McpError> {
+    fn notify(&mut self, method: &str) -> Result<(), ServiceError> {
         let message = json!({"jsonrpc": "2.0", "method": method});
         let exchange = self.http.send_call(&self.post(&message))?;
         loop {
@@ -137,7 +137,7 @@ impl StreamableHttpServer {
 
     /// The answer to request `id` that the HTTP `response` carries: in a JSON body, or in
     /// an event of an event stream.
-    fn answer_in(&mut self, id: u64, response: &Value) -> Result<Answer, McpError> {
+    fn answer_in(&mut self, id: u64, response: &Value) -> Result<Answer, ServiceError> {
         let status = response["status"].as_u64();
         if !matches!(status, Some(200..=299)) {
             return Err(self.refused(&format!("request {id}"), response));
@@ -148,7 +148,7 @@ impl StreamableHttpServer {
             .to_ascii_lowercase();
         let messages = if content_type.starts_with("text/event-stream") {
             let stream = response["body"].as_str().unwrap_or("");
-            event_messages(stream).map_err(McpError::Protocol)?
+            event_messages(stream).map_err(ServiceError::Protocol)?
         } else {
             vec![response["body"].clone()]
         };
@@ -160,26 +160,26 @@ impl StreamableHttpServer {
             }
         }
         let body: String = response["body"].to_string().chars().take(200).collect();
-        Err(McpError::Protocol(format!(
+        Err(ServiceError::Protocol(format!(
             "its HTTP response to request {id} ({content_type}) holds no answer to it: {body}"
         )))
     }
 
     /// The error for an HTTP response that is no answer: a status other than 2xx, or a
     /// connection that ended without one. The server is stopped: it failed the harness.
-    fn refused(&mut self, what: &str, response: &Value) -> McpError {
+    fn refused(&mut self, what: &str, response: &Value) -> ServiceError {
         let (status, stderr) = self.http.stop();
         match response["status"].as_u64() {
-            Some(code) => McpError::Protocol(format!(
+            Some(code) => ServiceError::Protocol(format!(
                 "it answered {what} with HTTP {code}: {}{}",
                 response["body"]
                     .to_string()
                     .chars()
                     .take(200)
                     .collect::<String>(),
-                super::tail(&stderr)
+                crate::service::tail(&stderr)
             )),
-            None => McpError::Lost {
+            None => ServiceError::Lost {
                 what: what.to_string(),
                 why: (response["lost"].as_str())
                     .unwrap_or("the connection ended")
@@ -194,7 +194,7 @@ impl StreamableHttpServer {
 impl StreamableHttpServer {
     /// Opens a session with the handshake: `initialize`, whose answer names the session, then
     /// `notifications/initialized` in it; the handshake's answer. Later messages go in it.
-    fn open_session(&mut self) -> Result<Value, McpError> {
+    fn open_session(&mut self) -> Result<Value, ServiceError> {
         self.session = None;
         let (handshake, response) = self.request("initialize", &initialize_params())?;
         check_handshake(&handshake)?;
@@ -206,7 +206,7 @@ impl StreamableHttpServer {
     }
 
     /// Ends `session` on the server (`DELETE` of the endpoint in it), whatever it answers.
-    fn close_session(&mut self, session: &str) -> Result<(), McpError> {
+    fn close_session(&mut self, session: &str) -> Result<(), ServiceError> {
         let headers = json!({"Mcp-Session-Id": session, "MCP-Protocol-Version": PROTOCOL_VERSION});
         let request = json!({"method": "DELETE", "path": self.endpoint, "headers": headers});
         let exchange = self.http.send_call(&request)?;
@@ -222,7 +222,7 @@ impl StreamableHttpServer {
 }
 
 impl Transport for StreamableHttpServer {
-    fn start(&mut self) -> Result<Offer, McpError> {
+    fn start(&mut self) -> Result<Offer, ServiceError> {
         self.http.start()?;
         self.sessions.clear();
         self.exchanges.clear();
@@ -232,7 +232,7 @@ impl Transport for StreamableHttpServer {
     }
 
     /// Each client's session is its own, and a reconnect opens a new one.
-    fn in_session(&mut self, client: u32, generation: u32) -> Result<(), McpError> {
+    fn in_session(&mut self, client: u32, generation: u32) -> Result<(), ServiceError> {
         if let Some(session) = self.sessions.get(&(client, generation)) {
             self.session = session.clone();
             return Ok(());
@@ -247,7 +247,7 @@ impl Transport for StreamableHttpServer {
         true
     }
 
-    fn end_sessions(&mut self) -> Result<(), McpError> {
+    fn end_sessions(&mut self) -> Result<(), ServiceError> {
         let sessions = std::mem::take(&mut self.sessions);
         for session in sessions.into_values().flatten() {
             self.close_session(&session)?;
@@ -255,7 +255,7 @@ impl Transport for StreamableHttpServer {
         Ok(())
     }
 
-    fn send_call(&mut self, params: &Value) -> Result<u64, McpError> {
+    fn send_call(&mut self, params: &Value) -> Result<u64, ServiceError> {
         self.send_request("tools/call", params)
     }
 
@@ -263,7 +263,7 @@ impl Transport for StreamableHttpServer {
         &mut self,
         id: u64,
         look: Option<&mut dyn FnMut() -> bool>,
-    ) -> Result<Option<Said>, McpError> {
+    ) -> Result<Option<Said>, ServiceError> {
         let exchange = *self
             .exchanges
             .get(&id)

@@ -16,7 +16,7 @@
 //! (exit 1) on a contradiction.
 
 use super::system::ServiceAlone;
-use super::{Ask, Interrupted, KeyPlacement, McpTarget, Said, Transport};
+use super::{Ask, Interrupted, KeyPlacement, Said, ServiceTarget, Transport};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -131,7 +131,7 @@ impl Conformance {
 /// The requests the probe sends: the scenario's first call, and a payload for its key that is
 /// not that call's.
 struct Probe<'t> {
-    target: &'t McpTarget,
+    target: &'t ServiceTarget,
     /// The key's header.
     key_header: &'t str,
     method: String,
@@ -144,7 +144,7 @@ struct Probe<'t> {
 
 /// Probes `target`'s server for the draft's behaviours; `None` when the scenario asks for no
 /// conformance. An error when the server cannot be run.
-pub fn probe_conformance(target: &McpTarget) -> Result<Option<Conformance>, String> {
+pub fn probe_conformance(target: &ServiceTarget) -> Result<Option<Conformance>, String> {
     let Some(asked) = target.conformance else {
         return Ok(None);
     };
@@ -163,7 +163,7 @@ pub fn probe_conformance(target: &McpTarget) -> Result<Option<Conformance>, Stri
 }
 
 impl<'t> Probe<'t> {
-    fn new(target: &'t McpTarget, key_header: &'t str) -> Probe<'t> {
+    fn new(target: &'t ServiceTarget, key_header: &'t str) -> Probe<'t> {
         let calls = &target.clients[0];
         let first = &calls[0];
         let (method, path) = first.tool.split_once(' ').expect("an HTTP call's tool");

@@ -12,7 +12,7 @@
 
 use super::command::ServerCommand;
 use super::side_channel::{Gates, SideChannel, SpareWait, SPARE_ENV};
-use super::McpError;
+use super::ServiceError;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::process::{Child, Command};
@@ -161,7 +161,7 @@ pub(super) fn fork(
     fds: [RawFd; 3],
     command: &ServerCommand,
     stderr: &Mutex<VecDeque<String>>,
-) -> Result<ServerProcess, McpError> {
+) -> Result<ServerProcess, ServiceError> {
     let wait = Duration::from_millis(command.answer_wait_ms);
     let forked = channel.fork_spare(token, variables, fds, wait, &mut || {
         template.ended().is_none()
@@ -181,12 +181,12 @@ pub(super) fn fork(
         .cloned()
         .collect();
     Err(match why {
-        SpareWait::Gone => McpError::Exited { status, stderr },
-        SpareWait::Unsent(error) => McpError::Start {
+        SpareWait::Gone => ServiceError::Exited { status, stderr },
+        SpareWait::Unsent(error) => ServiceError::Start {
             command: command.display(),
             error: format!("its spare could not be asked to fork: {error}"),
         },
-        SpareWait::TimedOut => McpError::Start {
+        SpareWait::TimedOut => ServiceError::Start {
             command: command.display(),
             error: format!(
                 "server.spare = true, but its spare did not reach the helper's gate and fork \
