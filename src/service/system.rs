@@ -1,6 +1,6 @@
 //! A real server as a system under test ([`OnService`]): the engine's clients call it through a
 //! [`Transport`], and the harness's ground truth is the server's own database (a SQLite file
-//! or a PostgreSQL database the harness runs, [`super::database`]), on whose effect tables
+//! or a PostgreSQL database the harness runs, [`super::databases`]), on whose effect tables
 //! it installs triggers of its own, and the charges of a provider it runs on loopback, when
 //! the server calls one.
 //!
@@ -65,7 +65,8 @@ fn invariants_judged(records: bool, own_clock: bool, key_reuse: bool) -> &'stati
     &lists[usize::from(records) | usize::from(own_clock) << 1 | usize::from(key_reuse) << 2]
 }
 
-/// An MCP server as a system under test.
+/// A real service as a system under test: its process, spoken to over its transport, and
+/// its database, put back between runs.
 pub struct OnService(pub ServiceTarget);
 
 impl OnService {
