@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 /// How long the probe of a request in progress waits for the second request's answer while
 /// the first is held at its crash point, in real time, before it lets the first go on (a
-/// server that makes the second wait on a lock answers it after that).
+/// server that makes the second wait on a lock answers it after that). The probe runs
+/// outside every run of the check: no run, tape or state reads this clock.
 const IN_PROGRESS_PATIENCE: Duration = Duration::from_secs(2);
 
 /// How much of the draft a scenario asks the check to hold its server to.
@@ -325,7 +326,10 @@ impl<'t> Probe<'t> {
                             ""
                         }
                     );
-                    if status(&answer) == Some(409) && !waited {
+                    // A 409 says the server saw the key in progress, however long it took to
+                    // say so: the wall clock (when the held request is let go) only decides
+                    // whether the evidence reads "once the first went on", never the verdict.
+                    if status(&answer) == Some(409) {
                         return Seen::Conforms(format!(
                             "{} again while the first waits {said}",
                             self.describe(Some(&key), &self.body)
