@@ -42,6 +42,8 @@ fn counter(keyed: bool) -> ServiceTarget {
             arguments: json!({"amount": 5}),
             // Headers are plain HTTP's: an MCP call has none of its own.
             headers: json!({}),
+            // It adds: an operation, owed one effect.
+            read: false,
         }]],
         status: None,
         conformance: None,

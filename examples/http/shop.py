@@ -20,6 +20,8 @@ VARIANT chooses the payment handler:
 - `status-optimistic`: GET /requests/{key} answers 200 for a key it has no record of, as
   if its request had been done: a reconnecting client that looks its payment up concludes
   it paid when nothing was.
+- `read-counts-views`: GET /orders/{id} counts the order's views in its row: a read that
+  writes to an effect table.
 """
 
 import json
@@ -52,7 +54,7 @@ def migrate():
     connection = connect()
     connection.executescript(
         "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL, "
-        "quantity INTEGER NOT NULL);"
+        "quantity INTEGER NOT NULL, views INTEGER NOT NULL DEFAULT 0);"
         "CREATE TABLE IF NOT EXISTS payments (id INTEGER PRIMARY KEY, "
         "order_id INTEGER NOT NULL REFERENCES orders(id), amount INTEGER NOT NULL);"
         "CREATE TABLE IF NOT EXISTS idempotency_keys (key TEXT PRIMARY KEY, "
@@ -144,6 +146,8 @@ def saved(key):
 def order(order_id):
     connection = connect()
     try:
+        if VARIANT == "read-counts-views":
+            connection.execute("UPDATE orders SET views = views + 1 WHERE id = ?", (order_id,))
         row = connection.execute(
             "SELECT item, quantity FROM orders WHERE id = ?", (order_id,)
         ).fetchone()

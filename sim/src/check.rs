@@ -29,6 +29,9 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
             });
             let detail = match invariant {
                 Invariant::AtMostOnceEffect => at_most_once(id, intent),
+                Invariant::EventualVerdict => eventual_verdict(id, intent, bounds),
+                // A read is owed no effect: only the two above judge it.
+                _ if intent.read => None,
                 Invariant::OutcomeAgreement => outcome_agreement(id, intent),
                 Invariant::NoSilentKeyReuse => {
                     foreign_owner.and_then(|owner| silent_key_reuse(id, intent, owner, intents))
@@ -39,7 +42,6 @@ pub(crate) fn check<R: Request, V: Eq + fmt::Display>(
                 },
                 Invariant::ScopeIsolation => scope_isolation(id, intents),
                 Invariant::TruthfulReply => truthful_reply(id, intent),
-                Invariant::EventualVerdict => eventual_verdict(id, intent, bounds),
                 // Judged per invocation by the system, or after crashes, while the run goes.
                 Invariant::NoLostUpdate
                 | Invariant::AccessBeforeReplay
@@ -87,7 +89,17 @@ fn key_owners<R: Request, V>(
     owners
 }
 
+/// More than one committed effect for an intent, or any for a read.
 fn at_most_once<R: Request, V>(id: IntentId, intent: &IntentState<R, V>) -> Option<String> {
+    if intent.read {
+        return (intent.effects > 0).then(|| {
+            format!(
+                "{} is a read, but {} effect(s) committed for it",
+                label(id, intent),
+                intent.effects
+            )
+        });
+    }
     (intent.effects > 1).then(|| {
         format!(
             "{} has {} committed effects",
@@ -589,5 +601,76 @@ mod tests {
         }
         // The evidence does merge answers (or the test would show nothing).
         assert!(groups_merged > 100_000, "{groups_merged}");
+    }
+
+    /// The invariants `check` finds broken for a read that got `history` from invocations
+    /// that committed nothing, concluded `verdict`, with `effects` committed for it (beside
+    /// an operation with one effect), and what state hashing keeps of its answers.
+    fn read_judged(
+        history: &[(Reply<u32>, bool)],
+        effects: u32,
+        verdict: &Option<Verdict<u32>>,
+    ) -> (BTreeSet<Invariant>, Vec<u64>) {
+        let clients = vec![
+            vec![Intent::read(scoped("s", "r1", 1))],
+            vec![Intent::new(scoped("s", "r2", 1))],
+        ];
+        let mut world: World<Scoped, u32, NoEvent> =
+            World::new(Workload::of_clients(clients), false);
+        for (reply, committed) in history {
+            world.intents[0].add_reply(ServerReply {
+                reply: reply.clone(),
+                attempt: 1,
+                committed: *committed,
+                lookup: false,
+                beside_own: false,
+            });
+        }
+        world.intents[0].effects = effects;
+        world.intents[0].verdict = verdict.clone();
+        world.intents[1].effects = 1;
+        world.intents[1].original = Some(1);
+        world.intents[1].verdict = Some(Verdict::Succeeded(1));
+        let mut ground_truth = vec![IntentId(1)];
+        ground_truth.extend(vec![IntentId(0); effects as usize]);
+        let broken = check(
+            &world.intents,
+            &ground_truth,
+            Invariant::ALL,
+            &Bounds::default(),
+        )
+        .into_iter()
+        .map(|violation| violation.invariant)
+        .collect();
+        (broken, world.intents[0].evidence().to_vec())
+    }
+
+    /// A read that commits nothing is clean whatever it was answered (an answer from no
+    /// effect, an unmarked one, a refusal) and whatever it concluded (a verdict it is owed
+    /// is `eventual-verdict`'s, as for any intent); one effect committed
+    /// for it breaks `at-most-once-effect`, and nothing else; its answers leave no evidence.
+    #[test]
+    fn a_read_is_owed_no_effect_and_judged_by_none() {
+        let verdicts = [
+            Some(Verdict::Succeeded(7)),
+            Some(Verdict::Failed("no".into())),
+            Some(Verdict::Denied("no".into())),
+        ];
+        let mut judged = 0;
+        for history in histories()
+            .iter()
+            .filter(|history| history.iter().all(|(_, committed)| !committed))
+        {
+            for verdict in &verdicts {
+                let (clean, evidence) = read_judged(history, 0, verdict);
+                assert!(clean.is_empty(), "{history:?} {verdict:?}: {clean:?}");
+                assert!(evidence.is_empty(), "{history:?}: {evidence:?}");
+                let (written, _) = read_judged(history, 1, verdict);
+                let expected = BTreeSet::from([Invariant::AtMostOnceEffect]);
+                assert_eq!(written, expected, "{history:?} {verdict:?}");
+                judged += 1;
+            }
+        }
+        assert!(judged > 1_000, "{judged}");
     }
 }

@@ -31,6 +31,8 @@ pub struct Ctx<'r> {
     /// The outside service of the handler's system (a [`crate::Provider`]), read through
     /// `Ctx::provider`.
     pub(crate) outside: Option<&'r dyn Any>,
+    /// Whether the request is a read ([`crate::Intent::read`]).
+    pub(crate) read: bool,
 }
 
 /// Where a handler's crash points go: the engine decides at each whether the server crashes.
@@ -75,6 +77,7 @@ impl<'r> Ctx<'r> {
             session,
             clock: Clock::default(),
             outside: None,
+            read: false,
         }
     }
 
@@ -85,6 +88,7 @@ impl<'r> Ctx<'r> {
             session,
             clock: clock.clone(),
             outside: None,
+            read: false,
         }
     }
 
@@ -99,6 +103,7 @@ impl<'r> Ctx<'r> {
             session: self.session,
             clock: self.clock.clone(),
             outside: Some(outside),
+            read: self.read,
         }
     }
 
@@ -106,6 +111,12 @@ impl<'r> Ctx<'r> {
     /// `retrysim_now()`). While an invocation is paused at a crash point, time may pass.
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// Whether the request is a read ([`crate::Intent::read`]): one its client expects to
+    /// commit nothing (a system may send it without the client's key, or read-only).
+    pub fn reads(&self) -> bool {
+        self.read
     }
 
     /// The session the request came in on. Server memory kept per session (instead of in the

@@ -215,6 +215,8 @@ pub(crate) struct IntentState<R, V> {
     pub(crate) sending_print: u64,
     /// Sent only if the client's previous intent succeeded.
     pub(crate) after_success: bool,
+    /// Whether the intent only reads ([`crate::Intent::read`]): no effect is owed to it.
+    pub(crate) read: bool,
     /// Whether another intent of the run has its request id with other arguments or under
     /// another scope ([`crate::check::shares_request_id`]).
     pub(crate) shares_request_id: bool,
@@ -270,6 +272,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             request_print: self.request_print,
             sending_print: self.sending_print,
             after_success: self.after_success,
+            read: self.read,
             shares_request_id: self.shares_request_id,
             attempts: self.attempts,
             polls: self.polls,
@@ -299,6 +302,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
             request_print,
             sending_print,
             after_success,
+            read,
             shares_request_id,
             attempts,
             polls,
@@ -321,6 +325,7 @@ impl<R: Clone, V: Clone> Clone for IntentState<R, V> {
         self.request_print = *request_print;
         self.sending_print = *sending_print;
         self.after_success = *after_success;
+        self.read = *read;
         self.shares_request_id = *shares_request_id;
         self.attempts = *attempts;
         self.polls = *polls;
@@ -422,7 +427,11 @@ impl<R, V: Clone + Hash + PartialEq> IntentState<R, V> {
     pub(crate) fn add_reply(&mut self, reply: ServerReply<V>) {
         let original = self.original.as_ref();
         let shared = self.shares_request_id;
-        if let Some(evidence) = reply_evidence(&reply.reply, reply.committed, original, shared) {
+        // A read's answers tell the checks nothing its effect count does not.
+        let evidence = (!self.read)
+            .then(|| reply_evidence(&reply.reply, reply.committed, original, shared))
+            .flatten();
+        if let Some(evidence) = evidence {
             let hash = hash_of(&evidence);
             if let Err(position) = self.reply_hashes.0.binary_search(&hash) {
                 self.reply_hashes.0.insert(position, hash);
@@ -520,6 +529,15 @@ impl<V: fmt::Display> fmt::Display for ServerReply<V> {
             (reply, true) => write!(f, "status {reply}"),
             (reply, false) => write!(f, "{reply}"),
         }
+    }
+}
+
+/// A reply as the timeline words it: a read's result is *answered*, since nothing is applied
+/// or replayed for a read; any other reply as it is.
+pub(crate) fn reply_words<V: fmt::Display>(reply: &Reply<V>, read: bool) -> String {
+    match reply {
+        Reply::Applied(value) | Reply::Replayed(value) if read => format!("answered {value}"),
+        reply => reply.to_string(),
     }
 }
 

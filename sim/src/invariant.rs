@@ -7,7 +7,8 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Invariant {
-    /// No intent has more than one committed effect.
+    /// No intent has more than one committed effect, and a read ([`crate::Intent::read`])
+    /// none.
     AtMostOnceEffect,
     /// A client that concludes *failed* has no committed effect; one that concludes
     /// *succeeded with r* has exactly one, and r is its result.
@@ -105,7 +106,9 @@ impl Invariant {
     /// One line saying when the invariant holds.
     pub fn holds_when(self) -> &'static str {
         match self {
-            Invariant::AtMostOnceEffect => "no intent has more than one committed effect",
+            Invariant::AtMostOnceEffect => {
+                "no intent has more than one committed effect, and a read none"
+            }
             Invariant::OutcomeAgreement => {
                 "a client that concludes failed has no committed effect; one that concludes succeeded with r has exactly one, and r is its result"
             }

@@ -182,7 +182,7 @@ impl<S: System> Sandbox<S> {
                     Task::new(
                         stacks,
                         prepare_connection(opened, commits, &self.tag),
-                        (Session::default(), clock.clone()),
+                        (Session::default(), clock.clone(), false),
                         handle,
                     )
                 };

@@ -145,6 +145,7 @@ impl<S: System> Subject for Simulator<S> {
                 for intent in intents {
                     intent.request.hash(&mut hasher);
                     intent.after_success.hash(&mut hasher);
+                    intent.read.hash(&mut hasher);
                 }
                 hasher.finish()
             })

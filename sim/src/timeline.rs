@@ -78,6 +78,10 @@ pub struct IntentSummary {
     pub verdict: String,
     /// Committed effects, by the ground truth.
     pub effects: u32,
+    /// Whether it is a read ([`crate::Intent::read`]), owed no effect (in JSON only when
+    /// true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub read: bool,
 }
 
 /// The trace of one run.
@@ -189,9 +193,10 @@ impl Timeline {
     fn summary(&self) -> String {
         let mut out = String::new();
         for summary in &self.intents {
+            let read = if summary.read { " (a read)" } else { "" };
             let _ = writeln!(
                 out,
-                "intent {} (c{} {}): {} attempt(s), {}, {} committed effect(s)",
+                "intent {} (c{} {}){read}: {} attempt(s), {}, {} committed effect(s)",
                 summary.intent,
                 summary.client,
                 summary.request,

@@ -434,6 +434,13 @@ pub struct Intent<R> {
     /// Whether the intent builds on the client's previous intent (e.g. an edit based on the
     /// version that intent produced): the client sends it only if that intent succeeded.
     pub after_success: bool,
+    /// Whether the intent only reads: a request that should commit nothing (an HTTP `GET`).
+    /// A read is owed an answer like any intent (`eventual-verdict`), but no effect: one
+    /// committed for it breaks `at-most-once-effect` (at most none, for a read), and the
+    /// checks that compare an operation's answers with its effect (`outcome-agreement`,
+    /// `replay-fidelity`, `truthful-reply`, `no-silent-key-reuse`, `scope-isolation`) do not
+    /// judge it. A client that reconnects sends a read again without a status lookup.
+    pub read: bool,
 }
 
 impl<R> Intent<R> {
@@ -442,6 +449,16 @@ impl<R> Intent<R> {
         Intent {
             request,
             after_success: false,
+            read: false,
+        }
+    }
+
+    /// An intent that only reads (see [`Intent::read`](Intent#structfield.read)).
+    pub fn read(request: R) -> Self {
+        Intent {
+            request,
+            after_success: false,
+            read: true,
         }
     }
 
@@ -450,6 +467,7 @@ impl<R> Intent<R> {
         Intent {
             request,
             after_success: true,
+            read: false,
         }
     }
 }

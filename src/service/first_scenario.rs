@@ -154,6 +154,7 @@ fn target_of(answers: &ServiceAnswers, directory: &Path) -> ServiceTarget {
             arguments: json!({}),
             key_of: None,
             headers: json!({}),
+            read: true,
         }]],
         status: None,
         concurrent: false,

@@ -134,18 +134,19 @@ impl OnService {
     }
 
     /// What a tool's result answers: refused when it is a tool error; else its value, applied
-    /// when this invocation committed an effect and replayed when it did not.
-    fn reply(&self, result: &Value, committed: bool) -> Reply<Answer> {
+    /// when this invocation committed an effect and replayed when it did not. A read's
+    /// value is read as [`OnService::value`] says.
+    fn reply(&self, result: &Value, committed: bool, read: bool) -> Reply<Answer> {
         if let Some(pending) = self.0.pending.as_ref().and_then(|p| p.read(result)) {
             return pending;
         }
         if let ServerTransport::Http { .. } = self.0.transport {
-            return self.http_reply(result, committed);
+            return self.http_reply(result, committed, read);
         }
         if result.get("isError") == Some(&Value::Bool(true)) {
             return Reply::Refused(tool_error(result).into());
         }
-        let value = self.value(result);
+        let value = self.value(result, read);
         if committed {
             Reply::Applied(value)
         } else {
@@ -159,7 +160,7 @@ impl OnService {
     /// names them), 5xx unavailable (or *retry after*), other statuses refused. A connection
     /// that ends without a response is no reply: the client hears nothing, and times out. A
     /// response that broke HTTP or a cap ends the check.
-    fn http_reply(&self, result: &Value, committed: bool) -> Reply<Answer> {
+    fn http_reply(&self, result: &Value, committed: bool, read: bool) -> Reply<Answer> {
         if let Some(why) = result["lost"].as_str() {
             return Reply::Lost(why.to_string().into());
         }
@@ -181,7 +182,7 @@ impl OnService {
             },
             (202, None) => Reply::Pending,
             (200..=299, _) => {
-                let value = self.value(result);
+                let value = self.value(result, read);
                 if committed {
                     Reply::Applied(value)
                 } else {
@@ -198,13 +199,20 @@ impl OnService {
         }
     }
 
-    /// The value a successful result answers, as JSON text, with the whole result. A pointer that matches nothing
-    /// in it ends the check: every answer would read alike, and answers that differ would
-    /// pass for the same.
-    fn value(&self, result: &Value) -> Answer {
+    /// The value a successful result answers, as JSON text, with the whole result. A pointer
+    /// that matches nothing in it ends the check (every answer would read alike, and answers
+    /// that differ would pass for the same), unless the call is a read: what a read answers
+    /// is not compared with an effect, and its value is then its whole body (over MCP, its
+    /// whole result).
+    fn value(&self, result: &Value, read: bool) -> Answer {
         let pointer = &self.0.value_pointer;
         match result.pointer(pointer) {
             Some(value) => Answer::new(value.to_string(), result.clone()),
+            None if read => {
+                let http = matches!(self.0.transport, ServerTransport::Http { .. });
+                let body = result.get("body").filter(|_| http);
+                Answer::new(body.unwrap_or(result).to_string(), result.clone())
+            }
             None => {
                 let answer: String = result.to_string().chars().take(200).collect();
                 fail_subject(format!(
@@ -215,21 +223,23 @@ impl OnService {
         }
     }
 
-    /// The `tools/call` parameters of `request`, a call the workload drew.
-    fn call_params(&self, request: &Keyed<String>) -> Value {
+    /// The request of a call the workload drew (over MCP, its `tools/call` parameters); a read's ([`Call::read`](super::Call::read)) without the
+    /// client's key.
+    fn call_params(&self, request: &Keyed<String>, read: bool) -> Value {
+        let key = (!read).then_some(&*request.id);
         if let ServerTransport::Http { .. } = self.0.transport {
-            return self.http_params(&request.args, &request.id);
+            return self.http_params(&request.args, key);
         }
         let (tool, arguments) = request
             .args
             .split_once(' ')
             .expect("a call the harness wrote");
-        self.params(tool, arguments, &request.id)
+        self.params(tool, arguments, key)
     }
 
     /// The HTTP request of a call written `METHOD /path BODY`, with the client's key where
     /// the target puts it (a header, or a field of the body).
-    fn http_params(&self, call: &str, key: &str) -> Value {
+    fn http_params(&self, call: &str, key: Option<&str>) -> Value {
         let mut parts = call.splitn(3, ' ');
         let (method, path, body) = (parts.next(), parts.next(), parts.next());
         let (Some(method), Some(path), Some(body)) = (method, path, body) else {
@@ -237,6 +247,9 @@ impl OnService {
         };
         let (mut body, headers) = super::headers::body_and_headers(body);
         let mut headers = Value::Object(headers);
+        let Some(key) = key else {
+            return http_request(method, path, headers, body);
+        };
         match &self.0.key {
             KeyPlacement::Header(name) => headers[name.as_str()] = json!(key),
             KeyPlacement::Argument(name) => {
@@ -246,19 +259,17 @@ impl OnService {
             }
             _ => {}
         }
-        let no_body = matches!(method, "GET" | "HEAD" | "DELETE") && body == json!({});
-        let body = if no_body { Value::Null } else { body };
-        json!({"method": method, "path": path, "headers": headers, "body": body})
+        http_request(method, path, headers, body)
     }
 
     /// The reply to a call that came to `answer`; a JSON-RPC error is a refusal.
     fn answered(
         &self,
         answer: Result<Value, Interrupted>,
-        committed: bool,
+        (committed, read): (bool, bool),
     ) -> Result<Reply<Answer>, Crash> {
         match answer {
-            Ok(result) => Ok(self.reply(&result, committed)),
+            Ok(result) => Ok(self.reply(&result, committed, read)),
             Err(Interrupted::Failed(ServiceError::Rpc { code, message })) => Ok(Reply::Refused(
                 format!("JSON-RPC error {code}: {message}").into(),
             )),
@@ -269,10 +280,14 @@ impl OnService {
 
     /// The `tools/call` parameters of `call`, with the client's key where the target puts
     /// it.
-    fn params(&self, tool: &str, arguments: &str, key: &str) -> Value {
+    fn params(&self, tool: &str, arguments: &str, key: Option<&str>) -> Value {
         let mut arguments: Value =
             serde_json::from_str(arguments).expect("arguments the harness wrote");
         let mut params = json!({"name": tool});
+        let Some(key) = key else {
+            params["arguments"] = arguments;
+            return params;
+        };
         match &self.0.key {
             // A header is HTTP's: a scenario over stdio is refused one at load.
             KeyPlacement::None | KeyPlacement::Header(_) => {}
@@ -304,7 +319,7 @@ impl OnService {
         };
         match status {
             202 | 409 => Status::Pending,
-            200..=299 => Status::Completed(self.value(result)),
+            200..=299 => Status::Completed(self.value(result, false)),
             404 | 410 => Status::NotFound,
             422 => Status::Conflict,
             _ => Status::Unavailable(format!("HTTP {status}: {}", result["body"]).into()),
@@ -320,7 +335,7 @@ impl OnService {
             .pointer("/structuredContent/status")
             .and_then(Value::as_str)
         {
-            Some("completed") => Status::Completed(self.value(result)),
+            Some("completed") => Status::Completed(self.value(result, false)),
             Some("pending") => Status::Pending,
             Some("conflict") => Status::Conflict,
             _ => Status::NotFound,
@@ -378,6 +393,14 @@ fn built_call(call: &str, http: bool, earlier: &[Option<&Answer>]) -> Result<Str
 /// The HTTP request of a status lookup of `request`: `lookup` (`METHOD /path`) with the
 /// request id in place of `{key}`, and the headers the client sends `request` with (its
 /// bearer, its tenant), but no key header and no body.
+/// The transport's form of an HTTP request: a `GET`, `HEAD` or `DELETE` with an empty body
+/// sends none.
+fn http_request(method: &str, path: &str, headers: Value, body: Value) -> Value {
+    let no_body = matches!(method, "GET" | "HEAD" | "DELETE") && body == json!({});
+    let body = if no_body { Value::Null } else { body };
+    json!({"method": method, "path": path, "headers": headers, "body": body})
+}
+
 fn http_lookup_params(lookup: &str, request: &Keyed<String>) -> Value {
     let (method, path) = lookup.split_once(' ').expect("a lookup the scenario wrote");
     let path = path.replace(
@@ -704,13 +727,18 @@ impl System for OnService {
                             None => format!("r{number}"),
                         };
                         ids.push(id.clone());
-                        Intent::new(Keyed {
+                        let request = Keyed {
                             id: Cow::Owned(id),
                             args: super::headers::with_headers(
                                 format!("{} {}", call.tool, drawn(&call.arguments, decider)),
                                 &drawn(&call.headers, decider),
                             ),
-                        })
+                        };
+                        if call.read {
+                            Intent::read(request)
+                        } else {
+                            Intent::new(request)
+                        }
                     })
                     .collect()
             })
@@ -726,14 +754,14 @@ impl System for OnService {
         request: &Keyed<String>,
     ) -> Result<Reply<Answer>, Crash> {
         ctx.point(BEFORE_CALL)?;
-        let params = self.call_params(request);
+        let params = self.call_params(request, ctx.reads());
         tell(&store.history, &params.to_string());
         let session = ctx.session();
         let server = store.server.get_mut();
         (server.in_session(session.client, session.generation)).unwrap_or_else(|e| failed(&e));
         let answer = server.call(&params, &mut asker(ctx, &store.history));
         let committed = store.take_effects(None) > 0;
-        let reply = self.answered(answer, committed)?;
+        let reply = self.answered(answer, (committed, ctx.reads()))?;
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
     }
@@ -749,7 +777,7 @@ impl System for OnService {
         request: &Keyed<String>,
     ) -> Result<Reply<Answer>, Crash> {
         ctx.point(BEFORE_CALL)?;
-        let params = self.call_params(request);
+        let params = self.call_params(request, ctx.reads());
         tell(&store.history, &params.to_string());
         let mut effects = 0;
         let session = ctx.session();
@@ -803,7 +831,7 @@ impl System for OnService {
             // A call left running keeps what it said once let go, for the next run to finish.
             store.waits.borrow_mut().forget(id);
         }
-        let reply = self.answered(answer, effects > 0)?;
+        let reply = self.answered(answer, (effects > 0, ctx.reads()))?;
         ctx.point(AFTER_ANSWER)?;
         Ok(reply)
     }

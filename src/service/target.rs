@@ -189,6 +189,13 @@ pub struct Call {
     /// strings, each of which may be `{"one_of": [...]}` drawn as arguments are; an empty
     /// object for none (and over MCP).
     pub headers: Value,
+    /// Whether the call only reads ([`Intent::read`](crate::Intent::read)): it is sent
+    /// without the client's key, is owed no effect (one committed for it breaks
+    /// `at-most-once-effect`) and is asked again after a reconnect without a status lookup.
+    /// A scenario's HTTP `GET`, `HEAD` and `OPTIONS` calls are reads unless they say
+    /// `read = false`; any call may say `read = true` (a `POST /search`, an MCP tool that
+    /// looks something up).
+    pub read: bool,
 }
 
 impl Call {

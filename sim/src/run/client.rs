@@ -113,6 +113,8 @@ impl<S: System> Execution<'_, '_, S> {
         let generation = state.generation;
         let intent = state.current().expect("reconnecting with an open intent");
         let next = match policy {
+            // A read is simply asked again.
+            _ if self.world.intent(intent).read => NextSend::Submit,
             ClientPolicy::FreshId => {
                 let fresh = self.world.intent(intent).request.with_fresh_id(generation);
                 let fresh = self.built_request(client, &fresh).unwrap_or(fresh);

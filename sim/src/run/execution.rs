@@ -14,7 +14,7 @@ use crate::check::{check, orphan_effects};
 use crate::choices::ChoiceKind;
 use crate::clock::Timeouts;
 use crate::ctx::Crash;
-use crate::intent::Verdict;
+use crate::intent::{reply_words, Verdict};
 use crate::system::System;
 use crate::timeline::Lane;
 use crate::vocabulary::{IntentId, IntentTag, Reply, Request, Status};
@@ -313,6 +313,7 @@ impl<S: System> Execution<'_, '_, S> {
                 session: Session::default(),
                 clock: self.tag.clock().clone(),
                 outside: None,
+                read: false,
             };
             self.system.run_job(&mut ctx, self.store)
         };
@@ -658,6 +659,7 @@ impl<S: System> Execution<'_, '_, S> {
                 session,
                 clock: self.tag.clock().clone(),
                 outside: None,
+                read: self.world.intent(intent).read,
             };
             self.system
                 .handle(&mut ctx, self.store, &mut self.memory, request)
@@ -678,8 +680,9 @@ impl<S: System> Execution<'_, '_, S> {
         let committed = self.absorb_effects().contains(&intent);
         match result {
             Ok(reply) => {
-                self.world.note(Lane::Server, |_| {
-                    format!("handle {intent}#{attempt} -> {reply}")
+                self.world.note(Lane::Server, |world| {
+                    let said = reply_words(&reply, world.intent(intent).read);
+                    format!("handle {intent}#{attempt} -> {said}")
                 });
                 self.answer(intent, attempt, request, &observation, reply, committed);
             }
@@ -792,6 +795,7 @@ impl<S: System> Execution<'_, '_, S> {
                 session,
                 clock: self.tag.clock().clone(),
                 outside: None,
+                read: false,
             };
             self.system
                 .lookup(&mut ctx, self.store, &mut self.memory, request)

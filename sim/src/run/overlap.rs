@@ -13,6 +13,7 @@ use super::tasks::{prepare_connection, Go, Pause, Task, Turn};
 use super::world::{hash_of, Action, Actions, Body};
 use super::{CrashPoints, RunEnd, Session};
 use crate::ctx::Crash;
+use crate::intent::reply_words;
 use crate::system::System;
 use crate::timeline::Lane;
 use crate::vocabulary::IntentId;
@@ -208,7 +209,8 @@ impl<S: System> Execution<'_, '_, S> {
         // SAFETY: the engine resumes every task until it finishes before the run returns
         // (`end_invocations`), and `system` and the store outlive the run.
         let clock = self.tag.clock().clone();
-        let task = unsafe { Task::new(self.stacks, connection, (session, clock), handle) };
+        let read = self.world.intent(intent).read;
+        let task = unsafe { Task::new(self.stacks, connection, (session, clock, read), handle) };
         self.invocations_started += 1;
         self.tasks.push(Invocation {
             task,
@@ -313,8 +315,10 @@ impl<S: System> Execution<'_, '_, S> {
                 self.progress += 1;
                 let invocation = self.tasks.remove(index);
                 self.connections.push(invocation.task.into_connection());
-                self.world
-                    .note(Lane::Server, |_| format!("{label} {what} -> {reply}"));
+                self.world.note(Lane::Server, |world| {
+                    let said = reply_words(&reply, world.intent(invocation.intent).read);
+                    format!("{label} {what} -> {said}")
+                });
                 self.answer(
                     invocation.intent,
                     invocation.attempt,

@@ -136,7 +136,7 @@ impl<V> Task<V> {
     pub(crate) unsafe fn new<'h>(
         stacks: &mut Vec<DefaultStack>,
         connection: Connection,
-        (session, clock): (Session, Clock),
+        (session, clock, read): (Session, Clock, bool),
         handle: impl FnOnce(&mut Ctx<'_>, &Connection) -> Result<Reply<V>, Crash> + 'h,
     ) -> Self {
         let connection = Box::new(connection);
@@ -154,6 +154,7 @@ impl<V> Task<V> {
                 session,
                 clock,
                 outside: None,
+                read,
             };
             // SAFETY: the connection is boxed in the task and outlives its body.
             handle(&mut ctx, unsafe { &*lent })

@@ -247,6 +247,7 @@ fn fixed_print_of<R, V>(intents: &[IntentState<R, V>], clients: &[ClientState]) 
         intent.client.hash(&mut hasher);
         intent.request_print.hash(&mut hasher);
         intent.after_success.hash(&mut hasher);
+        intent.read.hash(&mut hasher);
     }
     for client in clients {
         (client.first, client.count).hash(&mut hasher);
@@ -272,6 +273,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
             for Intent {
                 request,
                 after_success,
+                read,
             } in planned
             {
                 let request_print = hash_of(&request);
@@ -282,6 +284,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     request_print,
                     sending_print: request_print,
                     after_success,
+                    read,
                     shares_request_id: false,
                     attempts: 0,
                     polls: 0,
@@ -756,6 +759,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                     .as_ref()
                     .map_or_else(|| "unknown (run ended)".to_string(), |v| v.to_string()),
                 effects: state.effects,
+                read: state.read,
             })
             .collect();
         Some(Timeline {

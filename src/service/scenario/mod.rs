@@ -50,8 +50,11 @@
 //! calls = [{ tool = "add", arguments = { amount = { one_of = [5, 7] } } },
 //!          { tool = "add", arguments = { amount = 9 }, key_of = 1 },  # call 1's key
 //!                                              # reused with other arguments
-//!          { tool = "add", arguments = { amount = "{1:/structuredContent/total}" } }]
+//!          { tool = "add", arguments = { amount = "{1:/structuredContent/total}" } },
 //!                                              # a value from the answer to call 1
+//!          { tool = "total", read = true }]    # a read: owed no effect, sent without
+//!                                              # a key (an HTTP GET is one unless it
+//!                                              # says read = false)
 //!
 //! [bounds]                                     # defaults for the command line's flags
 //! attempts_max = 2
@@ -213,6 +216,8 @@ struct CallSection {
     key_of: Option<usize>,
     /// HTTP: headers the call sends.
     headers: Option<HeadersFile>,
+    /// Whether the call only reads (an HTTP `GET`, `HEAD` or `OPTIONS` does unless it says).
+    read: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -254,6 +259,31 @@ fn no_arguments() -> Value {
     Value::Object(serde_json::Map::new())
 }
 
+/// Refuses `key_of` on a read, or naming one: a read is sent without a key.
+fn check_read_key(
+    at: &str,
+    call: &CallSection,
+    calls: &[CallSection],
+    transport: TransportFile,
+) -> Result<(), String> {
+    let Some(number) = call.key_of else {
+        return Ok(());
+    };
+    if call.reads(transport) {
+        return Err(format!(
+            "{at}: key_of on a read: a read is sent without a key (say read = false if \
+             the call is an operation)"
+        ));
+    }
+    if calls[number - 1].reads(transport) {
+        return Err(format!(
+            "{at}: key_of = {number} names a read, which has no key (say read = false on \
+             call {number} if it is an operation)"
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a key header whose name is no HTTP field name (RFC 9110 §5.1: a token) or is one
 /// the harness writes itself (a second `Content-Length` would make the request another).
 fn check_key_header(name: &str) -> Result<(), String> {
@@ -283,7 +313,20 @@ pub const KEY_HEADER_DEFAULT: &str = "Idempotency-Key";
 /// The variable that gives an HTTP server its port unless the scenario says otherwise.
 pub const PORT_ENV_DEFAULT: &str = "PORT";
 
+/// The HTTP methods RFC 9110 calls safe: a call with one of them is a read unless it says
+/// `read = false`.
+const SAFE_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+
 impl CallSection {
+    /// Whether the call is a read: as it says, else whether it is an HTTP call with a safe
+    /// method.
+    fn reads(&self, transport: TransportFile) -> bool {
+        self.read.unwrap_or_else(|| {
+            transport == TransportFile::Http
+                && SAFE_METHODS.contains(&self.method.as_deref().unwrap_or("POST"))
+        })
+    }
+
     /// What the call is, as the timeline and the workload name it: the tool over MCP,
     /// `METHOD /path` over HTTP; and its arguments (the body over HTTP). An error names
     /// what the transport does not take, or what it lacks.
@@ -534,6 +577,7 @@ impl ScenarioFile {
                         section.key_of.unwrap_or(0)
                     ));
                 }
+                check_read_key(&at, section, &self.clients[client].calls, transport)?;
                 let headers = super::headers::merged(&[
                     self.server.headers.as_ref(),
                     self.clients[client].headers.as_ref(),
@@ -666,6 +710,14 @@ impl ScenarioFile {
                     .into(),
             );
         }
+        let first = self.clients.first().and_then(|client| client.calls.first());
+        if first.is_some_and(|call| call.reads(self.server.transport)) {
+            return Err(
+                "[conformance] idempotency_key probes client 1's call 1, which is a read \
+                 (sent without a key): put an operation first"
+                    .into(),
+            );
+        }
         Ok(Some(match section.idempotency_key {
             ConformanceAskedFile::Advisory => ConformanceAsked::Advisory,
             ConformanceAskedFile::Required => ConformanceAsked::Required,
@@ -790,6 +842,7 @@ impl ScenarioFile {
                                 arguments,
                                 key_of: call.key_of.map(|number| number - 1),
                                 headers: super::headers::merged(&layers),
+                                read: call.reads(self.server.transport),
                             }
                         })
                         .collect()

@@ -67,7 +67,7 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
                     .map(|(intent, key)| {
                         let without_key = print_without_key(&intent.request)?;
                         let first_with_key = mine.iter().position(|other| other == key)?;
-                        let flags = (intent.after_success, intent.shares_request_id);
+                        let flags = (intent.after_success, intent.read, intent.shares_request_id);
                         Some((flags, without_key, first_with_key))
                     })
                     .collect();
@@ -250,9 +250,9 @@ impl<R: Request, V: Clone + Hash + fmt::Display, E: Hash> World<R, V, E> {
 }
 
 /// What makes an intent interchangeable with another ([`World::group_clients`]): its
-/// condition and whether it shares its request id, its request without its key, and the
+/// condition, whether it reads, whether it shares its request id, its request without its key, and the
 /// first of its client's intents with its key.
-type Shape = ((bool, bool), u64, usize);
+type Shape = ((bool, bool, bool), u64, usize);
 
 /// One client's part of a state, where it stands in the state.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
