@@ -132,13 +132,15 @@
 //! The engine lives in `retrysim-sim` (re-exported here); the built-in domains and handlers
 //! in `retrysim-models` (as [`models`]); the `retrysim` binary is a client of [`cli`].
 
+/// The throwaway PostgreSQL cluster, its client and its relay: the store kind of a
+/// scenario's `[database] kind = "postgres"`, kept beside it in the service's databases.
+pub use service::databases::postgres;
 pub mod cli;
 pub mod diagram;
 pub mod helpers;
 pub mod html;
 pub mod merge;
 pub mod play;
-pub mod postgres;
 pub mod process;
 pub mod property;
 pub mod report;

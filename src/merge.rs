@@ -69,10 +69,27 @@ pub struct ShardReport {
     pub json: Value,
 }
 
+/// How a merged report names what it checked: `domain/handler`, or a scenario's path alone
+/// (as [`models::HandlerEntry::name`] does).
+fn named(model: &str, handler: &str) -> String {
+    if model == models::SCENARIO_DOMAIN {
+        handler.to_string()
+    } else {
+        format!("{model}/{handler}")
+    }
+}
+
+/// A report's `model`, the scenario domain's old name (`mcp`) read as its new.
+fn domain<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    Ok(models::domain_named(&name).to_string())
+}
+
 /// `check --json`, as it is written.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckJson {
+    #[serde(deserialize_with = "domain")]
     model: String,
     handler: String,
     options: CheckOptionsJson,
@@ -283,6 +300,7 @@ struct CounterexampleJson {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExploreJson {
+    #[serde(deserialize_with = "domain")]
     model: String,
     handler: String,
     seeds: SeedsJson,
@@ -702,10 +720,12 @@ fn check_summary(report: &Value, stopped: StoppedJson, gaps: &[String]) -> Strin
         StoppedJson::Asked => "NOT exhausted: a shard's time budget ran out",
     };
     let mut text = format!(
-        "{}/{}: {} check shards merged\nruns explored: {}; unique states: {}\n\
+        "{}: {} check shards merged\nruns explored: {}; unique states: {}\n\
          runs_max: {} per shard, {} in all\nbound: {bound}\n",
-        report["model"].as_str().unwrap_or_default(),
-        report["handler"].as_str().unwrap_or_default(),
+        named(
+            report["model"].as_str().unwrap_or_default(),
+            report["handler"].as_str().unwrap_or_default()
+        ),
         report["shards"],
         report["runs"],
         report["unique_states"],
@@ -785,9 +805,8 @@ fn merge_explorations(reports: &[(&str, ExploreJson)]) -> Result<Merged, MergeEr
     });
     let status = u8::from(!violations.is_empty());
     let mut summary = format!(
-        "{}/{}: {} explore shards merged\n{} executions (seeds {}..{})\n",
-        head.model,
-        head.handler,
+        "{}: {} explore shards merged\n{} executions (seeds {}..{})\n",
+        named(&head.model, &head.handler),
         explorations.len(),
         report["executions"],
         seeds.start,

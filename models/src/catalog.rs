@@ -66,7 +66,21 @@ pub struct HandlerEntry {
 
 /// The domain under which the command line checks a scenario file of a real service (its
 /// handler is the file's path).
-pub const SCENARIO_DOMAIN: &str = "mcp";
+pub const SCENARIO_DOMAIN: &str = "service";
+
+/// The name [`SCENARIO_DOMAIN`] had before a scenario could speak plain HTTP: still taken
+/// (`--model mcp --handler SCENARIO`, a shard report that says `"model": "mcp"`) for one
+/// release.
+pub const SCENARIO_DOMAIN_BEFORE: &str = "mcp";
+
+/// The domain named `name`, the old name of the scenario domain read as the new.
+pub fn domain_named(name: &str) -> &str {
+    if name == SCENARIO_DOMAIN_BEFORE {
+        SCENARIO_DOMAIN
+    } else {
+        name
+    }
+}
 
 impl HandlerEntry {
     /// How reports name it: `domain/handler`, or a scenario file's path alone.

@@ -8,5 +8,6 @@ pub mod payment;
 pub mod reservation;
 
 pub use catalog::{
-    domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError, SCENARIO_DOMAIN,
+    domain_named, domains, find, handlers, Declared, DomainEntry, HandlerEntry, LookupError,
+    SCENARIO_DOMAIN, SCENARIO_DOMAIN_BEFORE,
 };

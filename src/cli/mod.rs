@@ -716,11 +716,12 @@ impl Target {
         }
     }
 
-    /// The domain and handler named: a scenario file is the handler of the `mcp` domain.
+    /// The domain and handler named: a scenario file is the handler of the `service` domain
+    /// (`--model mcp`, its old name, names it too).
     fn names(&self) -> Result<(&str, &str), UsageError> {
         match (&self.scenario, &self.model, &self.handler) {
             (Some(scenario), ..) => Ok((SCENARIO_MODEL, scenario)),
-            (None, Some(model), Some(handler)) => Ok((model, handler)),
+            (None, Some(model), Some(handler)) => Ok((models::domain_named(model), handler)),
             _ => Err(UsageError(
                 "name what to run: a scenario file (e.g. `retrysim check \
                  examples/http/orders_fastapi.toml`) or a built-in handler (e.g. `--model \

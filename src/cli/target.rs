@@ -303,7 +303,7 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
     let entry: &'static HandlerEntry = Box::leak(Box::new(HandlerEntry {
         domain: SCENARIO_MODEL,
         handler: Box::leak(handler.to_string().into_boxed_str()),
-        summary: "a real MCP server, run over stdio as its scenario says",
+        summary: "a real service, started and called as its scenario says",
         declared: Declared::Correct,
         invocations_max: scenario.bounds.invocations_max,
         retention_ms: None,

@@ -16,7 +16,7 @@
 mod answers;
 mod command;
 mod conformance;
-mod databases;
+pub(crate) mod databases;
 mod first_scenario;
 mod fresh;
 mod headers;

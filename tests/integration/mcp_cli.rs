@@ -225,7 +225,7 @@ fn exploration_and_json_work_on_a_scenario() {
     );
     let json: serde_json::Value =
         serde_json::from_str(&expect(&["check", &keyless, "--json"], 1)).unwrap();
-    assert_eq!(json["model"], "mcp");
+    assert_eq!(json["model"], "service");
     assert_eq!(json["nondeterministic"], serde_json::Value::Null);
     assert!(json["minimal"]["replay"]
         .as_str()
@@ -722,6 +722,21 @@ fn shard_reports_of_a_server_merge() {
     }
     let merged = expect(&["merge", &reports[0], &reports[1]], 1);
     assert!(merged.contains("at-most-once-effect"), "{merged}");
+    let keyless = shipped("counter_keyless.toml");
+    assert!(
+        merged.starts_with(&format!("{keyless}: 2 check shards merged")),
+        "{merged}"
+    );
+    // A shard written when the scenario domain was named `mcp` merges with one of today's.
+    let older = std::fs::read_to_string(&reports[0]).unwrap().replacen(
+        r#""model":"service""#,
+        r#""model":"mcp""#,
+        1,
+    );
+    assert!(older.contains(r#""model":"mcp""#), "{older}");
+    std::fs::write(&reports[0], older).unwrap();
+    let merged_with_older = expect(&["merge", &reports[0], &reports[1]], 1);
+    assert_eq!(merged_with_older, merged);
     // A keyed server's shards, clean, merge into one verdict with its gaps: key reuse
     // untested, and the race of a server that serves calls at once, checked one at a time.
     let mut clean = Vec::new();

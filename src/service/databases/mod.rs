@@ -6,7 +6,7 @@
 //! [`SqliteFile`]: a file in the store's scratch directory. [`PostgresDatabase`]: a database
 //! of its own in a throwaway cluster the harness runs ([`crate::postgres::PgCluster`]).
 
-mod postgres;
+pub mod postgres;
 mod sqlite;
 
 pub(super) use postgres::PostgresDatabase;

@@ -1,20 +1,7 @@
-//! A throwaway PostgreSQL cluster, one per check: `initdb` into a scratch directory, then
-//! `postgres` on a Unix socket there (no TCP, `fsync=off`), stopped and its directory removed
-//! when dropped, and by [`crate::process::end_on_signal`] on SIGINT or SIGTERM.
-//!
-//! The binaries are found in `$RETRYSIM_PG_BIN`, else `pg_config --bindir`, else the newest
-//! `/usr/lib/postgresql/*/bin` (Debian's layout; `.ci/postgres` installs the package where it
-//! is missing). PostgreSQL refuses to run as root: a harness running as root runs the cluster
-//! as the unprivileged user `postgres`, which the package creates.
+//! The throwaway cluster: `initdb` into a scratch directory, `postgres` on a Unix socket
+//! there, stopped and its directory removed when dropped.
 
-mod client;
-mod relay;
-mod statement;
-
-pub use client::{PgClient, PgRows, PgStatementError, PgValue, PG_MESSAGE_BYTES_MAX, PG_READ_WAIT};
-pub use relay::{Relay, RelayPoints};
-pub use statement::{statement_name, NAME_CHARS_MAX, UNKNOWN_STATEMENT};
-
+use super::PgClient;
 use crate::process::{kill_group, spawn_in_group, Quit, ScratchDir};
 use std::ffi::CString;
 use std::fmt;
@@ -189,7 +176,7 @@ impl PgCluster {
     }
 
     /// The environment that points a client at `database` through the socket directory
-    /// `host` (a [`Relay`]'s, or the cluster's own).
+    /// `host` (a [`Relay`](super::Relay)'s, or the cluster's own).
     pub fn env_via(&self, database: &str, host: &Path) -> Vec<(String, String)> {
         let host = host.display().to_string();
         vec![

@@ -18,9 +18,9 @@
 //! recorded all the same; and after every start of the server they are looked for and put
 //! back where a start-up migration rebuilt an effect table without them.
 
-use super::{quoted_name, Change, SavedDatabase, ServerDatabase};
+use super::super::{quoted_name, Change, SavedDatabase, ServerDatabase};
+use super::{PgClient, PgCluster, PgError, PgRows, Relay, RelayPoints};
 use crate::fail_subject;
-use crate::postgres::{PgClient, PgCluster, PgError, PgRows, Relay, RelayPoints};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
