@@ -482,6 +482,9 @@ fn check_on(
         report.coverage.paused_inside,
     ));
     let overlap_note = resolved.overlap_note(subject.overlaps(), &options.bounds);
+    let no_success = (report.coverage.succeeded == 0 && report.runs() > 0 && !json)
+        .then(|| resolved.no_success_hint(&mut *subject, &options.bounds))
+        .flatten();
     let mut out = Printed::new();
     if json {
         let mut value = json!({
@@ -550,6 +553,9 @@ fn check_on(
         }
         if let Some(overlap) = &overlap_note {
             out.text.push_str(overlap);
+        }
+        if let Some(hint) = &no_success {
+            let _ = writeln!(out.text, "\n{hint}.");
         }
         if let Some(found) = &seeded {
             let _ = writeln!(

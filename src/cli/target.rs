@@ -56,6 +56,38 @@ pub(super) struct Resolved {
 }
 
 impl Resolved {
+    /// For a scenario whose check saw no call succeed, a line saying what its first intent
+    /// concluded in the run with no fault (tape 0, replayed on `subject`), with the command
+    /// that shows it, and where the server answered 401 or 403, what a scenario gives it;
+    /// `None` for a built-in handler, or a run that cannot be replayed.
+    pub(super) fn no_success_hint(
+        &self,
+        subject: &mut dyn Subject,
+        bounds: &Bounds,
+    ) -> Option<String> {
+        self.scenario.as_ref()?;
+        let tape = Tape::from_answers(vec![0]);
+        let timeline = replay(subject, &tape, bounds).ok()?.timeline?;
+        let first = timeline.intents.first()?;
+        let schedule = crate::report::Schedule::Tape(tape);
+        let mut hint = format!(
+            "no call succeeded: in the run with no fault, {} concluded {} (`{}` shows it)",
+            first.intent,
+            first.verdict,
+            crate::report::replay_command(self.entry, bounds, &schedule)
+        );
+        if ["HTTP 401", "HTTP 403"]
+            .iter()
+            .any(|status| first.verdict.contains(status))
+        {
+            hint.push_str(
+                "; a 401 or 403 asks for credentials: give the headers every request carries \
+                 under [server] (headers = { Authorization = \"Bearer ...\" })",
+            );
+        }
+        Some(hint)
+    }
+
     /// The factory the engine's explorations take.
     pub fn factory(&self) -> SubjectFactory<'_> {
         &*self.build

@@ -46,7 +46,8 @@ fn a_payment_built_on_its_orders_answer_is_clean_and_a_keyless_one_caught() {
 }
 
 /// A call whose earlier call did not succeed is not sent: without the bearer header every
-/// order is refused 401, and its payment, built on the order's id, is never sent.
+/// order is refused 401, and its payment, built on the order's id, is never sent; the check
+/// says why no call succeeded.
 #[test]
 fn a_call_built_on_an_answer_never_received_is_not_sent() {
     let bare = shop_variant(
@@ -67,6 +68,21 @@ fn a_call_built_on_an_answer_never_received_is_not_sent() {
         "{replayed}"
     );
     assert!(replayed.contains("0 attempt(s), not sent"), "{replayed}");
+    // A check in which no call succeeded says what the first call concluded, and what a 401
+    // asks of a scenario.
+    let refused = expect(
+        &["check", &bare.path(), "--faults-max", "0", "--width", "400"],
+        3,
+    );
+    assert!(refused.contains("no call succeeded"), "{refused}");
+    assert!(
+        refused.contains(r#"A concluded failed (HTTP 401: {"error":"unauthorized"})"#),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("a 401 or 403 asks for credentials"),
+        "{refused}"
+    );
     let authorized = expect(&["replay", &shop(), "--tape", "0", "--width", "400"], 0);
     assert!(
         authorized.contains(r#"headers {"Authorization":"Bearer t0k3n"}"#),
