@@ -861,7 +861,7 @@ fn replay_on(
 /// Serves the play page for `target` until the process is stopped.
 pub(super) fn run_play(
     target: &Target,
-    (port, tape, seed): (u16, Option<Tape>, u64),
+    (address, tape, seed): (std::net::SocketAddr, Option<Tape>, u64),
     (goal, goal_faults): (Option<String>, u32),
     bounds: &BoundsArgs,
 ) -> Result<Printed, UsageError> {
@@ -890,8 +890,8 @@ pub(super) fn run_play(
         })?;
         Ok(start)
     })?;
-    let server = PlayServer::bind(port)
-        .map_err(|error| UsageError(format!("cannot serve on 127.0.0.1:{port}: {error}")))?;
+    let server = PlayServer::bind_to(address)
+        .map_err(|error| UsageError(format!("cannot serve on {address}: {error}")))?;
     let entry = resolved.entry;
     let play_target = PlayTarget {
         title: entry.name(),
@@ -903,10 +903,17 @@ pub(super) fn run_play(
             report::replay_command(entry, bounds, &Schedule::Tape(tape.clone()))
         }),
     };
+    // Every address of the machine: this one reaches it from here.
+    let here = match address.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+        ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
     println!(
-        "retrysim play: {} on http://127.0.0.1:{}/ (Ctrl-C to stop)",
+        "retrysim play: {} on http://{}/ (Ctrl-C to stop; reached at {})",
         entry.name(),
-        server.port()
+        std::net::SocketAddr::new(here, server.port()),
+        server.reached_from()
     );
     let _ = std::io::stdout().flush();
     server

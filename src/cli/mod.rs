@@ -185,6 +185,10 @@ enum Command {
         /// The port on 127.0.0.1 to serve on; 0 takes any free port (the port is printed).
         #[arg(long, default_value_t = crate::play::PORT_DEFAULT)]
         port: u16,
+        /// Serve on this address instead, e.g. 0.0.0.0:7878 for a room of laptops to reach
+        /// the teacher's machine (127.0.0.1, this machine only, unless said).
+        #[arg(long, value_name = "ADDR:PORT", conflicts_with = "port")]
+        listen: Option<std::net::SocketAddr>,
         /// Start from this tape (a failure's, say) instead of the smallest workload.
         #[arg(long, value_parser = parse_tape)]
         tape: Option<Tape>,
@@ -817,11 +821,16 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
         Some(Command::Play {
             target,
             port,
+            listen,
             tape,
             seed,
             goal,
             goal_faults,
             bounds,
-        }) => run_play(&target, (port, tape, seed), (goal, goal_faults), &bounds),
+        }) => {
+            let address =
+                listen.unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+            run_play(&target, (address, tape, seed), (goal, goal_faults), &bounds)
+        }
     }
 }

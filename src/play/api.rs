@@ -46,6 +46,8 @@ pub(super) struct Server<'a> {
     build: &'a dyn Fn() -> Box<dyn Subject>,
     subject: Box<dyn Subject>,
     target: &'a PlayTarget,
+    /// Who can reach the server, in words ([`super::PlayServer::reached_from`]).
+    reached_from: String,
     shortest: BTreeMap<(Vec<u32>, &'static str, u32), Value>,
 }
 
@@ -61,11 +63,16 @@ impl<T: std::fmt::Display> From<T> for Refusal {
 const JSON: &str = "application/json";
 
 impl<'a> Server<'a> {
-    pub(super) fn new(build: &'a dyn Fn() -> Box<dyn Subject>, target: &'a PlayTarget) -> Self {
+    pub(super) fn new(
+        build: &'a dyn Fn() -> Box<dyn Subject>,
+        target: &'a PlayTarget,
+        reached_from: String,
+    ) -> Self {
         Server {
             build,
             subject: build(),
             target,
+            reached_from,
             shortest: BTreeMap::new(),
         }
     }
@@ -94,6 +101,16 @@ impl<'a> Server<'a> {
     }
 
     fn route(&mut self, route: &str, query: &Query) -> Result<Value, Refusal> {
+        if let Some(system) = query.text("system").filter(|s| *s != self.target.title) {
+            return Err(Refusal(
+                400,
+                format!(
+                    "this link plays {system}, but this server plays {}: start `retrysim \
+                     play` for {system} to follow it",
+                    self.target.title
+                ),
+            ));
+        }
         let seed = query.number("seed")?.unwrap_or(self.target.seed);
         let goal = query.goal(self.target.goal)?;
         let answers = match route {
@@ -215,6 +232,7 @@ impl<'a> Server<'a> {
         let judged_bounds = played.judged_bounds(bounds);
         json!({
             "title": self.target.title,
+            "reached_from": self.reached_from,
             "seed": seed,
             "answers": answers,
             "tape": answers_text(&answers),

@@ -40,7 +40,7 @@ use crate::process::read_line_capped;
 use crate::Subject;
 use std::collections::BTreeMap;
 use std::io::{self, BufReader, Write as _};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -57,15 +57,21 @@ pub const CONNECTIONS_MAX: usize = 64;
 /// a silent one is closed then. It bounds only waiting on a browser, never a run.
 pub const REQUEST_WAIT: Duration = Duration::from_secs(10);
 
-/// A play server bound to its port on 127.0.0.1, not yet serving.
+/// A play server bound to its address (127.0.0.1 unless told otherwise), not yet serving.
 pub struct PlayServer {
     listener: TcpListener,
 }
 
 impl PlayServer {
-    /// Binds 127.0.0.1:`port` (0: a free port).
+    /// Binds 127.0.0.1:`port` (0: a free port): only this machine reaches it.
     pub fn bind(port: u16) -> io::Result<PlayServer> {
-        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        PlayServer::bind_to(SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    /// Binds `address` (port 0: a free port): `0.0.0.0:7878` lets a room of laptops reach
+    /// the teacher's machine on port 7878; say which with [`PlayServer::reached_from`].
+    pub fn bind_to(address: SocketAddr) -> io::Result<PlayServer> {
+        let listener = TcpListener::bind(address)?;
         Ok(PlayServer { listener })
     }
 
@@ -74,6 +80,22 @@ impl PlayServer {
         self.listener
             .local_addr()
             .map_or(0, |address| address.port())
+    }
+
+    /// Who can reach it, in words: this machine only (a loopback address), or every
+    /// machine that reaches this one at the address it is bound to.
+    pub fn reached_from(&self) -> String {
+        match self.listener.local_addr() {
+            Ok(address) if address.ip().is_loopback() => {
+                format!("{address}: this machine only")
+            }
+            Ok(address) if address.ip().is_unspecified() => format!(
+                "{address}: every machine that reaches this one on port {}",
+                address.port()
+            ),
+            Ok(address) => format!("{address}: every machine that reaches {}", address.ip()),
+            Err(error) => format!("an address that cannot be read: {error}"),
+        }
     }
 
     /// Serves the page and its answers for ever, the runs on this thread. `build` makes the
@@ -88,7 +110,7 @@ impl PlayServer {
         let (requests, incoming) = mpsc::channel::<(String, TcpStream)>();
         let listener = self.listener.try_clone()?;
         std::thread::spawn(move || accept(listener, requests));
-        let mut server = api::Server::new(build, target);
+        let mut server = api::Server::new(build, target, self.reached_from());
         for (path, mut stream) in incoming {
             let (status, kind, body) = server.answer(&path);
             let _ = respond(&mut stream, status, kind, body.as_bytes());

@@ -64,6 +64,7 @@ body[data-busy=true] #choices button{opacity:.5}
 <label>tape <input id="starttape" placeholder="1,0,2"></label><button id="fromtape">start from tape</button></div>
 <div class="bar"><span>replay what is on the screen: <code id="replay"></code></span></div>
 <div class="muted bounds" id="boundsbar">bounds: <span id="bounds"></span></div>
+<div class="muted" id="reach"></div>
 <div class="bar" id="goalbar" hidden><span id="goal" class="muted"></span></div>
 <div id="error" role="alert"></div>
 </header>
@@ -91,13 +92,14 @@ body[data-busy=true] #choices button{opacity:.5}
 <script>
 (function(){
  var query=new URLSearchParams(location.search);
- var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults');
- var state=null;
+ var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults'),system=query.get('system');
+ var state=null,walking=false;
  function $(id){return document.getElementById(id);}
  function params(extra){
   var p=new URLSearchParams();
   Object.keys(extra).forEach(function(k){p.set(k,extra[k]);});
   if(seed!==null&&seed!==''){p.set('seed',seed);}
+  if(system!==null){p.set('system',system);}
   if(goal!==null){p.set('goal',goal);if(faults!==null){p.set('faults',faults);}}
   return p.toString();
  }
@@ -112,6 +114,7 @@ body[data-busy=true] #choices button{opacity:.5}
   return fetch(url).then(function(r){return r.json().then(function(body){return {status:r.status,body:body};});})
   .then(function(res){
    document.body.dataset.busy='false';
+   walking=false;
    if(res.status!==200){
     text($('error'),res.body.error);
     document.body.dataset.errors=String(+(document.body.dataset.errors||0)+1);
@@ -126,9 +129,16 @@ body[data-busy=true] #choices button{opacity:.5}
   });
  }
  function render(s){
-  state=s;
   if(seed===null){seed=String(s.seed);}
-  history.replaceState(null,'','?'+params({answers:s.answers.join(',')}));
+  if(system===null){system=s.title;}
+  // Each new position is a page of the browser's history: Back and Forward walk the choices.
+  var shown=new URLSearchParams(location.search).get('answers');
+  var url='?'+params({answers:s.answers.join(',')});
+  if(state===null||shown===null||walking){history.replaceState(null,'',url);}
+  else if(shown!==s.answers.join(',')){history.pushState(null,'',url);}
+  walking=false;
+  state=s;
+  text($('reach'),'served on '+s.reached_from);
   text($('title'),'retrysim play \u2014 '+s.title);
   document.title='retrysim play: '+s.title;
   text($('tape'),s.tape||'(none)');
@@ -224,6 +234,11 @@ body[data-busy=true] #choices button{opacity:.5}
    var pick=state.now.choices.filter(function(c){return c.seeded;})[0];
    if(pick){choose(pick.answer);}
   }
+ });
+ window.addEventListener('popstate',function(){
+  var answers=new URLSearchParams(location.search).get('answers');
+  walking=true;
+  load('/state?'+params({answers:answers||''}));
  });
  if(query.has('tape')){var from={tape:query.get('tape')};if(query.get('to')==='end'){from.to='end';}load('/start?'+params(from));}
  else if(query.has('answers')){load('/state?'+params({answers:query.get('answers')}));}

@@ -210,7 +210,7 @@ pub(super) fn resolved(value: &Value, earlier: &[Option<&Answer>]) -> Result<Val
 
 /// A value's text as it goes into a URL's path: unreserved characters as they are, every
 /// other byte percent-encoded (RFC 3986 §2.3).
-pub(super) fn path_escaped(text: &str) -> String {
+pub(crate) fn path_escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {

@@ -13,7 +13,7 @@
 //! does not start, exits, writes something that is not its protocol, never answers) is a
 //! [`ServiceError`] of one line that carries the last lines of its standard error.
 
-mod answers;
+pub(crate) mod answers;
 mod command;
 mod conformance;
 pub(crate) mod databases;

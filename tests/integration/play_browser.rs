@@ -421,3 +421,51 @@ fn a_failure_page_links_to_its_run_on_the_play_page() {
         shrunk.outcome.timeline.as_ref().unwrap().render_within(100)
     );
 }
+
+/// Back and Forward walk the choices (each position is a page of the browser's history), the
+/// page says who can reach its server, and a link for another system than the server plays
+/// shows one line saying so, not a run.
+#[test]
+fn back_and_forward_walk_the_choices() {
+    let Some((chromium, _)) = browser() else {
+        return;
+    };
+    let server = PlayProcess::start(&crate::play_server::NAIVE_WITH_GOAL);
+    let mut page = Browser::open(&chromium, &format!("http://127.0.0.1:{}/", server.port));
+    let first = page.wait_at(None);
+    let start = first["at"].as_u64().unwrap();
+    let mut positions = vec![first];
+    for step in 1..=3 {
+        page.press("1");
+        positions.push(page.wait_at(Some(start + step)));
+    }
+    page.eval("history.back()");
+    let back = page.wait_at(Some(start + 2));
+    assert_eq!(back["table"], positions[2]["table"]);
+    page.eval("history.back()");
+    page.wait_at(Some(start + 1));
+    page.eval("history.forward()");
+    let forward = page.wait_at(Some(start + 2));
+    assert_eq!(forward["choices"], positions[2]["choices"]);
+    let reach = page.eval("document.getElementById('reach').textContent");
+    assert!(
+        reach.as_str().unwrap().contains("this machine only"),
+        "{reach}"
+    );
+    let elsewhere = format!(
+        "http://127.0.0.1:{}/?tape=0,0&system=counter%2Fkeyed-sqlite",
+        server.port
+    );
+    page.send("Page.navigate", json!({ "url": elsewhere }));
+    let refused = page.eval(
+        "new Promise(function(done){(function wait(){var e=document.getElementById('error');\
+         if(e&&e.textContent){done(e.textContent);}else{setTimeout(wait,20);}})();})",
+    );
+    assert!(
+        refused
+            .as_str()
+            .unwrap()
+            .contains("this link plays counter/keyed-sqlite, but this server plays counter/naive"),
+        "{refused}"
+    );
+}

@@ -18,10 +18,16 @@ pub struct PlayProcess {
 impl PlayProcess {
     /// Starts `retrysim play ARGS --port 0` and reads the port it prints.
     pub fn start(args: &[&str]) -> PlayProcess {
+        PlayProcess::start_on(args, &["--port", "0"])
+    }
+
+    /// Starts `retrysim play ARGS WHERE` (`--listen ADDR:0`, say) and reads the port it
+    /// prints.
+    pub fn start_on(args: &[&str], on: &[&str]) -> PlayProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_retrysim"))
             .arg("play")
             .args(args)
-            .args(["--port", "0"])
+            .args(on)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .process_group(0)
@@ -401,4 +407,54 @@ fn a_server_that_fails_the_harness_is_one_line_before_serving() {
     let scratch_prefix = format!("retrysim-mcp-{pid}-");
     let left = crate::processes_with_environment(&scratch_prefix);
     assert!(left.is_empty(), "{left:?} left running");
+}
+
+/// `--listen 0.0.0.0:PORT` lets other machines reach the server (here: another loopback
+/// address, 127.0.0.2), and says so on its first line and on the page; the default binding,
+/// 127.0.0.1, refuses that address.
+#[test]
+fn a_class_reaches_the_teachers_server_only_when_it_listens_for_them() {
+    let alone = PlayProcess::start(&NAIVE_WITH_GOAL);
+    assert!(
+        TcpStream::connect(("127.0.0.2", alone.port)).is_err(),
+        "127.0.0.1 alone is bound by default"
+    );
+    let (_, state) = alone.json("/state");
+    assert_eq!(
+        state["reached_from"],
+        format!("127.0.0.1:{}: this machine only", alone.port)
+    );
+    let room = PlayProcess::start_on(&NAIVE_WITH_GOAL, &["--listen", "0.0.0.0:0"]);
+    let mut stream = TcpStream::connect(("127.0.0.2", room.port)).expect("reached at 127.0.0.2");
+    stream
+        .write_all(b"GET /state HTTP/1.1\r\nHost: 127.0.0.2\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.contains(&format!(
+            "every machine that reaches this one on port {}",
+            room.port
+        )),
+        "{response}"
+    );
+}
+
+/// A link names the system it plays (`system=`): on a server that plays another one it is
+/// refused in one line, never played as a different run; the page's own system is served.
+#[test]
+fn a_link_for_another_system_is_refused_in_one_line() {
+    let keyed = PlayProcess::start(&["--model", "counter", "--handler", "keyed-sqlite"]);
+    let (status, refused) = keyed.json("/start?tape=0,0,0,1&to=end&system=counter%2Fnaive");
+    assert_eq!(status, 400, "{refused}");
+    let why = refused["error"].as_str().unwrap();
+    assert_eq!(why.lines().count(), 1, "{why}");
+    assert!(
+        why.contains("this link plays counter/naive, but this server plays counter/keyed-sqlite"),
+        "{why}"
+    );
+    let (status, own) = keyed.json("/state?system=counter%2Fkeyed-sqlite");
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(own["title"], "counter/keyed-sqlite");
 }
