@@ -51,6 +51,31 @@ pub(super) struct Server<'a> {
     shortest: BTreeMap<(Vec<u32>, &'static str, u32), Value>,
 }
 
+/// Why a position that broke something is not the goal: its invariant broken with more
+/// faults than the goal allows, or another invariant broken instead. `None` while nothing
+/// is broken.
+fn goal_missed(played: &Played, goal: Goal) -> Option<String> {
+    let judged = &played.judged;
+    let faults = judged.faults.total();
+    if judged.violates(goal.invariant) {
+        return Some(format!(
+            "{} is broken, but with {faults} fault(s): the goal allows {}; go back and spend \
+             fewer",
+            goal.invariant, goal.faults_most
+        ));
+    }
+    let broken: Vec<&str> = (judged.violations.iter())
+        .map(|violation| violation.invariant.name())
+        .collect();
+    (!broken.is_empty()).then(|| {
+        format!(
+            "{} broke, not {}: the goal is another invariant",
+            broken.join(", "),
+            goal.invariant
+        )
+    })
+}
+
 /// A request that cannot be answered: its status and one line saying why.
 struct Refusal(u16, String);
 
@@ -84,6 +109,12 @@ impl<'a> Server<'a> {
         let (route, query) = path.split_once('?').unwrap_or((path, ""));
         if route == "/" || route == "/index.html" {
             return (200, "text/html; charset=utf-8", PAGE.to_string());
+        }
+        if route == "/served" {
+            // Where it is served: the one answer that is not a position's (a position's
+            // bytes are the same on every server).
+            let served = json!({ "title": self.target.title, "reached_from": self.reached_from });
+            return (200, JSON, served.to_string());
         }
         let query = Query::parse(query);
         let answered = caught(AssertUnwindSafe(|| self.route(route, &query)));
@@ -232,7 +263,6 @@ impl<'a> Server<'a> {
         let judged_bounds = played.judged_bounds(bounds);
         json!({
             "title": self.target.title,
-            "reached_from": self.reached_from,
             "seed": seed,
             "answers": answers,
             "tape": answers_text(&answers),
@@ -251,6 +281,7 @@ impl<'a> Server<'a> {
                 "stopped_after_steps": played.stopped_after_steps,
                 "end": end_words(judged.end),
                 "faults": judged.faults.total(),
+                "faults_max": bounds.faults_max,
                 "invariants": invariants,
                 "violations": judged.violations,
                 "text": timeline.render_within(100),
@@ -276,6 +307,8 @@ impl<'a> Server<'a> {
         });
         if met {
             view["shortest"] = self.shortest(played, goal);
+        } else {
+            view["why_not"] = json!(goal_missed(played, goal));
         }
         view
     }

@@ -138,7 +138,6 @@ body[data-busy=true] #choices button{opacity:.5}
   else if(shown!==s.answers.join(',')){history.pushState(null,'',url);}
   walking=false;
   state=s;
-  text($('reach'),'served on '+s.reached_from);
   text($('title'),'retrysim play \u2014 '+s.title);
   document.title='retrysim play: '+s.title;
   text($('tape'),s.tape||'(none)');
@@ -172,7 +171,7 @@ body[data-busy=true] #choices button{opacity:.5}
   var verdict=$('verdict');
   verdict.className=broken?'broken':'clean';
   var scope=s.over?'The run ended ('+judged.end+')':'So far (the run stopped after step '+judged.stopped_after_steps+')';
-  text(verdict,scope+': '+(broken?judged.violations.map(function(v){return 'VIOLATED '+v.invariant;}).join(', '):'every invariant holds'));
+  text(verdict,scope+': '+(broken?judged.violations.map(function(v){return 'VIOLATED '+v.invariant;}).join(', '):'every invariant holds')+'. Faults spent: '+judged.faults+' of '+judged.faults_max+'.');
   list($('invariants'),judged.invariants,function(li,inv){
    li.className=inv.holds?'holds':'broken';
    li.dataset.invariant=inv.name;
@@ -197,7 +196,7 @@ body[data-busy=true] #choices button{opacity:.5}
   if(s.goal){
    g.className=s.goal.met?'met':'muted';
    var aim='Goal: break '+s.goal.invariant+' with at most '+s.goal.faults_most+' fault(s).';
-   text(g,s.goal.met?aim+' Done, in '+s.goal.clicks+' choices after the workload\u2019s, with '+s.goal.faults+' fault(s).':aim);
+   text(g,s.goal.met?aim+' Done, in '+s.goal.clicks+' choices after the workload\u2019s, with '+s.goal.faults+' fault(s).':aim+(s.goal.why_not?' Not yet: '+s.goal.why_not+'.':''));
    if(s.goal.met&&s.goal.shortest){
     panel.hidden=false;
     text($('shortesttape'),s.goal.shortest.tape);
@@ -235,6 +234,9 @@ body[data-busy=true] #choices button{opacity:.5}
    if(pick){choose(pick.answer);}
   }
  });
+ fetch('/served').then(function(r){return r.json();}).then(function(served){
+  text($('reach'),'served on '+served.reached_from);
+ }).catch(function(){});
  window.addEventListener('popstate',function(){
   var answers=new URLSearchParams(location.search).get('answers');
   walking=true;

@@ -193,7 +193,10 @@ fn the_choices_are_the_engines_in_words_with_the_seeds_pick_marked() {
     let now = played.now().unwrap();
     assert_eq!(now.kind, ChoiceKind::Fault);
     assert!(now.within_step);
-    assert_eq!(now.words[1], "lose request A#1 on the way (a drop)");
+    assert_eq!(
+        now.words[1],
+        "lose request A#1 on the way (a fault: a drop)"
+    );
     assert_eq!(played.stopped_after_steps, Some(1));
     // The seed's pick is the seeded source's answer: seed 0 answers the fate 0.
     assert_eq!(now.seeded, 0);

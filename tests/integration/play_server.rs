@@ -419,15 +419,15 @@ fn a_class_reaches_the_teachers_server_only_when_it_listens_for_them() {
         TcpStream::connect(("127.0.0.2", alone.port)).is_err(),
         "127.0.0.1 alone is bound by default"
     );
-    let (_, state) = alone.json("/state");
+    let (_, served) = alone.json("/served");
     assert_eq!(
-        state["reached_from"],
+        served["reached_from"],
         format!("127.0.0.1:{}: this machine only", alone.port)
     );
     let room = PlayProcess::start_on(&NAIVE_WITH_GOAL, &["--listen", "0.0.0.0:0"]);
     let mut stream = TcpStream::connect(("127.0.0.2", room.port)).expect("reached at 127.0.0.2");
     stream
-        .write_all(b"GET /state HTTP/1.1\r\nHost: 127.0.0.2\r\n\r\n")
+        .write_all(b"GET /served HTTP/1.1\r\nHost: 127.0.0.2\r\n\r\n")
         .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
@@ -457,4 +457,34 @@ fn a_link_for_another_system_is_refused_in_one_line() {
     let (status, own) = keyed.json("/state?system=counter%2Fkeyed-sqlite");
     assert_eq!(status, 200, "{own}");
     assert_eq!(own["title"], "counter/keyed-sqlite");
+}
+
+/// Every choice that spends a fault says so, the position says the faults spent against the
+/// budget, and a goal broken with too many faults says why it is not met: lose the reply,
+/// then take the seed's pick (a reconnect, a second fault).
+#[test]
+fn faults_are_named_counted_and_a_goal_missed_says_why() {
+    let server = PlayProcess::start(&NAIVE_WITH_GOAL);
+    let (status, state) = server.json("/state?answers=0,0,0,0,0,0,0,0,1,1,1,1,0,0,0,0");
+    assert_eq!(status, 200, "{state}");
+    let made: Vec<&str> = (state["history"].as_array().unwrap().iter())
+        .map(|choice| choice["words"].as_str().unwrap())
+        .collect();
+    let faults: Vec<&&str> = made.iter().filter(|w| w.contains("(a fault")).collect();
+    assert_eq!(faults.len(), 2, "{made:?}");
+    assert!(
+        faults
+            .iter()
+            .any(|w| w.contains("reconnects (a fault: a reconnect)")),
+        "{made:?}"
+    );
+    assert_eq!(state["judged"]["faults"], 2);
+    assert_eq!(state["judged"]["faults_max"], 3);
+    let goal = &state["goal"];
+    assert_eq!(goal["met"], false, "{goal}");
+    let why = goal["why_not"].as_str().unwrap();
+    assert!(
+        why.contains("at-most-once-effect is broken, but with 2 fault(s): the goal allows 1"),
+        "{why}"
+    );
 }

@@ -80,9 +80,12 @@ impl<S: System> Execution<'_, '_, S> {
         kinds
             .iter()
             .map(|kind| match kind {
-                Delivery::Drop => format!("lose {label} on the way (a drop)"),
+                Delivery::Drop => format!("lose {label} on the way (a fault: a drop)"),
                 Delivery::Duplicate => {
-                    format!("duplicate {label}: it arrives, and a copy stays in flight")
+                    format!(
+                        "duplicate {label}: it arrives, and a copy stays in flight (a fault: a \
+                         duplicate)"
+                    )
                 }
                 Delivery::Deliver => format!("{label} arrives"),
             })
@@ -91,15 +94,15 @@ impl<S: System> Execution<'_, '_, S> {
 }
 
 /// The words of a crash point's answers: go on, crash (when `crash`), fail the next COMMIT
-/// (when `storage`).
+/// (when `storage`). Each answer that spends a fault says so, as every choice's does.
 pub(super) fn crash_point_words(point: &str, crash: bool, storage: bool) -> Vec<String> {
     let mut words = vec![format!("the server goes on past {point}")];
     if crash {
-        words.push(format!("crash the server at {point}"));
+        words.push(format!("crash the server at {point} (a fault: a crash)"));
     }
     if storage {
         words.push(format!(
-            "make the next COMMIT after {point} fail (a storage fault)"
+            "make the next COMMIT after {point} fail (a fault: a storage fault)"
         ));
     }
     words
@@ -109,8 +112,8 @@ pub(super) fn crash_point_words(point: &str, crash: bool, storage: bool) -> Vec<
 pub(super) fn link_words() -> Vec<String> {
     vec![
         "the outside service answers the call".into(),
-        "lose the call on its way to the outside service".into(),
-        "lose the outside service's answer on its way back".into(),
+        "lose the call on its way to the outside service (a fault: a drop)".into(),
+        "lose the outside service's answer on its way back (a fault: a drop)".into(),
     ]
 }
 
@@ -118,7 +121,10 @@ pub(super) fn link_words() -> Vec<String> {
 pub(super) fn reconnect_words(client: usize) -> Vec<String> {
     vec![
         format!("c{} keeps its session", client + 1),
-        format!("end c{}'s session: it reconnects", client + 1),
+        format!(
+            "end c{}'s session: it reconnects (a fault: a reconnect)",
+            client + 1
+        ),
     ]
 }
 
