@@ -30,6 +30,8 @@ table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-align:top;font-size:13px}
 th{position:sticky;top:40px;background:#fafafa}
 td.num{color:#777;white-space:nowrap}
+td.knows.same{color:#999}
+td.knows.changed{font-weight:600}
 tr.event.current{background:#fff3c4}
 tr.event.current td{border-bottom-color:#e0c060}
 .arrow{white-space:nowrap;font-weight:600}
@@ -45,8 +47,8 @@ aside p{margin:2px 0 8px;word-break:break-word}
  thead{display:none}
  tr.event{display:block;border-bottom:1px solid #eee;padding:4px 0}
  tr.event td{display:none;border:0}
- tr.event td.num,tr.event td.filled{display:block}
- tr.event td.filled::before{content:attr(data-lane) ': ';color:#777}
+ tr.event td.num,tr.event td.filled,tr.event td.knows.changed{display:block}
+ tr.event td.filled::before,tr.event td.knows::before{content:attr(data-lane) ': ';color:#777}
 }
 @media print{
  .controls,aside,svg.arrows{display:none}
@@ -199,8 +201,9 @@ pub(crate) fn table(timeline: &Timeline) -> String {
     for lane in &lanes {
         let _ = write!(out, "<th>{}</th>", escape(&lane.title()));
     }
-    out.push_str("</tr></thead>\n<tbody>\n");
+    out.push_str("<th>clients know</th></tr></thead>\n<tbody>\n");
     let mut store = String::from("(as the run began)");
+    let mut knew = "";
     for row in &timeline.rows {
         if row.lane == Lane::Store {
             store = row.text.clone();
@@ -220,7 +223,14 @@ pub(crate) fn table(timeline: &Timeline) -> String {
         for &lane in &lanes {
             out.push_str(&cell(row, lane, timeline));
         }
-        out.push_str("</tr>\n");
+        // What the clients believe, on every row: marked where it changes.
+        let changed = if row.knows == knew { "same" } else { "changed" };
+        knew = &row.knows;
+        let _ = writeln!(
+            out,
+            "<td class=\"knows {changed}\" data-lane=\"clients know\">{}</td></tr>",
+            escape(&row.knows)
+        );
     }
     out.push_str("</tbody>\n</table>\n");
     out

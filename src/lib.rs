@@ -165,7 +165,7 @@ pub use retrysim_sim::{
     SqlStore, StateHasher, Status, Stop, StopAt, Stopped, StoreCopy, StoreKind, Subject,
     SubjectFactory, SubjectFailure, System, Tape, TapeChoices, TapeError, Timeline, Timeouts, Told,
     Violation, Visited, Workload, WorkloadLimits, CHECK_RUNS_MAX, PROVIDER_CALL, SHRINK_RUNS_MAX,
-    THREADS_MAX,
+    THREADS_MAX, UNCONCLUDED_AT_END,
 };
 
 /// The former name of [`service`], kept for one release: its items under their old path.

@@ -78,7 +78,7 @@ pub use sqlite::Stop;
 pub use state_hash::{fingerprint_of, StateHasher};
 pub use subject::{replay, run_seed, Subject};
 pub use system::{StoreKind, System};
-pub use timeline::{IntentSummary, Lane, Row, Timeline};
+pub use timeline::{IntentSummary, Lane, Row, Timeline, UNCONCLUDED_AT_END};
 pub use vocabulary::{
     Intent, IntentId, IntentTag, Keyed, KeyedFingerprint, Ledger, NoEvent, Reply, Request, Status,
     StoreCopy, Workload, WorkloadLimits,

@@ -84,6 +84,10 @@ pub struct IntentSummary {
     pub read: bool,
 }
 
+/// The verdict an [`IntentSummary`] gives an intent its client had not concluded when the
+/// run ended (or, on a page that plays a run, when the position was judged).
+pub const UNCONCLUDED_AT_END: &str = "unknown (run ended)";
+
 /// The trace of one run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Timeline {

@@ -51,6 +51,21 @@ pub(super) struct Server<'a> {
     shortest: BTreeMap<(Vec<u32>, &'static str, u32), Value>,
 }
 
+/// The intents as the page lists them: by their letters, and one the run has not concluded
+/// yet said so while the run goes on.
+fn intents_view(intents: &[crate::IntentSummary], over: bool) -> Vec<Value> {
+    (intents.iter())
+        .map(|summary| {
+            let mut shown = json!(summary);
+            shown["intent"] = json!(summary.intent.label());
+            if !over && summary.verdict == crate::UNCONCLUDED_AT_END {
+                shown["verdict"] = json!("not concluded yet");
+            }
+            shown
+        })
+        .collect()
+}
+
 /// Why a position that broke something is not the goal: its invariant broken with more
 /// faults than the goal allows, or another invariant broken instead. `None` while nothing
 /// is broken.
@@ -270,12 +285,16 @@ impl<'a> Server<'a> {
             "over": now.is_none(),
             "now": now,
             "history": history,
+            // The workload's answers, which come first: the set-up, not a learner's choices.
+            "setup": (played.asked.iter())
+                .filter(|asked| asked.answer.is_some() && asked.kind == ChoiceKind::Workload)
+                .count(),
             "table": html::table(&shown),
             "knows": timeline.rows.last().map_or("", |row| row.knows.as_str()),
             "clock_ms": timeline.rows.last().map_or(0, |row| row.time_ms),
             "in_flight": timeline.in_flight,
             "store": timeline.store,
-            "intents": timeline.intents,
+            "intents": intents_view(&timeline.intents, now.is_none()),
             "judged": {
                 "steps": judged.steps,
                 "stopped_after_steps": played.stopped_after_steps,

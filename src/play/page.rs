@@ -30,6 +30,9 @@ table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #eee;padding:2px 6px;text-align:left;vertical-align:top;font-size:12.5px}
 th{position:sticky;top:0;background:#fafafa}
 td.num{color:#777;white-space:nowrap}
+td.knows{min-width:11em}
+td.knows.same{color:#999}
+td.knows.changed{font-weight:600}
 tr.event:last-child{background:#fff3c4}
 .arrow{white-space:nowrap;font-weight:600}
 .lost{color:#a40000}
@@ -147,7 +150,7 @@ body[data-busy=true] #choices button{opacity:.5}
   $('tape').title=s.tape;
   $('seed').value=String(s.seed);
   var judged=s.judged;
-  text($('where'),'choice '+(s.at+1)+(s.over?' (the run is over)':'')+'; '+(judged.stopped_after_steps==null?judged.steps:judged.stopped_after_steps)+' steps judged');
+  text($('where'),'choice '+(s.at-s.setup+1)+(s.over?' (the run is over)':'')+'; '+(judged.stopped_after_steps==null?judged.steps:judged.stopped_after_steps)+' steps judged');
   $('table').innerHTML=s.table;
   var last=$('table').querySelector('tr.event:last-child');
   if(last){last.scrollIntoView({block:'nearest'});}
@@ -185,7 +188,7 @@ body[data-busy=true] #choices button{opacity:.5}
   text($('store'),s.store);
   list($('intents'),s.intents,function(li,i){li.textContent=i.intent+' (c'+i.client+') '+i.request+': sent '+i.attempts+'\u00d7, '+i.verdict+'; effects committed: '+i.effects;});
   list($('history'),s.history,function(li,h,i){
-   li.textContent=h.words+(h.seeded?'':' (not the seed\u2019s pick)');
+   li.textContent=h.kind==='workload'?'set-up: '+h.words:h.words+(h.seeded?'':' (not the seed\u2019s pick)');
    li.addEventListener('click',function(){undoTo(i);});
   });
   text($('text'),judged.text);

@@ -146,7 +146,7 @@ fn a_held_claim_answers_retry_after_its_lease() {
     );
     assert_eq!(
         client.last().unwrap(),
-        &format!("{LEASE_MS} ms: receive reply A#3; concludes A")
+        &format!("{LEASE_MS} ms: receive reply A#3; concludes A: succeeded ch_1 $5")
     );
     assert_eq!(outcome.violations, vec![]);
     assert_eq!(outcome.timeline.unwrap().intents[0].effects, 1);

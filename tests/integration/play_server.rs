@@ -488,3 +488,24 @@ fn faults_are_named_counted_and_a_goal_missed_says_why() {
         "{why}"
     );
 }
+
+/// One numbering: the workload's answers are the set-up (counted apart, listed as such), the
+/// intents go by their letters, and one the run has not concluded yet says so while the run
+/// goes on.
+#[test]
+fn the_set_up_is_not_a_choice_and_intents_go_by_their_letters() {
+    let server = PlayProcess::start(&NAIVE_WITH_GOAL);
+    let (status, start) = server.json("/state");
+    assert_eq!(status, 200, "{start}");
+    let setup = start["setup"].as_u64().unwrap();
+    assert!(setup > 0, "{start}");
+    assert_eq!(start["at"].as_u64().unwrap(), setup, "{start}");
+    let history = start["history"].as_array().unwrap();
+    assert!(
+        history.iter().all(|choice| choice["kind"] == "workload"),
+        "{start}"
+    );
+    let intents = start["intents"].as_array().unwrap();
+    assert_eq!(intents[0]["intent"], "A", "{start}");
+    assert_eq!(intents[0]["verdict"], "not concluded yet", "{start}");
+}

@@ -449,7 +449,7 @@ fn a_late_retry_after_is_ignored_with_untimed_timeouts() {
             "2100 ms: timeout on A#2; retries after 200 ms backoff",
             "2300 ms: A#2 says retry after 300 ms (rate limited): late, A#2 already ended",
             "2300 ms: send A#3: ping (attempt 3/3)",
-            "2300 ms: receive reply A#3; concludes A",
+            "2300 ms: receive reply A#3; concludes A: succeeded 2",
         ]
     );
     assert_eq!(outcome.violations, vec![]);

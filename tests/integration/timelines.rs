@@ -292,6 +292,19 @@ fn a_failure_as_a_self_contained_html_page() {
             "{handler}"
         );
         assert_eq!(page.matches("<tr").count(), page.matches("</tr>").count());
+        // What the clients believe, on every row: marked where it changes.
+        assert!(page.contains("<th>clients know</th>"), "{handler}");
+        assert_eq!(
+            page.matches("<td class=\"knows ").count(),
+            rows,
+            "{handler}"
+        );
+        assert!(
+            page.contains(
+                "<td class=\"knows changed\" data-lane=\"clients know\">c1 A: unknown</td>"
+            ),
+            "{handler}"
+        );
         assert!(page.contains(&format!("VIOLATED {invariant}")), "{handler}");
         assert!(page.contains("reproduce: <code>retrysim replay --model"));
         for control in [
@@ -303,9 +316,10 @@ fn a_failure_as_a_self_contained_html_page() {
             assert!(page.contains(control), "{handler}: {control}");
         }
         assert!(page.contains("<script>") && page.contains("@media print"));
-        // Play from here: the command, and a link to the page it serves on this machine.
+        // Play from here: the command, and a link to the page it serves on this machine,
+        // naming the system it plays.
         let play = format!(
-            "<a href=\"http://127.0.0.1:7878/?tape={}&amp;to=end\">",
+            "<a href=\"http://127.0.0.1:7878/?tape={}&amp;to=end&amp;system={domain}%2F{handler}\">",
             shrunk.outcome.tape
         );
         assert!(page.contains(&play), "{handler}");

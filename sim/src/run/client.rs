@@ -368,8 +368,13 @@ impl<S: System> Execution<'_, '_, S> {
             }
         };
         self.world.conclude(client, verdict);
-        self.world.note(Lane::Client(client as u32), |_| {
-            format!("receive reply {intent}#{attempt}; concludes {intent}")
+        self.world.note(Lane::Client(client as u32), |world| {
+            let concluded = world
+                .intent(intent)
+                .verdict
+                .as_ref()
+                .expect("just concluded");
+            format!("receive reply {intent}#{attempt}; concludes {intent}: {concluded}")
         });
         self.build_next(client);
     }
@@ -422,8 +427,13 @@ impl<S: System> Execution<'_, '_, S> {
             }
         };
         self.world.conclude(client, verdict);
-        self.world.note(lane, |_| {
-            format!("receive status {intent}#{attempt}; concludes {intent}")
+        self.world.note(lane, |world| {
+            let concluded = world
+                .intent(intent)
+                .verdict
+                .as_ref()
+                .expect("just concluded");
+            format!("receive status {intent}#{attempt}; concludes {intent}: {concluded}")
         });
         self.build_next(client);
     }

@@ -8,7 +8,7 @@ pub(crate) use crate::intent::{
     hash_of, Deferral, IntentState, LastFault, Prints, Replies, ServerReply,
 };
 use crate::intent::{shares_request_id, Verdict};
-use crate::timeline::{IntentSummary, Lane, Row, Timeline};
+use crate::timeline::{IntentSummary, Lane, Row, Timeline, UNCONCLUDED_AT_END};
 use crate::vocabulary::{Intent, IntentId, Reply, Request, Status, Workload};
 use crate::Violation;
 use smallvec::SmallVec;
@@ -757,7 +757,7 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 verdict: state
                     .verdict
                     .as_ref()
-                    .map_or_else(|| "unknown (run ended)".to_string(), |v| v.to_string()),
+                    .map_or_else(|| UNCONCLUDED_AT_END.to_string(), |v| v.to_string()),
                 effects: state.effects,
                 read: state.read,
             })
