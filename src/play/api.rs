@@ -132,6 +132,22 @@ impl<'a> Server<'a> {
             return (200, JSON, served.to_string());
         }
         let query = Query::parse(query);
+        if route == "/diagram" {
+            return match caught(AssertUnwindSafe(|| self.diagram(&query))) {
+                Ok(Ok(page)) => (200, "text/html; charset=utf-8", page),
+                Ok(Err(Refusal(status, why))) => {
+                    (status, JSON, json!({ "error": why }).to_string())
+                }
+                Err(why) => {
+                    self.subject = (self.build)();
+                    (
+                        500,
+                        JSON,
+                        json!({ "error": format!("the run failed: {why}") }).to_string(),
+                    )
+                }
+            };
+        }
         let answered = caught(AssertUnwindSafe(|| self.route(route, &query)));
         let answered = match answered {
             Ok(answered) => answered,
@@ -147,16 +163,7 @@ impl<'a> Server<'a> {
     }
 
     fn route(&mut self, route: &str, query: &Query) -> Result<Value, Refusal> {
-        if let Some(system) = query.text("system").filter(|s| *s != self.target.title) {
-            return Err(Refusal(
-                400,
-                format!(
-                    "this link plays {system}, but this server plays {}: start `retrysim \
-                     play` for {system} to follow it",
-                    self.target.title
-                ),
-            ));
-        }
+        self.refuse_another_system(query)?;
         let seed = query.number("seed")?.unwrap_or(self.target.seed);
         let goal = query.goal(self.target.goal)?;
         let answers = match route {
@@ -175,6 +182,52 @@ impl<'a> Server<'a> {
             None => Value::Null,
         };
         Ok(view)
+    }
+
+    /// The play so far as a sequence diagram: a page with its SVG and Mermaid text, for the
+    /// slide after the lesson.
+    fn diagram(&mut self, query: &Query) -> Result<String, Refusal> {
+        self.refuse_another_system(query)?;
+        let answers = query
+            .answers()?
+            .unwrap_or_else(|| self.target.start.clone());
+        let seed = query.number("seed")?.unwrap_or(self.target.seed);
+        let played = play(&mut *self.subject, &answers, &self.target.bounds, seed)
+            .map_err(|error| refused(&error, false, answers.len()))?;
+        let timeline = played
+            .judged
+            .timeline
+            .as_ref()
+            .expect("played runs are traced");
+        let shown = Timeline {
+            rows: played.rows.clone(),
+            ..timeline.clone()
+        };
+        let title = format!(
+            "{} after {} choice(s): tape {}",
+            self.target.title,
+            answers.len(),
+            answers_text(&answers)
+        );
+        Ok(crate::diagram::diagram_page(
+            &html::escape(&title),
+            &shown.mermaid(),
+        ))
+    }
+
+    /// Refuses a request whose `system=` names another system than the one played.
+    fn refuse_another_system(&self, query: &Query) -> Result<(), Refusal> {
+        match query.text("system").filter(|s| *s != self.target.title) {
+            Some(system) => Err(Refusal(
+                400,
+                format!(
+                    "this link plays {system}, but this server plays {}: start `retrysim \
+                     play` for {system} to follow it",
+                    self.target.title
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The answers after a choice: `answers` and `choice`, made at choice `at` (which must be

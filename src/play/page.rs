@@ -48,6 +48,11 @@ tr.event:last-child{background:#fff3c4}
 ul{margin:2px 0;padding-left:18px}
 li.broken{color:#a40000}
 li.holds{color:#0a6b0a}
+body.big{font-size:19px}
+body.big h1{font-size:22px}
+body.big h2{font-size:19px}
+body.big th,body.big td,body.big code,body.big #history{font-size:17px}
+body.big #right{width:520px}
 #history{max-height:110px;overflow:auto;font-size:12.5px;margin:4px 0 0;border-top:1px solid #eee}
 #history li{cursor:pointer}
 #history li:hover{text-decoration:underline}
@@ -65,7 +70,9 @@ body[data-busy=true] #choices button{opacity:.5}
 <button id="restart">start again</button>
 <label>seed <input id="seed" inputmode="numeric"></label><button id="fromseed">start from seed</button>
 <label>tape <input id="starttape" placeholder="1,0,2"></label><button id="fromtape">start from tape</button></div>
-<div class="bar"><span>replay what is on the screen: <code id="replay"></code></span></div>
+<div class="bar"><span>replay what is on the screen: <code id="replay"></code></span>
+<a id="diagram" target="_blank" href="/diagram">sequence diagram so far</a>
+<button id="bigtype" title="large type, for a projector">large type</button></div>
 <div class="muted bounds" id="boundsbar">bounds: <span id="bounds"></span></div>
 <div class="muted" id="reach"></div>
 <div class="bar" id="goalbar" hidden><span id="goal" class="muted"></span></div>
@@ -95,7 +102,7 @@ body[data-busy=true] #choices button{opacity:.5}
 <script>
 (function(){
  var query=new URLSearchParams(location.search);
- var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults'),system=query.get('system');
+ var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults'),system=query.get('system'),big=query.get('big')==='1';
  var state=null,walking=false;
  function $(id){return document.getElementById(id);}
  function params(extra){
@@ -103,6 +110,7 @@ body[data-busy=true] #choices button{opacity:.5}
   Object.keys(extra).forEach(function(k){p.set(k,extra[k]);});
   if(seed!==null&&seed!==''){p.set('seed',seed);}
   if(system!==null){p.set('system',system);}
+  if(big){p.set('big','1');}
   if(goal!==null){p.set('goal',goal);if(faults!==null){p.set('faults',faults);}}
   return p.toString();
  }
@@ -141,6 +149,7 @@ body[data-busy=true] #choices button{opacity:.5}
   else if(shown!==s.answers.join(',')){history.pushState(null,'',url);}
   walking=false;
   state=s;
+  $('diagram').href='/diagram?'+params({answers:s.answers.join(',')});
   text($('title'),'retrysim play \u2014 '+s.title);
   document.title='retrysim play: '+s.title;
   text($('tape'),s.tape||'(none)');
@@ -236,6 +245,12 @@ body[data-busy=true] #choices button{opacity:.5}
    var pick=state.now.choices.filter(function(c){return c.seeded;})[0];
    if(pick){choose(pick.answer);}
   }
+ });
+ document.body.classList.toggle('big',big);
+ $('bigtype').addEventListener('click',function(){
+  big=!big;
+  document.body.classList.toggle('big',big);
+  if(state){history.replaceState(null,'','?'+params({answers:state.answers.join(',')}));}
  });
  fetch('/served').then(function(r){return r.json();}).then(function(served){
   text($('reach'),'served on '+served.reached_from);

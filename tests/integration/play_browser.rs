@@ -447,6 +447,16 @@ fn back_and_forward_walk_the_choices() {
     page.eval("history.forward()");
     let forward = page.wait_at(Some(start + 2));
     assert_eq!(forward["choices"], positions[2]["choices"]);
+    // Large type for a projector, kept in the address.
+    page.eval("document.getElementById('bigtype').click()");
+    let big =
+        page.eval("document.body.classList.contains('big')&&location.search.indexOf('big=1')>=0");
+    assert_eq!(big, json!(true));
+    let diagram = page.eval("document.getElementById('diagram').getAttribute('href')");
+    assert!(
+        diagram.as_str().unwrap().starts_with("/diagram?answers="),
+        "{diagram}"
+    );
     let reach = page.eval("document.getElementById('reach').textContent");
     assert!(
         reach.as_str().unwrap().contains("this machine only"),

@@ -509,3 +509,19 @@ fn the_set_up_is_not_a_choice_and_intents_go_by_their_letters() {
     assert_eq!(intents[0]["intent"], "A", "{start}");
     assert_eq!(intents[0]["verdict"], "not concluded yet", "{start}");
 }
+
+/// The play so far as a sequence diagram, one link away: a page with its SVG and its Mermaid
+/// text, the position's events on it; for another system, refused as every link is.
+#[test]
+fn the_play_so_far_is_a_sequence_diagram() {
+    let server = PlayProcess::start(&NAIVE_WITH_GOAL);
+    let (_, state) = play_over_http(&server, "", &["lose reply A#1"], "at-most-once-effect");
+    let (status, page) = server.get(&format!("/diagram?answers={}&big=1", answers(&state)));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(page.contains("<svg"), "{page}");
+    assert!(page.contains("sequenceDiagram"), "{page}");
+    assert!(page.contains("counter/naive after"), "{page}");
+    let (status, _) = server.get("/diagram?system=counter%2Fkeyed-sqlite");
+    assert_eq!(status, 400);
+}
