@@ -21,6 +21,7 @@ mod first_scenario;
 mod fresh;
 mod headers;
 mod provider;
+mod requests;
 mod scenario;
 mod side_channel;
 mod spare;
