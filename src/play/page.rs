@@ -103,7 +103,7 @@ body[data-busy=true] #choices button{opacity:.5}
 (function(){
  var query=new URLSearchParams(location.search);
  var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults'),system=query.get('system'),big=query.get('big')==='1';
- var state=null,walking=false;
+ var state=null;
  function $(id){return document.getElementById(id);}
  function params(extra){
   var p=new URLSearchParams();
@@ -125,7 +125,6 @@ body[data-busy=true] #choices button{opacity:.5}
   return fetch(url).then(function(r){return r.json().then(function(body){return {status:r.status,body:body};});})
   .then(function(res){
    document.body.dataset.busy='false';
-   walking=false;
    if(res.status!==200){
     text($('error'),res.body.error);
     document.body.dataset.errors=String(+(document.body.dataset.errors||0)+1);
@@ -142,12 +141,12 @@ body[data-busy=true] #choices button{opacity:.5}
  function render(s){
   if(seed===null){seed=String(s.seed);}
   if(system===null){system=s.title;}
-  // Each new position is a page of the browser's history: Back and Forward walk the choices.
+  // Each new position is a page of the browser's history: Back and Forward walk the choices
+  // (a position reached by them is already the address shown).
   var shown=new URLSearchParams(location.search).get('answers');
   var url='?'+params({answers:s.answers.join(',')});
-  if(state===null||shown===null||walking){history.replaceState(null,'',url);}
+  if(state===null||shown===null){history.replaceState(null,'',url);}
   else if(shown!==s.answers.join(',')){history.pushState(null,'',url);}
-  walking=false;
   state=s;
   $('diagram').href='/diagram?'+params({answers:s.answers.join(',')});
   text($('title'),'retrysim play \u2014 '+s.title);
@@ -257,7 +256,6 @@ body[data-busy=true] #choices button{opacity:.5}
  }).catch(function(){});
  window.addEventListener('popstate',function(){
   var answers=new URLSearchParams(location.search).get('answers');
-  walking=true;
   load('/state?'+params({answers:answers||''}));
  });
  if(query.has('tape')){var from={tape:query.get('tape')};if(query.get('to')==='end'){from.to='end';}load('/start?'+params(from));}
