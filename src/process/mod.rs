@@ -184,7 +184,34 @@ pub fn end_all() {
     end_adopted_by(&alive);
     end_marked();
     for directory in std::mem::take(&mut alive.directories) {
+        free_postmaster_segment(&directory.join("data"));
         let _ = std::fs::remove_dir_all(directory);
+    }
+}
+
+/// Frees the shared memory segment of a PostgreSQL postmaster whose data directory is
+/// `data`, when it was killed before it could (a signal that came while it started, before
+/// it was known as a postmaster to quit): its `postmaster.pid` names the segment (line 7: its
+/// key and id), and a segment nothing is attached to any more is removed.
+fn free_postmaster_segment(data: &Path) {
+    let Ok(pid_file) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return;
+    };
+    let Some(id) = pid_file
+        .lines()
+        .nth(6)
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|id| id.parse::<libc::c_int>().ok())
+    else {
+        return;
+    };
+    // SAFETY: `shmctl` reads the segment's record into `record`, which has room for it, and
+    // then removes the segment by its id; neither touches other memory.
+    unsafe {
+        let mut record: libc::shmid_ds = std::mem::zeroed();
+        if libc::shmctl(id, libc::IPC_STAT, &mut record) == 0 && record.shm_nattch == 0 {
+            libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+        }
     }
 }
 
