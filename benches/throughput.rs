@@ -7,7 +7,7 @@
 //!
 //! Run with `cargo bench --bench throughput` (optionally `-- SEEDS` to change the count, and
 //! the names of the sections to run: random, timeouts, overlap, exhaustive, peer, real,
-//! payment, time, mcp, play, relay).
+//! payment, time, mcp, play, classroom, relay).
 
 /// Handlers written with `SqlHandler` alone, shared with the integration tests.
 #[allow(dead_code)]
@@ -37,7 +37,7 @@ fn main() {
         .filter(|arg| arg.parse::<u64>().is_err() && !arg.starts_with('-'))
         .collect();
     let wanted = |section: &str| named.is_empty() || named.contains(&section);
-    let sections: [(&str, &dyn Fn()); 11] = [
+    let sections: [(&str, &dyn Fn()); 12] = [
         ("random", &|| random_exploration(seeds)),
         ("timeouts", &|| timeout_models(seeds)),
         ("overlap", &|| overlapping_invocations(seeds)),
@@ -48,6 +48,7 @@ fn main() {
         ("time", &time_columns),
         ("mcp", &mcp_servers),
         ("play", &play_positions),
+        ("classroom", &classroom),
         ("relay", &relay_latency),
     ];
     for (name, section) in sections {
@@ -694,6 +695,112 @@ fn play_positions() {
             seconds * 1000.0 / f64::from(positions)
         );
     }
+}
+
+/// Students playing at once on one play server in [`classroom`].
+const STUDENTS: usize = 30;
+
+/// A class on one play server: [`STUDENTS`] students play lesson 3 of docs/teaching.md
+/// (`interval/version-only`, goal `outcome-agreement`) at once over HTTP, each first choice
+/// by choice (the reply lost where it can be), then pressing "go on to the next choice that
+/// matters" where the lesson has nothing to choose; the time of each click, median and 90th
+/// percentile.
+fn classroom() {
+    use retrysim::play::{Goal, PlayServer, PlayTarget};
+    println!(
+        "\nclassroom: {STUDENTS} students on one play server, lesson 3 (interval/version-only):"
+    );
+    let server = PlayServer::bind(0).unwrap();
+    let port = server.port();
+    std::thread::spawn(move || {
+        let entry = models::find("interval", "version-only").unwrap();
+        let build = move || (entry.build)();
+        let bounds = Bounds::default();
+        let start = workload_answers(&mut *build(), &Tape::default(), &bounds).unwrap();
+        let target = PlayTarget {
+            title: entry.name(),
+            bounds,
+            seed: 0,
+            start,
+            goal: Some(Goal {
+                invariant: retrysim::Invariant::OutcomeAgreement,
+                faults_most: 1,
+            }),
+            replay: Box::new(|tape, _| format!("retrysim replay --tape {tape}")),
+        };
+        server.serve(&build, &target)
+    });
+    let students: Vec<_> = (0..STUDENTS)
+        .map(|_| std::thread::spawn(move || a_student_plays_lesson_3(port)))
+        .collect();
+    let mut by_choice = Vec::new();
+    let mut going_on = Vec::new();
+    for student in students {
+        let (chosen, gone_on) = student.join().unwrap();
+        by_choice.extend(chosen);
+        going_on.extend(gone_on);
+    }
+    for (how, mut clicks) in [("choice by choice", by_choice), ("going on", going_on)] {
+        clicks.sort_by(f64::total_cmp);
+        let at = |share: f64| clicks[((clicks.len() - 1) as f64 * share).round() as usize];
+        println!(
+            "  {how:<17} {:>4} clicks  median {:>6.1} ms  p90 {:>6.1} ms",
+            clicks.len(),
+            at(0.5),
+            at(0.9)
+        );
+    }
+}
+
+/// Plays lesson 3 on the play server at `port` to its violation, twice: choice by choice,
+/// then going on to the next choice that matters. Each click's time in ms, for each way.
+fn a_student_plays_lesson_3(port: u16) -> (Vec<f64>, Vec<f64>) {
+    let mut ways = [Vec::new(), Vec::new()];
+    for (way, times) in ways.iter_mut().enumerate() {
+        let mut state = play_request(port, "/state", times);
+        while !state["now"].is_null()
+            && state["judged"]["violations"].as_array().unwrap().is_empty()
+        {
+            let answers: Vec<String> = (state["answers"].as_array().unwrap().iter())
+                .map(|answer| answer.to_string())
+                .collect();
+            let (answers, at) = (answers.join(","), state["at"].clone());
+            let choices = state["now"]["choices"].as_array().unwrap();
+            let word = |i: usize| choices[i]["words"].as_str().unwrap();
+            let lose = (0..choices.len()).find(|&i| word(i).contains("lose reply A#1"));
+            let path = match (lose, way) {
+                (Some(lose), _) => format!("/choose?answers={answers}&at={at}&choice={lose}"),
+                (None, 0) => format!("/choose?answers={answers}&at={at}&choice=0"),
+                (None, _) if word(0).starts_with("deliver reply A#1") => {
+                    format!("/choose?answers={answers}&at={at}&choice=0")
+                }
+                (None, _) => format!("/next?answers={answers}&at={at}"),
+            };
+            state = play_request(port, &path, times);
+        }
+    }
+    let [chosen, gone_on] = ways;
+    (chosen, gone_on)
+}
+
+/// One request to the play server at `port`, its time in ms pushed onto `times`: the JSON
+/// it answers.
+fn play_request(port: u16, path: &str, times: &mut Vec<f64>) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let started = Instant::now();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: here\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    times.push(started.elapsed().as_secs_f64() * 1000.0);
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{path}: {head}\n{body}");
+    serde_json::from_str(body).unwrap()
 }
 
 /// The statements timed through the PostgreSQL relay, each way.

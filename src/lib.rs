@@ -154,9 +154,9 @@ pub use retrysim_sim::sqlite;
 pub use retrysim_sim::{
     ask_every_check_to_stop, check_determinism, check_replays, every_check_asked_to_stop, exhaust,
     exhaust_on, exhaust_on_reporting, explore, explore_with_progress, fail_subject, fingerprint_of,
-    goal_met, panicked_run_tape, play, replay, run_seed, shortest_breaking, shrink, shrink_by,
-    shrink_runs, try_shrink, workload_answers, AdminSql, Asked, Bounds, BoundsError, Charge,
-    ChargeId, Charged, CheckOptions, CheckReport, ChoiceKind, Choices, ClientPolicy, Clock,
+    follow, goal_met, panicked_run_tape, play, replay, run_seed, shortest_breaking, shrink,
+    shrink_by, shrink_runs, try_shrink, workload_answers, AdminSql, Asked, Bounds, BoundsError,
+    Charge, ChargeId, Charged, CheckOptions, CheckReport, ChoiceKind, Choices, ClientPolicy, Clock,
     Counterexample, Coverage, Crash, Ctx, Deadline, Decider, Enumeration, Exploration, Failure,
     FaultCounts, FaultsSpent, Intent, IntentId, IntentSummary, IntentTag, Invariant, Keyed, Lane,
     Ledger, Level, Link, NoAnswer, NoEvent, Odds, OnSql, Paths, PlayError, Played, Progress,

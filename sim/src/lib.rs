@@ -62,7 +62,7 @@ pub use explore::{
 };
 pub use failure::{fail_subject, SubjectFailure};
 pub use invariant::{Invariant, Violation};
-pub use play::{goal_met, play, shortest_breaking, Asked, PlayError, Played};
+pub use play::{follow, goal_met, play, shortest_breaking, Asked, PlayError, Played};
 pub use policy::ClientPolicy;
 pub use progress::{ask_every_check_to_stop, every_check_asked_to_stop, shrink_runs, Progress};
 pub use provider::{Charge, ChargeId, Charged, NoAnswer, Provider, PROVIDER_CALL};

@@ -64,10 +64,10 @@ pub struct Played {
     pub judged: RunOutcome,
     /// The `steps_max` that stopped `judged`, when the run is not over.
     pub stopped_after_steps: Option<u32>,
-    /// The choices the run asks after the choice now when each is answered 0 (the
-    /// uneventful rest of the run): that many zeros more, and the choice now's, play it to
-    /// its end.
-    pub ahead: usize,
+    /// What the choices the run asks after the choice now decide, in order, when each is
+    /// answered 0 (the uneventful rest of the run): that many zeros more, and the choice
+    /// now's, play it to its end.
+    pub ahead: Vec<ChoiceKind>,
 }
 
 impl Played {
@@ -79,6 +79,22 @@ impl Played {
     /// The answers given so far, in order (zeros included).
     pub fn answers(&self) -> Vec<u32> {
         self.asked.iter().filter_map(|asked| asked.answer).collect()
+    }
+
+    /// The answers that go on to the next choice that matters: the uneventful answer (0) to
+    /// the choice now, and to every choice after it whose other answers are only faults
+    /// ([`ChoiceKind::Fault`]: a loss, a duplicate, a reconnect) or crashes
+    /// ([`ChoiceKind::Crash`]: the server goes on past a crash point), up to the next choice
+    /// of what happens next (a [`ChoiceKind::Schedule`]: a delivery order, time passing), or
+    /// to the end of the run. `None` when the run is over.
+    pub fn next_that_matters(&self) -> Option<Vec<u32>> {
+        self.now()?;
+        let passed = (self.ahead.iter())
+            .take_while(|kind| matches!(kind, ChoiceKind::Fault | ChoiceKind::Crash))
+            .count();
+        let mut answers = self.answers();
+        answers.resize(answers.len() + 1 + passed, 0);
+        Some(answers)
     }
 
     /// The bounds that replay `judged`: `bounds` with the steps it was stopped at.
@@ -148,7 +164,7 @@ pub fn play(
         told: None,
         asked: Vec::new(),
         misfit: None,
-        ahead: 0,
+        ahead: Vec::new(),
     };
     let probe = subject.run(&mut source, bounds, true);
     if let Some(misfit) = source.misfit {
@@ -226,6 +242,78 @@ pub fn shortest_breaking(
     ))
 }
 
+/// The answers that make, within `bounds`, the run `followed` made within other bounds (a
+/// shrunk counterexample's, say, found with fewer faults allowed or fewer clients): each
+/// choice both runs ask (the same kind, the same uneventful answer in words) answered with
+/// the answer of the same words, every choice only this run asks (a fault or crash its
+/// bounds did not allow) answered 0. Followed to its end; `followed`'s choices must be
+/// answered (see [`Played::asked`]). Whether the run is the same is for the caller to judge
+/// (its invariants broken, say).
+pub fn follow(subject: &mut dyn Subject, followed: &[Asked], bounds: &Bounds) -> Vec<u32> {
+    let mut source = Following {
+        followed,
+        next: 0,
+        told: None,
+        answers: Vec::new(),
+    };
+    subject.run(&mut source, bounds, false);
+    source.answers
+}
+
+/// Answers as another run's choices were answered, matched by their words ([`follow`]).
+struct Following<'a> {
+    followed: &'a [Asked],
+    /// The first of `followed` not yet met.
+    next: usize,
+    told: Option<Told>,
+    answers: Vec<u32>,
+}
+
+impl Following<'_> {
+    /// The answer to a choice of `kind` with `options` answers in `words` (none where its
+    /// asker gave none), where it is the next of `followed`'s choices (0 where the answer
+    /// taken there is not one of its own); else `None`.
+    fn matched(&self, kind: ChoiceKind, options: u32, words: Option<&[String]>) -> Option<u32> {
+        let theirs = self
+            .followed
+            .get(self.next)
+            .filter(|asked| asked.kind == kind)?;
+        let answer = theirs.answer? as usize;
+        let Some(ours) = words else {
+            return (theirs.options() == options).then_some(answer as u32);
+        };
+        if ours.first() != theirs.words.first() {
+            return None;
+        }
+        let chosen = &theirs.words[answer];
+        Some(ours.iter().position(|words| words == chosen).unwrap_or(0) as u32)
+    }
+}
+
+impl Choices for Following<'_> {
+    fn choose(&mut self, kind: ChoiceKind, options: u32) -> u32 {
+        let told = self.told.take().unwrap_or_default();
+        let words = told.words.filter(|words| words.len() == options as usize);
+        let answer = match self.matched(kind, options, words.as_deref()) {
+            Some(answer) => {
+                self.next += 1;
+                answer
+            }
+            None => 0,
+        };
+        self.answers.push(answer);
+        answer
+    }
+
+    fn wants_words(&self) -> bool {
+        true
+    }
+
+    fn told(&mut self, question: Told) {
+        self.told = Some(question);
+    }
+}
+
 /// Answers the given answers, then 0, recording every choice up to the first past them.
 struct PlaySource<'a> {
     answers: &'a [u32],
@@ -233,8 +321,8 @@ struct PlaySource<'a> {
     told: Option<Told>,
     asked: Vec<Asked>,
     misfit: Option<PlayError>,
-    /// Choices asked after the first past the answers.
-    ahead: usize,
+    /// What the choices asked after the first past the answers decide.
+    ahead: Vec<ChoiceKind>,
 }
 
 impl Choices for PlaySource<'_> {
@@ -243,7 +331,7 @@ impl Choices for PlaySource<'_> {
         let seeded = self.seeded.choose(kind, options);
         let index = self.asked.len();
         if index > self.answers.len() {
-            self.ahead += 1;
+            self.ahead.push(kind);
             return 0;
         }
         let answer = self.answers.get(index).copied();

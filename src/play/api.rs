@@ -171,6 +171,7 @@ impl<'a> Server<'a> {
                 .answers()?
                 .unwrap_or_else(|| self.target.start.clone()),
             "/choose" => self.chosen(query)?,
+            "/next" => self.next_that_matters(query, seed)?,
             "/start" => self.start(query, seed)?,
             _ => return Err(Refusal(404, format!("nothing is served at {route}"))),
         };
@@ -233,27 +234,24 @@ impl<'a> Server<'a> {
     /// The answers after a choice: `answers` and `choice`, made at choice `at` (which must be
     /// the choice now: a click on a page that has moved on is refused).
     fn chosen(&mut self, query: &Query) -> Result<Vec<u32>, Refusal> {
-        let mut answers = query.answers()?.unwrap_or_default();
-        let at = query
-            .number("at")?
-            .ok_or("a choice names the choice it answers: at=N")?;
+        let mut answers = answers_at(query)?;
         let choice = query
             .number("choice")?
             .ok_or("a choice names its answer: choice=K")?;
-        if at != answers.len() as u64 {
-            return Err(Refusal(
-                409,
-                format!(
-                    "stale step: this click answers choice {} but the run is at choice {}; \
-                     the page reloads the position",
-                    at + 1,
-                    answers.len() + 1
-                ),
-            ));
-        }
         // Checked by the one play of the answers with it (see `refused`).
         answers.push(u32::try_from(choice).unwrap_or(u32::MAX));
         Ok(answers)
+    }
+
+    /// The answers that go on from `answers` (at choice `at`, as a click's) to the next
+    /// choice that matters ([`Played::next_that_matters`]).
+    fn next_that_matters(&mut self, query: &Query, seed: u64) -> Result<Vec<u32>, Refusal> {
+        let answers = answers_at(query)?;
+        let played = play(&mut *self.subject, &answers, &self.target.bounds, seed)
+            .map_err(|error| refused(&error, false, answers.len()))?;
+        played
+            .next_that_matters()
+            .ok_or_else(|| Refusal(400, "the run is over: there is no choice left".into()))
     }
 
     /// The answers a page starts from: a tape's (`tape=`; with `to=end`, and the zeros that
@@ -270,12 +268,11 @@ impl<'a> Server<'a> {
                 .collect();
             if query.text("to") == Some("end") {
                 // A failure's page: its whole run, to be gone back through.
-                let played = play(&mut *self.subject, &answers, bounds, seed).map_err(|error| {
+                play(&mut *self.subject, &answers, bounds, seed).map_err(|error| {
                     Refusal(400, format!("the tape does not fit this run: {error}"))
                 })?;
-                if played.now().is_some() {
-                    answers.resize(answers.len() + played.ahead + 1, 0);
-                }
+                answers = whole_run(&mut *self.subject, &answers, bounds, seed)
+                    .expect("answers that fit play to their end");
             }
             return Ok(answers);
         }
@@ -339,12 +336,11 @@ impl<'a> Server<'a> {
             "now": now,
             "history": history,
             // The workload's answers, which come first: the set-up, not a learner's choices.
-            "setup": (played.asked.iter())
-                .filter(|asked| asked.answer.is_some() && asked.kind == ChoiceKind::Workload)
-                .count(),
+            "setup": setup_of(played),
             "table": html::table(&shown),
-            "knows": timeline.rows.last().map_or("", |row| row.knows.as_str()),
-            "clock_ms": timeline.rows.last().map_or(0, |row| row.time_ms),
+            // The table's last row's: one clock and one belief on the page.
+            "knows": shown.rows.last().map_or("", |row| row.knows.as_str()),
+            "clock_ms": shown.rows.last().map_or(0, |row| row.time_ms),
             "in_flight": timeline.in_flight,
             "store": timeline.store,
             "intents": intents_view(&timeline.intents, now.is_none()),
@@ -385,6 +381,29 @@ impl<'a> Server<'a> {
         view
     }
 
+    /// The answers, within the page's bounds, of the first position at which `shrunk`'s
+    /// run (found within its own bounds) is seen to break `invariant`, as a learner playing
+    /// it sees it; `None` where its run cannot be followed within them.
+    fn answers_to_break(
+        &mut self,
+        shrunk: &crate::Shrunk,
+        invariant: Invariant,
+    ) -> Option<Vec<u32>> {
+        let subject = &mut *self.subject;
+        // The seed only marks its picks: any plays the same positions.
+        let seed = self.target.seed;
+        let whole = whole_run(subject, shrunk.tape.answers(), &shrunk.bounds, seed)?;
+        let there = play(subject, &whole, &shrunk.bounds, seed).ok()?;
+        let followed = crate::follow(subject, &there.asked, &self.target.bounds);
+        (0..=followed.len()).find_map(|count| {
+            let position = play(subject, &followed[..count], &self.target.bounds, seed).ok()?;
+            position
+                .judged
+                .violates(invariant)
+                .then(|| followed[..count].to_vec())
+        })
+    }
+
     fn shortest(&mut self, played: &Played, goal: Goal) -> Value {
         let bounds = self.target.bounds;
         let tape = Tape::from_answers(played.answers());
@@ -402,9 +421,15 @@ impl<'a> Server<'a> {
         let view = match found {
             Some(shrunk) => {
                 let timeline = shrunk.outcome.timeline.as_ref();
+                let to_break = self.answers_to_break(&shrunk, goal.invariant);
+                let choices =
+                    (to_break.as_ref()).map(|to| to.len().saturating_sub(setup_of(played)));
                 json!({
                     "tape": shrunk.tape.to_string(),
-                    "answers": shrunk.tape.len(),
+                    // The position where it is broken, to play from, and the choices to it
+                    // after the workload's, to compare with the learner's.
+                    "answers_to_break": to_break,
+                    "choices": choices,
                     "faults": shrunk.outcome.faults.total(),
                     "text": timeline.map(|t| t.render_within(100)),
                     "replay": (self.target.replay)(&shrunk.tape, &shrunk.bounds),
@@ -415,6 +440,50 @@ impl<'a> Server<'a> {
         self.shortest.insert(key, view.clone());
         view
     }
+}
+
+/// The answers of a click (`answers=`), which names the choice it answers (`at=N`, which
+/// must be the choice now: a click on a page that has moved on is refused, 409).
+fn answers_at(query: &Query) -> Result<Vec<u32>, Refusal> {
+    let answers = query.answers()?.unwrap_or_default();
+    let at = query
+        .number("at")?
+        .ok_or("a choice names the choice it answers: at=N")?;
+    if at != answers.len() as u64 {
+        return Err(Refusal(
+            409,
+            format!(
+                "stale step: this click answers choice {} but the run is at choice {}; the \
+                 page reloads the position",
+                at + 1,
+                answers.len() + 1
+            ),
+        ));
+    }
+    Ok(answers)
+}
+
+/// `answers` and the zeros that play their run to its end within `bounds`; `None` where they
+/// do not fit it.
+fn whole_run(
+    subject: &mut dyn Subject,
+    answers: &[u32],
+    bounds: &Bounds,
+    seed: u64,
+) -> Option<Vec<u32>> {
+    let played = play(subject, answers, bounds, seed).ok()?;
+    let mut whole = answers.to_vec();
+    if played.now().is_some() {
+        whole.resize(whole.len() + played.ahead.len() + 1, 0);
+    }
+    Some(whole)
+}
+
+/// The workload's answers of `played`: the set-up, not a learner's choices.
+fn setup_of(played: &Played) -> usize {
+    (played.asked.iter())
+        .filter(|asked| asked.answer.is_some() && asked.kind == ChoiceKind::Workload)
+        .count()
 }
 
 /// Answers as a page shows them and a `tape=` takes them back: every answer, zeros kept

@@ -42,7 +42,10 @@ tr.event:last-child{background:#fff3c4}
 #choices button.seeded{border-color:#2a62c9}
 #choices .key{display:inline-block;width:1.6em;font-weight:700;color:#2a62c9}
 #choices .mark{float:right;font-size:11px;color:#2a62c9}
-#verdict{font-weight:600}
+#verdict{font-weight:600;margin:0}
+#judgedpanel{padding:4px 8px}
+#next{width:100%;text-align:left;margin:6px 0 0;padding:5px 8px;border:1px dashed #2a62c9;background:#f7faff;border-radius:4px}
+#next .key{float:right;font-weight:700;color:#2a62c9}
 #verdict.broken{color:#a40000}
 #verdict.clean{color:#0a6b0a}
 ul{margin:2px 0;padding-left:18px}
@@ -60,22 +63,40 @@ body.big #right{width:520px}
 .muted{color:#666}
 pre{font:11px/1.3 ui-monospace,Menlo,Consolas,monospace;white-space:pre;overflow:auto;max-height:260px;background:#fafafa;border:1px solid #eee;padding:4px}
 body[data-busy=true] #choices button{opacity:.5}
+@media (max-width:1000px),(max-height:600px){
+ header{padding:4px 10px}
+ h1{font-size:15px;margin:0 0 2px}
+ .bar{margin:0;gap:6px}
+ #answersshown,#replaybar,#startbar,#boundsbar,#reach,.keys{display:none}
+ #goal{font-size:12px}
+ #table table{table-layout:fixed}
+ #table th:nth-child(1){width:2.6em}
+ #table th:nth-child(2){width:3.6em}
+ #table td{overflow-wrap:anywhere}
+ main{padding:4px 10px;gap:6px}
+ #right{width:300px}
+ #history{max-height:48px}
+ th,td{font-size:11.5px;padding:1px 3px}
+ #choices button{padding:3px 6px;margin:2px 0}
+ .panel{padding:4px 6px;margin-bottom:6px}
+ h2{margin:2px 0}
+}
 </style>
 </head>
 <body data-ready="false">
 <header>
 <h1 id="title">retrysim play</h1>
-<div class="bar"><span>answers <code id="tape"></code></span><span id="where" class="muted"></span>
+<div class="bar"><span id="answersshown">answers <code id="tape"></code></span><span id="where" class="muted"></span>
 <button id="undo" title="go back one choice (&#x2190;)">&#x2190; undo</button>
 <button id="restart">start again</button>
-<label>seed <input id="seed" inputmode="numeric"></label><button id="fromseed">start from seed</button>
-<label>tape <input id="starttape" placeholder="1,0,2"></label><button id="fromtape">start from tape</button></div>
-<div class="bar"><span>replay what is on the screen: <code id="replay"></code></span>
 <a id="diagram" target="_blank" href="/diagram">sequence diagram so far</a>
 <button id="bigtype" title="large type, for a projector">large type</button></div>
+<div class="bar" id="startbar"><label>seed <input id="seed" inputmode="numeric"></label><button id="fromseed">start from seed</button>
+<label>tape <input id="starttape" placeholder="1,0,2"></label><button id="fromtape">start from tape</button></div>
+<div class="bar" id="replaybar"><span>replay what is on the screen: <code id="replay"></code></span></div>
 <div class="muted bounds" id="boundsbar">bounds: <span id="bounds"></span></div>
 <div class="muted" id="reach"></div>
-<div class="bar" id="goalbar" hidden><span id="goal" class="muted"></span></div>
+<div class="bar" id="goalbar" hidden><span id="goal" class="muted"></span><span id="goalshortest" hidden>The shortest the check knows: <span id="goalshortestchoices"></span> choices, <span id="goalshortestfaults"></span> fault(s) &mdash; <a id="goalshortestplay" href="/">play it</a></span></div>
 <div id="error" role="alert"></div>
 </header>
 <main>
@@ -85,9 +106,11 @@ body[data-busy=true] #choices button{opacity:.5}
 <ol id="history"></ol>
 </div>
 <div id="right">
+<div class="panel" id="judgedpanel"><p id="verdict"></p></div>
 <div class="panel"><h2 id="asking">What happens next?</h2><div id="choices"></div>
-<p class="muted">Keys: 1&ndash;9 choose, s takes the seed's pick, &#x2190; goes back.</p></div>
-<div class="panel"><h2>Judged so far</h2><p id="verdict"></p><ul id="invariants"></ul></div>
+<button id="next" title="the uneventful answer, past arrivals, kept sessions and crash points, to the next delivery order or time (n)">go on to the next choice that matters <span class="key">n</span></button>
+<p class="muted keys">Keys: 1&ndash;9 choose, n goes on to the next choice that matters, s takes the seed's pick, &#x2190; goes back.</p></div>
+<div class="panel"><h2>Judged so far</h2><ul id="invariants"></ul></div>
 <div class="panel"><h2 id="nowtitle">Now</h2>
 <p><b>clock</b> <span id="clock"></span> ms</p>
 <p><b>what the clients know</b><br><span id="knows"></span></p>
@@ -95,7 +118,8 @@ body[data-busy=true] #choices button{opacity:.5}
 <p><b>the store (committed)</b><br><span id="store"></span></p>
 <p><b>intents</b></p><ul id="intents"></ul></div>
 <div class="panel" id="shortestpanel" hidden><h2>The shortest the exhaustive check knows</h2>
-<p>tape <code id="shortesttape"></code>, <span id="shortestfaults"></span> fault(s): <code id="shortestreplay"></code></p><pre id="shortest"></pre></div>
+<p><b><span id="shortestchoices"></span> choices</b> after the workload&rsquo;s, <span id="shortestfaults"></span> fault(s): <a id="shortestplay" href="/">play it</a></p>
+<p class="muted">tape <code id="shortesttape"></code>: <code id="shortestreplay"></code></p><pre id="shortest"></pre></div>
 <details class="panel"><summary>As <code>retrysim replay</code> prints it</summary><pre id="text"></pre></details>
 </div>
 </main>
@@ -158,10 +182,8 @@ body[data-busy=true] #choices button{opacity:.5}
   $('tape').title=s.tape;
   $('seed').value=String(s.seed);
   var judged=s.judged;
-  text($('where'),'choice '+(s.at-s.setup+1)+(s.over?' (the run is over)':'')+'; '+(judged.stopped_after_steps==null?judged.steps:judged.stopped_after_steps)+' steps judged');
+  text($('where'),(s.over?(s.at-s.setup)+' choices made, the run is over':'choice '+(s.at-s.setup+1))+'; '+(judged.stopped_after_steps==null?judged.steps:judged.stopped_after_steps)+' steps judged');
   $('table').innerHTML=s.table;
-  var last=$('table').querySelector('tr.event:last-child');
-  if(last){last.scrollIntoView({block:'nearest'});}
   var choices=$('choices');
   choices.innerHTML='';
   if(s.now){
@@ -178,6 +200,7 @@ body[data-busy=true] #choices button{opacity:.5}
   }else{
    text($('asking'),'The run is over.');
   }
+  $('next').disabled=!s.now;
   var broken=judged.violations.length>0;
   var verdict=$('verdict');
   verdict.className=broken?'broken':'clean';
@@ -203,6 +226,7 @@ body[data-busy=true] #choices button{opacity:.5}
   var g=$('goal');
   var panel=$('shortestpanel');
   panel.hidden=true;
+  $('goalshortest').hidden=true;
   $('goalbar').hidden=!s.goal;
   if(s.goal){
    g.className=s.goal.met?'met':'muted';
@@ -211,11 +235,23 @@ body[data-busy=true] #choices button{opacity:.5}
    if(s.goal.met&&s.goal.shortest){
     panel.hidden=false;
     text($('shortesttape'),s.goal.shortest.tape);
+    var to=s.goal.shortest.answers_to_break;
+    text($('shortestchoices'),to?s.goal.shortest.choices:'?');
+    var shortestAt=to?'?'+params({answers:to.join(',')}):'';
+    $('shortestplay').hidden=!to;
+    $('shortestplay').href=shortestAt;
+    $('goalshortest').hidden=!to;
+    text($('goalshortestchoices'),s.goal.shortest.choices);
+    text($('goalshortestfaults'),s.goal.shortest.faults);
+    $('goalshortestplay').href=shortestAt;
     text($('shortestfaults'),s.goal.shortest.faults);
     text($('shortestreplay'),s.goal.shortest.replay);
     text($('shortest'),s.goal.shortest.text);
    }
   }else{text(g,'');}
+  // The newest row in view, once everything around the table has its size.
+  var last=$('table').querySelector('tr.event:last-child');
+  if(last){last.scrollIntoView({block:'end'});}
   document.body.dataset.at=String(s.at);
   document.body.dataset.ready='true';
  }
@@ -223,11 +259,16 @@ body[data-busy=true] #choices button{opacity:.5}
   if(!state||!state.now){return;}
   load('/choose?'+params({answers:state.answers.join(','),at:state.at,choice:answer}));
  }
+ function next(){
+  if(!state||!state.now){return;}
+  load('/next?'+params({answers:state.answers.join(','),at:state.at}));
+ }
  function undoTo(count){
   if(!state){return;}
   load('/state?'+params({answers:state.answers.slice(0,Math.max(0,count)).join(',')}));
  }
  $('undo').addEventListener('click',function(){if(state){undoTo(state.at-1);}});
+ $('next').addEventListener('click',next);
  $('restart').addEventListener('click',function(){load('/state?'+params({}));});
  $('fromseed').addEventListener('click',function(){seed=$('seed').value.trim();load('/start?'+params({}));});
  $('fromtape').addEventListener('click',function(){load('/start?'+params({tape:$('starttape').value}));});
@@ -240,6 +281,8 @@ body[data-busy=true] #choices button{opacity:.5}
   }else if(event.key==='ArrowLeft'||event.key==='Backspace'){
    if(state){undoTo(state.at-1);}
    event.preventDefault();
+  }else if(event.key==='n'){
+   next();
   }else if(event.key==='s'&&state&&state.now){
    var pick=state.now.choices.filter(function(c){return c.seeded;})[0];
    if(pick){choose(pick.answer);}

@@ -196,6 +196,44 @@ impl Browser {
         ));
     }
 
+    /// Shows the page as a 1280×800 screen zoomed to `percent` shows it (a CSS viewport of
+    /// 1280×800 divided by the zoom, each CSS pixel `percent` % of a screen's), reloaded.
+    fn zoom(&mut self, percent: u32) {
+        let (width, height) = (1280 * 100 / percent, 800 * 100 / percent);
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height,
+                    "deviceScaleFactor": f64::from(percent) / 100.0, "mobile": false }),
+        );
+        // The page before the reload is marked, so the wait is for the new one.
+        self.eval("window.before_reload=true");
+        self.send("Page.reload", json!({}));
+        self.eval(
+            "new Promise(function(done){(function wait(){var b=document.body;\
+             if(!window.before_reload&&b&&b.dataset.ready==='true'&&b.dataset.busy!=='true')\
+             {done(true);}else{setTimeout(wait,20);}})();})",
+        );
+    }
+
+    /// Whether the newest row of the table (inside the table's own box), every choice, the
+    /// button that goes on, and the verdict are on screen, with nothing of the page past it.
+    fn lesson_in_view(&mut self) -> Value {
+        self.eval(
+            "(function(){var h=innerHeight,w=innerWidth;\
+             function within(r,b){return r.height>0&&r.top>=b.top-1&&r.bottom<=b.bottom+1&&r.left>=b.left-1&&r.right<=b.right+1;}\
+             var screen={top:0,left:0,bottom:h,right:w};\
+             function on(e){return !!e&&within(e.getBoundingClientRect(),screen);}\
+             var box=document.getElementById('table');var rows=box.querySelectorAll('tr.event');\
+             var last=rows[rows.length-1];\
+             var buttons=Array.prototype.slice.call(document.querySelectorAll('#choices button'));\
+             return {row:on(box)&&!!last&&within(last.getBoundingClientRect(),box.getBoundingClientRect()),\
+             choices:buttons.every(on),next:on(document.getElementById('next')),\
+             verdict:on(document.getElementById('verdict')),\
+             fits:document.documentElement.scrollWidth<=w&&document.documentElement.scrollHeight<=h,\
+             viewport:[w,h]};})()",
+        )
+    }
+
     /// A PNG of the page as it is.
     fn screenshot(&mut self) -> Vec<u8> {
         let shot = self.send("Page.captureScreenshot", json!({ "format": "png" }));
@@ -478,4 +516,57 @@ fn back_and_forward_walk_the_choices() {
             .contains("this link plays counter/keyed-sqlite, but this server plays counter/naive"),
         "{refused}"
     );
+}
+
+/// A projector: at 150 % zoom on 1280×800, lesson 3 played by going on to the next choice
+/// that matters (the key n) and by its planned choices shows the newest row of the table,
+/// the choices and the verdict at every position, without scrolling; a screenshot of its end
+/// is kept (`target/browser/screenshots/play-interval-150.png`).
+#[test]
+fn at_150_percent_zoom_the_newest_row_the_choices_and_the_verdict_stay_on_screen() {
+    let Some((chromium, _)) = browser() else {
+        return;
+    };
+    let server = PlayProcess::start(&[
+        "--model",
+        "interval",
+        "--handler",
+        "version-only",
+        "--goal",
+        "outcome-agreement",
+    ]);
+    let mut page = Browser::open(&chromium, &format!("http://127.0.0.1:{}/", server.port));
+    page.wait_at(None);
+    page.zoom(150);
+    let mut shown = page.wait_at(None);
+    let mut presses = 0;
+    while !shown["verdict"].as_str().unwrap().contains("VIOLATED") {
+        let in_view = page.lesson_in_view();
+        assert_eq!(in_view["viewport"], json!([853, 533]), "{in_view}");
+        for part in ["row", "choices", "next", "verdict", "fits"] {
+            assert_eq!(in_view[part], true, "{part} at {}: {in_view}", shown["at"]);
+        }
+        assert!(presses < 12, "{shown}");
+        let choices = shown["choices"].as_array().unwrap();
+        let offered =
+            |phrase: &str| (choices.iter()).position(|c| c.as_str().unwrap().contains(phrase));
+        match (offered("lose reply A#1"), offered("deliver reply A#1")) {
+            (Some(lose), _) => page.click(lose),
+            (None, Some(0)) => page.press("1"),
+            _ => page.press("n"),
+        }
+        presses += 1;
+        shown = page.wait_at(None);
+    }
+    assert_eq!(presses, 6, "{shown}");
+    let in_view = page.lesson_in_view();
+    for part in ["row", "verdict", "fits"] {
+        assert_eq!(in_view[part], true, "{part} at the end: {in_view}");
+    }
+    let png = page.screenshot();
+    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    assert_eq!(width, 1280);
+    let screenshots = browser_dir().join("screenshots");
+    std::fs::create_dir_all(&screenshots).unwrap();
+    std::fs::write(screenshots.join("play-interval-150.png"), png).unwrap();
 }

@@ -290,6 +290,20 @@ fn a_goal_met_shows_the_shortest_counterexample() {
         .as_str()
         .unwrap()
         .starts_with("retrysim replay --model counter --handler naive --tape "));
+    // A count of choices to compare with the learner's, and the position to play it from:
+    // broken there, and not one choice before.
+    let to_break: Vec<String> = (shortest["answers_to_break"].as_array().unwrap().iter())
+        .map(|answer| answer.to_string())
+        .collect();
+    let setup = state["setup"].as_u64().unwrap() as usize;
+    assert_eq!(shortest["choices"], to_break.len() - setup, "{shortest}");
+    // (No fault, but a longer story than the learner's 11: a timeout, a backoff, a retry.)
+    assert_eq!(shortest["choices"], 12, "{shortest}");
+    let (_, there) = server.json(&format!("/state?answers={}", to_break.join(",")));
+    assert!(broken(&there, "at-most-once-effect"), "{there}");
+    let before = to_break[..to_break.len() - 1].join(",");
+    let (_, before) = server.json(&format!("/state?answers={before}"));
+    assert!(!broken(&before, "at-most-once-effect"), "{before}");
 }
 
 /// One line and status 2, and nothing served, for each bad command.
@@ -524,4 +538,55 @@ fn the_play_so_far_is_a_sequence_diagram() {
     assert!(page.contains("counter/naive after"), "{page}");
     let (status, _) = server.get("/diagram?system=counter%2Fkeyed-sqlite");
     assert_eq!(status, 400);
+}
+
+/// `/next` goes on to the next choice that matters: past the request's arrival and the
+/// crash points to the reply's delivery, as the answers of each of them 0 would; a click on
+/// a page that moved on is refused (409), and so is going on from a run that is over. The
+/// clock beside the table is its last row's.
+#[test]
+fn going_on_to_the_next_choice_that_matters_over_http() {
+    let server = PlayProcess::start(&[
+        "--model",
+        "interval",
+        "--handler",
+        "version-only",
+        "--goal",
+        "outcome-agreement",
+    ]);
+    let (_, start) = server.json("/state");
+    let at = start["at"].as_u64().unwrap();
+    let (status, there) = server.json(&format!("/next?answers={}&at={at}", answers(&start)));
+    assert_eq!(status, 200, "{there}");
+    let now = &there["now"];
+    assert_eq!(now["kind"], "schedule", "{there}");
+    let first = now["choices"][0]["words"].as_str().unwrap();
+    assert!(first.starts_with("deliver reply A#1"), "{first}");
+    let passed = there["at"].as_u64().unwrap() - at;
+    assert_eq!(passed, 8, "{there}");
+    let (_, by_hand) = server.json(&format!("/state?answers={}", answers(&there)));
+    assert_eq!(by_hand["table"], there["table"]);
+    let last_row_ms = there["table"]
+        .as_str()
+        .unwrap()
+        .rsplit("data-time=\"")
+        .next()
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(there["clock_ms"].to_string(), last_row_ms, "{there}");
+    let (status, stale) = server.json(&format!("/next?answers={}&at={at}", answers(&there)));
+    assert_eq!(status, 409, "{stale}");
+    // To the end: going on from there is refused in one line.
+    let mut state = there;
+    while !state["now"].is_null() {
+        let at = state["at"].as_u64().unwrap();
+        state = server
+            .json(&format!("/next?answers={}&at={at}", answers(&state)))
+            .1;
+    }
+    let at = state["at"].as_u64().unwrap();
+    let (status, over) = server.json(&format!("/next?answers={}&at={at}", answers(&state)));
+    assert_eq!(status, 400, "{over}");
+    assert_eq!(over["error"], "the run is over: there is no choice left");
 }
