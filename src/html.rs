@@ -177,7 +177,7 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
         "<p>{} steps; faults: {} drops, {} duplicates, {} crashes, {} reconnects, {} storage</p>\n\
          <p>reproduce: <code>{}</code></p>\n<p>bounds: <code>{}</code></p>\n\
          <p class=\"play\">play from here, choice by choice: <code>{}</code>, then \
-         <a href=\"http://127.0.0.1:{PLAY_PORT_DEFAULT}/?tape={}&amp;to=end&amp;system={}\">open the page</a></p>\n</header>",
+         <a href=\"http://127.0.0.1:{PLAY_PORT_DEFAULT}/?tape={}&amp;to=end&amp;system={}&amp;bounds={}\">open the page</a></p>\n</header>",
         outcome.steps,
         faults.drops,
         faults.duplicates,
@@ -189,6 +189,7 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
         escape(&play),
         outcome.tape,
         escape(&crate::service::answers::path_escaped(&entry.name())),
+        crate::play::bounds_mark(bounds),
     );
     out
 }

@@ -216,15 +216,30 @@ impl<'a> Server<'a> {
         ))
     }
 
-    /// Refuses a request whose `system=` names another system than the one played.
+    /// Refuses a request whose `system=` names another system than the one played, or
+    /// whose `bounds=` marks other bounds ([`bounds_mark`]).
     fn refuse_another_system(&self, query: &Query) -> Result<(), Refusal> {
-        match query.text("system").filter(|s| *s != self.target.title) {
-            Some(system) => Err(Refusal(
+        let title = &self.target.title;
+        if let Some(system) = query.text("system").filter(|s| s != title) {
+            return Err(Refusal(
                 400,
                 format!(
-                    "this link plays {system}, but this server plays {}: start `retrysim \
-                     play` for {system} to follow it",
-                    self.target.title
+                    "this link plays {system}, but this server plays {title}: start `retrysim \
+                     play` for {system} to follow it"
+                ),
+            ));
+        }
+        let bounds = &self.target.bounds;
+        match query
+            .text("bounds")
+            .filter(|mark| *mark != bounds_mark(bounds))
+        {
+            Some(_) => Err(Refusal(
+                400,
+                format!(
+                    "this link plays {title} within other bounds than this server's \
+                     ({bounds}): start the `retrysim play` command printed beside the link to \
+                     follow it"
                 ),
             )),
             None => Ok(()),
@@ -356,6 +371,7 @@ impl<'a> Server<'a> {
             },
             "replay": (self.target.replay)(&judged.tape, &judged_bounds),
             "bounds": bounds.to_string(),
+            "bounds_mark": bounds_mark(bounds),
         })
     }
 
@@ -440,6 +456,16 @@ impl<'a> Server<'a> {
         self.shortest.insert(key, view.clone());
         view
     }
+}
+
+/// A short mark of `bounds` that a link to a position carries (`bounds=`), so that a server
+/// playing within other bounds refuses it instead of playing another run: 16 hexadecimal
+/// digits of the FNV-1a hash of their printed form, the same on every machine.
+pub fn bounds_mark(bounds: &Bounds) -> String {
+    let hash = (bounds.to_string().bytes()).fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
 /// The answers of a click (`answers=`), which names the choice it answers (`at=N`, which

@@ -34,7 +34,7 @@
 mod api;
 mod page;
 
-pub use api::{Goal, PlayTarget, ReplayCommand};
+pub use api::{bounds_mark, Goal, PlayTarget, ReplayCommand};
 
 use crate::process::read_line_capped;
 use crate::Subject;

@@ -126,7 +126,7 @@ body[data-busy=true] #choices button{opacity:.5}
 <script>
 (function(){
  var query=new URLSearchParams(location.search);
- var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults'),system=query.get('system'),big=query.get('big')==='1';
+ var seed=query.get('seed'),goal=query.get('goal'),faults=query.get('faults'),system=query.get('system'),bounds=query.get('bounds'),big=query.get('big')==='1';
  var state=null;
  function $(id){return document.getElementById(id);}
  function params(extra){
@@ -134,6 +134,7 @@ body[data-busy=true] #choices button{opacity:.5}
   Object.keys(extra).forEach(function(k){p.set(k,extra[k]);});
   if(seed!==null&&seed!==''){p.set('seed',seed);}
   if(system!==null){p.set('system',system);}
+  if(bounds!==null){p.set('bounds',bounds);}
   if(big){p.set('big','1');}
   if(goal!==null){p.set('goal',goal);if(faults!==null){p.set('faults',faults);}}
   return p.toString();
@@ -165,6 +166,7 @@ body[data-busy=true] #choices button{opacity:.5}
  function render(s){
   if(seed===null){seed=String(s.seed);}
   if(system===null){system=s.title;}
+  if(bounds===null){bounds=s.bounds_mark;}
   // Each new position is a page of the browser's history: Back and Forward walk the choices
   // (a position reached by them is already the address shown).
   var shown=new URLSearchParams(location.search).get('answers');

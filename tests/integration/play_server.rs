@@ -471,6 +471,29 @@ fn a_link_for_another_system_is_refused_in_one_line() {
     let (status, own) = keyed.json("/state?system=counter%2Fkeyed-sqlite");
     assert_eq!(status, 200, "{own}");
     assert_eq!(own["title"], "counter/keyed-sqlite");
+    // Its bounds are marked too: a link made within other bounds (a failure page's, found
+    // with no fault allowed) is refused on a server that allows three.
+    let mark = own["bounds_mark"].as_str().unwrap();
+    let zero_faults = retrysim::Bounds {
+        faults_max: 0,
+        ..retrysim::Bounds::default()
+    };
+    assert_eq!(
+        mark,
+        retrysim::play::bounds_mark(&retrysim::Bounds::default())
+    );
+    let other = retrysim::play::bounds_mark(&zero_faults);
+    assert_ne!(mark, other);
+    let (status, refused) = keyed.json(&format!("/state?bounds={other}"));
+    assert_eq!(status, 400, "{refused}");
+    let why = refused["error"].as_str().unwrap();
+    assert_eq!(why.lines().count(), 1, "{why}");
+    assert!(
+        why.contains("this link plays counter/keyed-sqlite within other bounds than this server's (steps_max="),
+        "{why}"
+    );
+    let (status, _) = keyed.json(&format!("/state?bounds={mark}"));
+    assert_eq!(status, 200);
 }
 
 /// Every choice that spends a fault says so, the position says the faults spent against the

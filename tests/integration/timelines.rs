@@ -317,10 +317,12 @@ fn a_failure_as_a_self_contained_html_page() {
         }
         assert!(page.contains("<script>") && page.contains("@media print"));
         // Play from here: the command, and a link to the page it serves on this machine,
-        // naming the system it plays.
+        // naming the system it plays and marking its bounds.
         let play = format!(
-            "<a href=\"http://127.0.0.1:7878/?tape={}&amp;to=end&amp;system={domain}%2F{handler}\">",
-            shrunk.outcome.tape
+            "<a href=\"http://127.0.0.1:7878/?tape={}&amp;to=end&amp;system={domain}%2F{handler}\
+             &amp;bounds={}\">",
+            shrunk.outcome.tape,
+            retrysim::play::bounds_mark(&shrunk.bounds)
         );
         assert!(page.contains(&play), "{handler}");
         assert!(page.contains("<code>retrysim play --model"), "{handler}");
