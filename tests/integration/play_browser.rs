@@ -205,9 +205,19 @@ impl Browser {
             json!({ "width": width, "height": height,
                     "deviceScaleFactor": f64::from(percent) / 100.0, "mobile": false }),
         );
-        // The page before the reload is marked, so the wait is for the new one.
+        self.load_anew("Page.reload", json!({}));
+    }
+
+    /// Goes to `url`, and waits until its page shows a position.
+    fn navigate(&mut self, url: &str) {
+        self.load_anew("Page.navigate", json!({ "url": url }));
+    }
+
+    /// Sends `method` (a navigation), and waits until the new page shows a position: the
+    /// page before it is marked, so the wait is not met by it.
+    fn load_anew(&mut self, method: &str, params: Value) {
         self.eval("window.before_reload=true");
-        self.send("Page.reload", json!({}));
+        self.send(method, params);
         self.eval(
             "new Promise(function(done){(function wait(){var b=document.body;\
              if(!window.before_reload&&b&&b.dataset.ready==='true'&&b.dataset.busy!=='true')\
@@ -569,4 +579,64 @@ fn at_150_percent_zoom_the_newest_row_the_choices_and_the_verdict_stay_on_screen
     let screenshots = browser_dir().join("screenshots");
     std::fs::create_dir_all(&screenshots).unwrap();
     std::fs::write(screenshots.join("play-interval-150.png"), png).unwrap();
+}
+
+/// On the page, the knows lane: after the reply is lost past the commit, c1's A stays
+/// *unknown* through its timeout and its retry, marked changed only where it changes (its
+/// first send, and where c1 concludes); and a goal broken with more faults than it allows
+/// says why it is not met (the reply lost, then the seed's pick: a reconnect).
+#[test]
+fn the_knows_lane_and_a_goal_missed_on_the_page() {
+    let Some((chromium, _)) = browser() else {
+        return;
+    };
+    let server = PlayProcess::start(&crate::play_server::NAIVE_WITH_GOAL);
+    let over_budget = "0,0,0,0,0,0,0,0,1,1,1,1,0,0,0,0";
+    let mut page = Browser::open(
+        &chromium,
+        &format!("http://127.0.0.1:{}/?answers={over_budget}", server.port),
+    );
+    let shown = page.wait_at(Some(16));
+    let goal = shown["goal"].as_str().unwrap();
+    assert!(
+        goal.contains(
+            "Not yet: at-most-once-effect is broken, but with 2 fault(s): the goal allows 1"
+        ),
+        "{goal}"
+    );
+    // The reply lost, then every answer uneventful to the run's end.
+    let lost_reply = format!(
+        "http://127.0.0.1:{}/?tape=0,0,0,0,0,0,0,0,1&to=end",
+        server.port
+    );
+    page.navigate(&lost_reply);
+    let shown = page.wait_at(None);
+    assert!(shown["choices"].as_array().unwrap().is_empty(), "{shown}");
+    let knows = page.eval(
+        "Array.prototype.map.call(document.querySelectorAll('#table td.knows'),\
+         function(td){return [td.className,td.textContent,td.parentNode.textContent];})",
+    );
+    let rows = knows.as_array().unwrap();
+    let text = |row: &Value, at: usize| row[at].as_str().unwrap().to_string();
+    let changed: Vec<String> = (rows.iter())
+        .filter(|row| text(row, 0).contains("changed"))
+        .map(|row| text(row, 1))
+        .collect();
+    assert_eq!(changed.first().map(String::as_str), Some("c1 A: unknown"));
+    let lost = (rows.iter())
+        .position(|row| text(row, 2).contains("drop reply A#1"))
+        .expect("the reply lost");
+    let concluded = (rows.iter())
+        .position(|row| text(row, 2).contains("concludes A"))
+        .expect("c1 concludes");
+    assert!(concluded > lost + 2, "{rows:?}");
+    for row in &rows[lost..concluded] {
+        assert_eq!(text(row, 1), "c1 A: unknown", "{rows:?}");
+        assert!(text(row, 0).contains("same"), "{row:?}");
+    }
+    assert!(text(&rows[concluded], 0).contains("changed"), "{rows:?}");
+    assert!(
+        text(&rows[concluded], 1).starts_with("c1 A: succeeded"),
+        "{rows:?}"
+    );
 }
