@@ -1,6 +1,7 @@
 //! README.md as a user reads it: every Rust block in it is code that compiles and runs.
 
 use crate::docs::blocks;
+use std::io::Write as _;
 
 /// Every Rust block of the README is, word for word, part of `tests/readme_example.rs`, a
 /// test target that `cargo test` builds and runs with the system the block uses defined.
@@ -186,4 +187,30 @@ fn the_readmes_explore_and_replay_run_as_written() {
     let (status, diagram) = run(replay, &["--format", "mermaid"]);
     assert_eq!(status, Some(1));
     assert!(diagram.contains("sequenceDiagram"), "{diagram}");
+}
+
+/// The README's `retrysim play` runs as written: it serves the page on the port it prints,
+/// the default 7878, playing the counter's naive handler. (Left out, loudly, where something
+/// else on this machine holds that port.)
+#[test]
+fn the_readmes_play_runs_as_written() {
+    let command = "retrysim play --model counter --handler naive";
+    let readme = include_str!("../../README.md");
+    assert!(readme.contains(&format!("`{command}`")), "the README's play");
+    if std::net::TcpListener::bind(("127.0.0.1", 7878)).is_err() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "README play check NOT RUN: port 7878 is taken on this machine"
+        );
+        return;
+    }
+    let args: Vec<&str> = command.split_whitespace().skip(2).collect();
+    let server = crate::play_server::PlayProcess::start_on(&args, &[]);
+    assert_eq!(server.port, 7878);
+    let (status, page) = server.get("/");
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>retrysim play</title>"), "{page}");
+    let (status, state) = server.json("/state");
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["title"], "counter/naive");
 }
