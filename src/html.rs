@@ -6,7 +6,7 @@
 //! that event. There is a print style, and a narrow screen shows each event as a line of its
 //! own.
 
-use crate::report::{play_command, replay_command, Schedule, PLAY_PORT_DEFAULT};
+use crate::report::{bounds_mark, play_command, replay_command, Schedule, PLAY_PORT_DEFAULT};
 use retrysim_models::HandlerEntry;
 use retrysim_sim::{Bounds, Lane, Row, RunOutcome, Timeline};
 use std::fmt::Write as _;
@@ -189,7 +189,7 @@ fn header(entry: &HandlerEntry, bounds: &Bounds, outcome: &RunOutcome, title: &s
         escape(&play),
         outcome.tape,
         escape(&crate::service::answers::path_escaped(&entry.name())),
-        crate::play::bounds_mark(bounds),
+        bounds_mark(bounds),
     );
     out
 }

@@ -35,6 +35,16 @@ fn asked_stop_line(report: &CheckReport, cause: &str) -> String {
 /// The port `retrysim play` serves on by default; failure pages link to it.
 pub const PLAY_PORT_DEFAULT: u16 = 7878;
 
+/// A short mark of `bounds` that a link to a position carries (`bounds=`), so that a server
+/// playing within other bounds refuses it instead of playing another run: 16 hexadecimal
+/// digits of the FNV-1a hash of their printed form, the same on every machine.
+pub fn bounds_mark(bounds: &Bounds) -> String {
+    let hash = (bounds.to_string().bytes()).fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
 /// The command that serves `tape` on `entry` under `bounds` to be played on from
 /// (`retrysim play`; bounds flags only where they differ from the defaults).
 pub fn play_command(entry: &HandlerEntry, bounds: &Bounds, tape: &Tape) -> String {

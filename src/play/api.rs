@@ -2,6 +2,7 @@
 
 use super::page::PAGE;
 use crate::html;
+use crate::report::bounds_mark;
 use crate::{
     goal_met, play, shortest_breaking, workload_answers, Bounds, ChoiceKind, Invariant, PlayError,
     Played, RunEnd, Subject, Tape, Timeline,
@@ -456,16 +457,6 @@ impl<'a> Server<'a> {
         self.shortest.insert(key, view.clone());
         view
     }
-}
-
-/// A short mark of `bounds` that a link to a position carries (`bounds=`), so that a server
-/// playing within other bounds refuses it instead of playing another run: 16 hexadecimal
-/// digits of the FNV-1a hash of their printed form, the same on every machine.
-pub fn bounds_mark(bounds: &Bounds) -> String {
-    let hash = (bounds.to_string().bytes()).fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("{hash:016x}")
 }
 
 /// The answers of a click (`answers=`), which names the choice it answers (`at=N`, which

@@ -34,7 +34,8 @@
 mod api;
 mod page;
 
-pub use api::{bounds_mark, Goal, PlayTarget, ReplayCommand};
+pub use crate::report::bounds_mark;
+pub use api::{Goal, PlayTarget, ReplayCommand};
 
 use crate::process::read_line_capped;
 use crate::Subject;

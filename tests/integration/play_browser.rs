@@ -537,14 +537,7 @@ fn at_150_percent_zoom_the_newest_row_the_choices_and_the_verdict_stay_on_screen
     let Some((chromium, _)) = browser() else {
         return;
     };
-    let server = PlayProcess::start(&[
-        "--model",
-        "interval",
-        "--handler",
-        "version-only",
-        "--goal",
-        "outcome-agreement",
-    ]);
+    let server = PlayProcess::start(&crate::play_server::VERSION_ONLY_WITH_GOAL);
     let mut page = Browser::open(&chromium, &format!("http://127.0.0.1:{}/", server.port));
     page.wait_at(None);
     page.zoom(150);

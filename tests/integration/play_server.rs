@@ -269,6 +269,17 @@ pub const NAIVE_WITH_GOAL: [&str; 6] = [
     "at-most-once-effect",
 ];
 
+/// Lesson 3 of docs/teaching.md: `interval/version-only` with the goal of breaking
+/// `outcome-agreement`.
+pub const VERSION_ONLY_WITH_GOAL: [&str; 6] = [
+    "--model",
+    "interval",
+    "--handler",
+    "version-only",
+    "--goal",
+    "outcome-agreement",
+];
+
 #[test]
 fn a_goal_met_shows_the_shortest_counterexample() {
     let server = PlayProcess::start(&NAIVE_WITH_GOAL);
@@ -569,14 +580,7 @@ fn the_play_so_far_is_a_sequence_diagram() {
 /// clock beside the table is its last row's.
 #[test]
 fn going_on_to_the_next_choice_that_matters_over_http() {
-    let server = PlayProcess::start(&[
-        "--model",
-        "interval",
-        "--handler",
-        "version-only",
-        "--goal",
-        "outcome-agreement",
-    ]);
+    let server = PlayProcess::start(&VERSION_ONLY_WITH_GOAL);
     let (_, start) = server.json("/state");
     let at = start["at"].as_u64().unwrap();
     let (status, there) = server.json(&format!("/next?answers={}&at={at}", answers(&start)));

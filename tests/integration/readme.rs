@@ -196,7 +196,10 @@ fn the_readmes_explore_and_replay_run_as_written() {
 fn the_readmes_play_runs_as_written() {
     let command = "retrysim play --model counter --handler naive";
     let readme = include_str!("../../README.md");
-    assert!(readme.contains(&format!("`{command}`")), "the README's play");
+    assert!(
+        readme.contains(&format!("`{command}`")),
+        "the README's play"
+    );
     if std::net::TcpListener::bind(("127.0.0.1", 7878)).is_err() {
         let _ = writeln!(
             std::io::stderr(),
