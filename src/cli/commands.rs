@@ -393,6 +393,38 @@ pub(super) fn level_line(level: &Level, started: Instant) -> String {
     )
 }
 
+/// Asks `target`'s server (a scenario's) the Idempotency-Key draft's questions alone, as
+/// much as its scenario asks (advisory when it asks nothing), and prints the table.
+pub(super) fn run_conformance(target: &Target, json: bool) -> Result<Printed, UsageError> {
+    let resolved = resolve(target, true)?;
+    let Some(scenario) = &resolved.scenario else {
+        return Err(UsageError(
+            "conformance asks a scenario's server: give a scenario file".into(),
+        ));
+    };
+    let asked = (scenario.target.conformance).unwrap_or(crate::service::ConformanceAsked::Advisory);
+    let conformance = resolved.guarded(|| {
+        crate::service::probe_idempotency_key(&scenario.target, asked).map_err(UsageError)
+    })?;
+    let status = match (conformance.contradicted(), conformance.not_asked()) {
+        (true, _) => 1,
+        (false, true) => 3,
+        (false, false) => 0,
+    };
+    let text = if json {
+        format!(
+            "{}\n",
+            json!({ "conformance": conformance, "status": status })
+        )
+    } else {
+        conformance.table()
+    };
+    Ok(Printed {
+        text,
+        status: ExitCode::from(status),
+    })
+}
+
 pub(super) fn run_check(
     target: &Target,
     search: &SearchArgs,
@@ -544,6 +576,13 @@ fn check_on(
         }
         if let Some(conformance) = &conformance {
             let _ = write!(out.text, "\n{}", conformance.table());
+            if conformance.contradicted() {
+                let _ = writeln!(
+                    out.text,
+                    "ask it again, alone: retrysim conformance {}",
+                    entry.name()
+                );
+            }
             if conformance.fails_the_check() {
                 out.text.push_str(
                     "conformance is required ([conformance] idempotency_key = \"required\") \

@@ -12,7 +12,7 @@ mod target;
 
 use crate::helpers::HelperLanguage;
 use crate::service::SCENARIO_MODEL;
-use commands::{list, run_check, run_explore, run_merge, run_play, run_replay};
+use commands::{list, run_check, run_conformance, run_explore, run_merge, run_play, run_replay};
 use output::{note, one_line, standard_output_closed, write_out, Printed};
 use report_dir::{run_matrix, run_report_dir};
 use target::{resolve, Resolved, Unconfirmed};
@@ -126,6 +126,18 @@ enum Command {
         json: bool,
         #[command(flatten)]
         bounds: BoundsArgs,
+    },
+    /// Ask a scenario's HTTP server, alone on a fresh database, what the IETF draft *The
+    /// Idempotency-Key HTTP Header Field* says a conforming server answers (no key: 400; a
+    /// retry: the first answer; another payload: 422; a retry in progress: 409), and print
+    /// the table a check prints beside its invariants; exit 1 when a behaviour is
+    /// contradicted, 3 when one was not asked, 0 when each was seen.
+    Conformance {
+        /// The scenario file.
+        scenario: String,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Write a first scenario for an HTTP service (`retrysim init --effect-tables orders
     /// --openapi /openapi.json -- python3 app.py`): its command, database and effect tables,
@@ -782,6 +794,9 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
                 json,
                 (&bounds, width_chars),
             )
+        }
+        Some(Command::Conformance { scenario, json }) => {
+            run_conformance(&Target::scenario(&scenario), json)
         }
         Some(Command::Report { out, seeds }) => run_report_dir(&out, seeds),
         Some(Command::Helper { language }) => Ok(helper(language.into())),

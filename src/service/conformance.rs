@@ -91,6 +91,11 @@ impl Conformance {
         (self.rows.iter()).any(|(_, seen)| matches!(seen, Seen::Contradicts(_)))
     }
 
+    /// Whether a behaviour was not asked.
+    pub fn not_asked(&self) -> bool {
+        (self.rows.iter()).any(|(_, seen)| matches!(seen, Seen::NotExercised(_)))
+    }
+
     /// Whether the check fails for it: conformance required, and contradicted.
     pub fn fails_the_check(&self) -> bool {
         self.asked == ConformanceAsked::Required && self.contradicted()
@@ -146,9 +151,19 @@ struct Probe<'t> {
 /// Probes `target`'s server for the draft's behaviours; `None` when the scenario asks for no
 /// conformance. An error when the server cannot be run.
 pub fn probe_conformance(target: &ServiceTarget) -> Result<Option<Conformance>, String> {
-    let Some(asked) = target.conformance else {
-        return Ok(None);
-    };
+    match target.conformance {
+        Some(asked) => probe_idempotency_key(target, asked).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Probes `target`'s server for the draft's behaviours, as much as `asked`, whatever its
+/// scenario asks (`retrysim conformance`). An error when the server cannot be run, or its key
+/// goes in no header.
+pub fn probe_idempotency_key(
+    target: &ServiceTarget,
+    asked: ConformanceAsked,
+) -> Result<Conformance, String> {
     let KeyPlacement::Header(key_header) = &target.key else {
         return Err(
             "[conformance] idempotency_key probes the key's header: the scenario's \
@@ -160,7 +175,7 @@ pub fn probe_conformance(target: &ServiceTarget) -> Result<Option<Conformance>, 
     let probe = Probe::new(target, key_header);
     let mut alone = ServiceAlone::start(target)?;
     let rows = probe.rows(alone.server.as_mut());
-    Ok(Some(Conformance { asked, rows }))
+    Ok(Conformance { asked, rows })
 }
 
 impl<'t> Probe<'t> {

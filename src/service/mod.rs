@@ -33,7 +33,9 @@ mod verify;
 
 pub use answers::Answer;
 pub use command::{ServerCommand, STDERR_LINES_KEPT};
-pub use conformance::{probe_conformance, Behaviour, Conformance, ConformanceAsked, Seen};
+pub use conformance::{
+    probe_conformance, probe_idempotency_key, Behaviour, Conformance, ConformanceAsked, Seen,
+};
 pub use databases::DatabaseKind;
 pub use first_scenario::{first_scenario, ServiceAnswers, SQLITE_ENV_WRITTEN};
 pub use fresh::{FreshValues, Learned, FRESH_TOKEN_CHARS_MIN};

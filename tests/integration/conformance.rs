@@ -83,6 +83,57 @@ fn a_server_without_keys_contradicts_the_draft_row_by_row() {
     let in_progress = row(&report, "a retry while in progress: 409");
     assert!(in_progress.contains("not asked"), "{in_progress}");
     assert!(in_progress.contains("concurrent = false"), "{in_progress}");
+    // The check says how to ask again, alone; asked so, the same rows, exit 1.
+    let again = format!(
+        "ask it again, alone: retrysim conformance {}",
+        keyless.path()
+    );
+    assert!(report.contains(&again), "{report}");
+    let alone = expect(&["conformance", &keyless.path(), "--width", "400"], 1);
+    for says in [
+        "no key: 400",
+        "a retry: the first answer",
+        "another payload: 422",
+    ] {
+        assert_eq!(row(&alone, says), row(&report, says), "{alone}");
+    }
+}
+
+/// `retrysim conformance FILE` asks a scenario's server alone, whether or not the scenario
+/// asks for conformance: the claiming counter on threads answers every row as the draft does
+/// (exit 0); the shipped keyless counter, whose clients send no key (`key = "none"`), and a
+/// file that is not there are one line each, exit 2.
+#[test]
+fn conformance_asks_a_scenarios_server_alone() {
+    let claim = crate::ScenarioVariant::of(
+        "http/counter_claim.toml",
+        "conformance-alone",
+        "[database]",
+        "concurrent = true\n\n[database]",
+    );
+    let table = expect(&["conformance", &claim.path(), "--width", "400"], 0);
+    assert!(
+        table.starts_with("idempotency-key conformance (advisory"),
+        "{table}"
+    );
+    assert_eq!(table.matches("\n  seen ").count(), 4, "{table}");
+    let json = expect(&["conformance", &claim.path(), "--json"], 0);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["status"], 0, "{json}");
+    assert_eq!(
+        json["conformance"]["rows"].as_array().unwrap().len(),
+        4,
+        "{json}"
+    );
+    let keyless = format!(
+        "{}/examples/http/counter_keyless.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    crate::cli::assert_bad_input(&["conformance", &keyless], "the key's header");
+    crate::cli::assert_bad_input(
+        &["conformance", "no/such/scenario.toml"],
+        "no/such/scenario.toml",
+    );
 }
 
 /// The charge endpoint is clean, but a retry that comes while the first holds its write
