@@ -81,6 +81,16 @@ impl Played {
         self.asked.iter().filter_map(|asked| asked.answer).collect()
     }
 
+    /// The answers given and the zeros that play the run to its end: the whole run's tape,
+    /// every answer a position.
+    pub fn to_end(&self) -> Vec<u32> {
+        let mut answers = self.answers();
+        if self.now().is_some() {
+            answers.resize(answers.len() + 1 + self.ahead.len(), 0);
+        }
+        answers
+    }
+
     /// The answers that go on to the next choice that matters: the uneventful answer (0) to
     /// the choice now, and to every choice after it whose other answers are only faults
     /// ([`ChoiceKind::Fault`]: a loss, a duplicate, a reconnect) or crashes

@@ -284,11 +284,10 @@ impl<'a> Server<'a> {
                 .collect();
             if query.text("to") == Some("end") {
                 // A failure's page: its whole run, to be gone back through.
-                play(&mut *self.subject, &answers, bounds, seed).map_err(|error| {
+                let played = play(&mut *self.subject, &answers, bounds, seed).map_err(|error| {
                     Refusal(400, format!("the tape does not fit this run: {error}"))
                 })?;
-                answers = whole_run(&mut *self.subject, &answers, bounds, seed)
-                    .expect("answers that fit play to their end");
+                answers = played.to_end();
             }
             return Ok(answers);
         }
@@ -409,8 +408,8 @@ impl<'a> Server<'a> {
         let subject = &mut *self.subject;
         // The seed only marks its picks: any plays the same positions.
         let seed = self.target.seed;
-        let whole = whole_run(subject, shrunk.tape.answers(), &shrunk.bounds, seed)?;
-        let there = play(subject, &whole, &shrunk.bounds, seed).ok()?;
+        let whole = play(subject, shrunk.tape.answers(), &shrunk.bounds, seed).ok()?;
+        let there = play(subject, &whole.to_end(), &shrunk.bounds, seed).ok()?;
         let followed = crate::follow(subject, &there.asked, &self.target.bounds);
         (0..=followed.len()).find_map(|count| {
             let position = play(subject, &followed[..count], &self.target.bounds, seed).ok()?;
@@ -478,22 +477,6 @@ fn answers_at(query: &Query) -> Result<Vec<u32>, Refusal> {
         ));
     }
     Ok(answers)
-}
-
-/// `answers` and the zeros that play their run to its end within `bounds`; `None` where they
-/// do not fit it.
-fn whole_run(
-    subject: &mut dyn Subject,
-    answers: &[u32],
-    bounds: &Bounds,
-    seed: u64,
-) -> Option<Vec<u32>> {
-    let played = play(subject, answers, bounds, seed).ok()?;
-    let mut whole = answers.to_vec();
-    if played.now().is_some() {
-        whole.resize(whole.len() + played.ahead.len() + 1, 0);
-    }
-    Some(whole)
 }
 
 /// The workload's answers of `played`: the set-up, not a learner's choices.

@@ -244,9 +244,7 @@ fn going_on_stops_at_the_next_order_or_time_and_passes_only_uneventful_answers()
         );
     }
     // A run that is over has nothing to go on to.
-    let mut answers = gone_on;
-    let end = play(&mut *subject, &answers, &bounds, 0).unwrap();
-    answers.resize(answers.len() + 1 + end.ahead.len(), 0);
+    let answers = play(&mut *subject, &gone_on, &bounds, 0).unwrap().to_end();
     let over = play(&mut *subject, &answers, &bounds, 0).unwrap();
     assert!(over.now().is_none());
     assert_eq!(over.next_that_matters(), None);
@@ -266,12 +264,9 @@ fn a_run_found_within_other_bounds_is_followed_within_the_pages() {
     let invariant = Invariant::AtMostOnceEffect;
     let shrunk = shortest_breaking(&mut *subject, &bounds, start, (invariant, 0)).unwrap();
     assert_eq!(shrunk.bounds.faults_max, 0);
-    let mut whole = shrunk.tape.answers().to_vec();
-    let ahead = play(&mut *subject, &whole, &shrunk.bounds, 0)
+    let whole = play(&mut *subject, shrunk.tape.answers(), &shrunk.bounds, 0)
         .unwrap()
-        .ahead
-        .len();
-    whole.resize(whole.len() + ahead + 1, 0);
+        .to_end();
     let there = play(&mut *subject, &whole, &shrunk.bounds, 0).unwrap();
     let followed = follow(&mut *subject, &there.asked, &bounds);
     assert!(followed.len() > whole.len(), "{followed:?} {whole:?}");
