@@ -195,36 +195,36 @@ pub(super) fn check_options(
     })
 }
 
-/// The seeded runs a check of a real server makes before its levels, at the check's whole
-/// bounds: a violation a random schedule meets shows up in seconds, while the levels, in
-/// order, still find its fewest-fault form.
+/// The seeded runs a check of a real server makes before its levels by default
+/// (`--seeded-runs`), at the check's whole bounds: a violation a random schedule meets shows
+/// up in seconds, while the levels, in order, still find its fewest-fault form.
 pub const SEEDED_PASS_RUNS: u64 = 64;
 
-/// Runs [`SEEDED_PASS_RUNS`] seeds on `resolved` (a scenario's server; built-in handlers
-/// are checked fast enough without) before a whole, unsharded check, and says on standard
-/// error what the first violation is and how long after `started` it was found.
+/// Runs `seeds` (the first `--seeded-runs`) on `resolved` (a scenario's server; built-in
+/// handlers are checked fast enough without) before a whole, unsharded check, and says on
+/// standard error what the first violation is and how long after `started` it was found.
 fn seeded_pass(
     resolved: &Resolved,
-    options: &CheckOptions,
+    (options, seeds): (&CheckOptions, u64),
     threads: usize,
     started: Instant,
 ) -> Option<crate::Failure> {
     let whole = options.shard.is_whole() && options.prefix.is_empty();
-    if resolved.scenario.is_none() || !whole {
+    if resolved.scenario.is_none() || !whole || seeds == 0 {
         return None;
     }
     let progress = crate::Progress::new();
     let explored = explore_with_progress(
         resolved.factory(),
-        0..SEEDED_PASS_RUNS,
+        0..seeds,
         &options.bounds,
         threads,
         &progress,
     );
     let failure = explored.first()?.clone();
     note(&format!(
-        "retrysim: a seeded run breaks {} ({:.1} s in, seed {} of {SEEDED_PASS_RUNS}); the \
-         levels follow, for its fewest-fault form",
+        "retrysim: a seeded run breaks {} ({:.1} s in, seed {} of {seeds}); the levels \
+         follow, for its fewest-fault form",
         failure.invariant,
         started.elapsed().as_secs_f64(),
         failure.seed
@@ -460,7 +460,7 @@ fn check_on(
     if let Some(conformance) = &conformance {
         note(&format!("retrysim: {}", conformance.line()));
     }
-    let seeded = seeded_pass(resolved, &options, threads, started)
+    let seeded = seeded_pass(resolved, (&options, search.seeded_runs), threads, started)
         .map(|failure| seeded_shrunk(failure, &mut *subject, &options.bounds, shown));
     let levels = levels_after(seeded.as_ref(), &options, search.time_budget);
     let mut report = match &levels {
@@ -599,10 +599,10 @@ fn check_on(
         if let Some(found) = &seeded {
             let _ = writeln!(
                 out.text,
-                "\n{} was broken first by a seeded run (seed {} of {SEEDED_PASS_RUNS}), shrunk \
-                 above; {}.",
+                "\n{} was broken first by a seeded run (seed {} of {}), shrunk above; {}.",
                 found.failure.invariant,
                 found.failure.seed,
+                search.seeded_runs,
                 seeded_levels(found, &report)
             );
         }

@@ -490,6 +490,12 @@ struct SearchArgs {
     /// checker).
     #[arg(long)]
     no_checkpoints: bool,
+    /// The seeded runs a check of a real server makes at its whole bounds before its levels
+    /// (a violation a random schedule meets named in seconds; then only the levels below its
+    /// faults are run, for 10 s at most). 0 runs the levels alone, in order: a report that
+    /// depends on no wall clock, as a built-in handler's.
+    #[arg(long, default_value_t = commands::SEEDED_PASS_RUNS)]
+    seeded_runs: u64,
     /// Threads to explore on, each taking whole workloads (default and most: the machine's
     /// cores); the report does not depend on it.
     #[arg(long, value_parser = parse_threads)]
