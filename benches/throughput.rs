@@ -787,6 +787,7 @@ fn a_student_plays_lesson_3(port: u16) -> (Vec<f64>, Vec<f64>) {
 /// it answers.
 fn play_request(port: u16, path: &str, times: &mut Vec<f64>) -> serde_json::Value {
     use std::io::{Read, Write};
+    // The wall clock times the click as a student waits on it; no run reads it.
     let started = Instant::now();
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
