@@ -615,17 +615,31 @@ fn the_knows_lane_and_a_goal_missed_on_the_page() {
         .filter(|row| text(row, 0).contains("changed"))
         .map(|row| text(row, 1))
         .collect();
-    assert_eq!(changed.first().map(String::as_str), Some("c1 A: unknown"));
-    let lost = (rows.iter())
-        .position(|row| text(row, 2).contains("drop reply A#1"))
-        .expect("the reply lost");
-    let concluded = (rows.iter())
-        .position(|row| text(row, 2).contains("concludes A"))
-        .expect("c1 concludes");
-    assert!(concluded > lost + 2, "{rows:?}");
-    for row in &rows[lost..concluded] {
-        assert_eq!(text(row, 1), "c1 A: unknown", "{rows:?}");
-        assert!(text(row, 0).contains("same"), "{row:?}");
+    assert_eq!(
+        changed.first().map(String::as_str),
+        Some("c1 A: unknown, A#1 in flight")
+    );
+    let at = |what: &str| {
+        (rows.iter())
+            .position(|row| text(row, 2).contains(what))
+            .unwrap_or_else(|| panic!("no row with {what}: {rows:?}"))
+    };
+    let lost = at("drop reply A#1");
+    let timed_out = at("timeout on A#1; retries");
+    let resent = at("send A#2");
+    let concluded = at("concludes A");
+    assert!(lost < timed_out && timed_out < resent && resent < concluded);
+    // Unknown from the lost reply to the conclusion; the lane changes only where the client
+    // learns something of its own doing: its timeout, its second attempt.
+    for (index, row) in rows.iter().enumerate().take(concluded).skip(lost) {
+        let expected = match index {
+            _ if index < timed_out => "c1 A: unknown, A#1 in flight",
+            _ if index < resent => "c1 A: unknown, between attempts",
+            _ => "c1 A: unknown, A#2 in flight",
+        };
+        assert_eq!(text(row, 1), expected, "{rows:?}");
+        let changes = index == timed_out || index == resent;
+        assert_eq!(text(row, 0).contains("changed"), changes, "{row:?}");
     }
     assert!(text(&rows[concluded], 0).contains("changed"), "{rows:?}");
     assert!(

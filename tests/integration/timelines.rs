@@ -301,7 +301,7 @@ fn a_failure_as_a_self_contained_html_page() {
         );
         assert!(
             page.contains(
-                "<td class=\"knows changed\" data-lane=\"clients know\">c1 A: unknown</td>"
+                "<td class=\"knows changed\" data-lane=\"clients know\">c1 A: unknown, A#1 in flight</td>"
             ),
             "{handler}"
         );

@@ -266,21 +266,21 @@ impl<S: System> Execution<'_, '_, S> {
             let fresh = state.request.with_fresh_id(state.attempts);
             state.send_as(fresh);
         }
+        // The phase first, so the row says the client is between attempts; the clock of an
+        // untimed backoff after it, so the row is dated when the attempt ended.
+        world.clients[client].phase = match bounds.timeouts {
+            // No backoff at all: ready at once, with nothing for time to pass to.
+            Timeouts::Timed if backoff_ms == 0 => Phase::Ready,
+            Timeouts::Timed => Phase::Backoff {
+                until_ms: later_ms(world.now_ms, backoff_ms),
+            },
+            Timeouts::Untimed => Phase::Ready,
+        };
         world.note(Lane::Client(client as u32), |_| {
             format!("{what}; retries after {backoff_ms} ms backoff")
         });
-        match bounds.timeouts {
-            // No backoff at all: ready at once, with nothing for time to pass to.
-            Timeouts::Timed if backoff_ms == 0 => world.clients[client].phase = Phase::Ready,
-            Timeouts::Timed => {
-                world.clients[client].phase = Phase::Backoff {
-                    until_ms: later_ms(world.now_ms, backoff_ms),
-                }
-            }
-            Timeouts::Untimed => {
-                world.clients[client].phase = Phase::Ready;
-                world.now_ms = later_ms(world.now_ms, backoff_ms);
-            }
+        if bounds.timeouts == Timeouts::Untimed {
+            world.now_ms = later_ms(world.now_ms, backoff_ms);
         }
     }
 

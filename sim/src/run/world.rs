@@ -731,10 +731,14 @@ impl<R: Request, V: Clone + fmt::Display, E> World<R, V, E> {
                 continue;
             };
             let state = self.intent(intent);
-            let knowledge = match (&state.verdict, state.attempts) {
-                (Some(verdict), _) => verdict.to_string(),
-                (None, 0) => "nothing".to_string(),
-                (None, _) => "unknown".to_string(),
+            let knowledge = match (&state.verdict, state.attempts, client.phase) {
+                (Some(verdict), _, _) => verdict.to_string(),
+                (None, 0, _) => "nothing".to_string(),
+                (None, sent, Phase::Waiting { .. }) => match client.next {
+                    NextSend::Submit => format!("unknown, {intent}#{sent} in flight"),
+                    NextSend::Lookup => format!("unknown, lookup {intent}#{sent} in flight"),
+                },
+                (None, _, _) => "unknown, between attempts".to_string(),
             };
             parts.push(format!("c{} {intent}: {knowledge}", index + 1));
         }
