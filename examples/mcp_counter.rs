@@ -35,7 +35,7 @@ fn counter(keyed: bool) -> ServiceTarget {
         effect_tables: vec!["counter".into()],
         provider_env: None,
         key: KeyPlacement::Argument("request_id".into()),
-        value_pointer: "/structuredContent/total".into(),
+        value_pointers: vec!["/structuredContent/total".into()],
         clients: vec![vec![Call {
             key_of: None,
             tool: "add".into(),

@@ -235,13 +235,11 @@ fn seeded_pass(
 /// What a check of `resolved` under `options` may warn of as it goes ([`CheckAdvice`]).
 fn check_advice(resolved: &Resolved, options: &CheckOptions) -> CheckAdvice {
     let bounds = &options.bounds;
-    let fresh_tables = resolved
-        .scenario
-        .as_ref()
-        .map_or_else(Vec::new, |scenario| {
-            let learned = scenario.target.fresh.learned();
-            learned.tables.keys().cloned().collect()
-        });
+    let learned = (resolved.scenario.as_ref()).map(|scenario| scenario.target.fresh.learned());
+    let fresh_tables = (learned.iter())
+        .flat_map(|learned| learned.tables.keys().cloned())
+        .collect();
+    let fresh_answers = learned.and_then(|learned| learned.answers);
     let lower = [
         (bounds.clients_max > 1, "one client (`--clients 1`)"),
         (bounds.faults_max > 0, "no fault (`--faults-max 0`)"),
@@ -255,6 +253,7 @@ fn check_advice(resolved: &Resolved, options: &CheckOptions) -> CheckAdvice {
         .filter_map(|(higher, flag)| higher.then_some(flag))
         .collect();
     CheckAdvice::new(options.reduction.states, smaller_first, fresh_tables)
+        .with_fresh_answers(fresh_answers)
 }
 
 /// What asked a check to stop before its end ([`crate::Stopped::Asked`]), as its report

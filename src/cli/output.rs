@@ -148,6 +148,9 @@ pub(super) struct CheckAdvice {
     pub(super) smaller_first: Vec<&'static str>,
     /// The tables whose fresh values were learned, named in the warning.
     pub(super) fresh_tables: Vec<String>,
+    /// A fresh value learned in the answers' values, named in the warning first: answers
+    /// are not renamed, so it alone keeps every state apart.
+    fresh_answers: Option<String>,
     warned: bool,
     advised: bool,
 }
@@ -163,8 +166,17 @@ impl CheckAdvice {
             hashing,
             smaller_first,
             fresh_tables,
+            fresh_answers: None,
             warned: false,
             advised: false,
+        }
+    }
+
+    /// The advice, knowing that the answers' values hold `example`, a fresh value.
+    pub(super) fn with_fresh_answers(self, example: Option<String>) -> Self {
+        CheckAdvice {
+            fresh_answers: example,
+            ..self
         }
     }
 
@@ -190,6 +202,15 @@ impl CheckAdvice {
     }
 
     fn no_repeat_warning(&self, faults_max: u32, runs: u64) -> String {
+        if let Some(example) = &self.fresh_answers {
+            return format!(
+                "retrysim: warning: no run at faults_max={faults_max} has met a state explored \
+                 before in {runs} runs: the answers' values hold a value that differs in every \
+                 run of the same schedule (e.g. `{example}`), which keeps every state apart; \
+                 point `value` at the fields of the answer that do not change (several \
+                 pointers: value = [\"/status\", \"/body/item\"])"
+            );
+        }
         let fresh = if self.fresh_tables.is_empty() {
             "no table's values differed between two replays of one schedule".to_string()
         } else {
@@ -408,6 +429,15 @@ mod tests {
         );
         assert!(warning.contains("the fresh values of charges"), "{warning}");
         assert_eq!(advice.due(&level_with(0, NO_REPEAT_WARNING_RUNS, 0)), None);
+        // A fresh value in the answers is what keeps states apart: the warning names it.
+        let mut advice = CheckAdvice::new(true, Vec::new(), vec!["charges".to_string()])
+            .with_fresh_answers(Some("fa538a0e-0000".to_string()));
+        let warning = (advice.due(&level_with(0, NO_REPEAT_WARNING_RUNS, 0))).unwrap();
+        assert!(
+            warning.contains("the answers' values hold a value that differs in every run"),
+            "{warning}"
+        );
+        assert!(warning.contains("`fa538a0e-0000`"), "{warning}");
     }
 
     #[test]

@@ -199,22 +199,30 @@ impl Resolved {
     /// For a scenario: runs the first schedule (each choice's first option) and
     /// [`FRESH_PROBE_SEEDS`] seeded ones twice each, and learns which values of the server's
     /// tables are fresh, differing between two runs of one schedule
-    /// ([`crate::service::FreshValues`]); the line that names them, if any. Built-in handlers
+    /// ([`crate::service::FreshValues`]), and whether the answers' values hold such a value
+    /// (which keeps every state apart); the line that names them, if any. Built-in handlers
     /// store nothing fresh.
     pub fn learn_fresh_values(&self, bounds: &Bounds) -> Option<String> {
         let fresh = &self.scenario.as_ref()?.target.fresh;
         let mut subject = self.subject();
-        let mut store_after = |source: &mut dyn Choices| {
+        // The store at the run's end, and the verdicts its intents concluded with.
+        let mut ends = |source: &mut dyn Choices| {
             let outcome = subject.run(source, bounds, true);
-            outcome.timeline.map(|timeline| timeline.store)
+            outcome.timeline.map(|timeline| {
+                let verdicts: Vec<String> = (timeline.intents.iter())
+                    .map(|intent| intent.verdict.clone())
+                    .collect();
+                (timeline.store, verdicts.join("; "))
+            })
         };
         for seed in 0..=FRESH_PROBE_SEEDS {
             let mut twice = (0..2).map(|_| match seed {
-                0 => store_after(&mut TapeChoices::lenient(&[])),
-                seed => store_after(&mut SeededChoices::new(seed)),
+                0 => ends(&mut TapeChoices::lenient(&[])),
+                seed => ends(&mut SeededChoices::new(seed)),
             });
             if let (Some(Some(first)), Some(Some(second))) = (twice.next(), twice.next()) {
-                fresh.learn(&first, &second);
+                fresh.learn(&first.0, &second.0);
+                fresh.learn_answers(&first.1, &second.1);
             }
         }
         fresh.learned().line()

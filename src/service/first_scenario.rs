@@ -147,7 +147,7 @@ fn target_of(answers: &ServiceAnswers, directory: &Path) -> ServiceTarget {
         effect_tables: answers.effect_tables.clone(),
         provider_env: None,
         key: KeyPlacement::Header("Idempotency-Key".into()),
-        value_pointer: "/body".into(),
+        value_pointers: vec!["/body".into()],
         pending: None,
         clients: vec![vec![Call {
             tool: "GET /".into(),
@@ -335,9 +335,10 @@ fn written(answers: &ServiceAnswers, endpoint: &Endpoint) -> String {
         let _ = writeln!(text, "# {line}");
     }
     text.push_str(
-        "\nvalue = \"/body\"                     # the answer's value: point at a field that \
-         does not\n                                     # change between runs (not an id or a \
-         timestamp)\n\n[server]\ntransport = \"http\"                   # listens on 127.0.0.1 \
+        "\nvalue = \"/body\"                     # the answer's value: point at the fields that \
+         do not\n                                     # change between runs (not an id or a \
+         timestamp),\n                                     # several at once: value = \
+         [\"/status\", \"/body/item\"]\n\n[server]\ntransport = \"http\"                   # listens on 127.0.0.1 \
          at the port in $PORT\n",
     );
     let _ = writeln!(text, "command = {}", toml_strings(&answers.command));

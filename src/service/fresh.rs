@@ -26,6 +26,9 @@ pub struct Learned {
     pub shapes: BTreeSet<String>,
     /// The tables they were seen in, each with one of its fresh values.
     pub tables: BTreeMap<String, String>,
+    /// One fresh value seen in the answers' values (where the scenario's `value` points), if
+    /// any. Answers are not renamed as tables are: such a value keeps every state apart.
+    pub answers: Option<String>,
 }
 
 impl FreshValues {
@@ -35,16 +38,7 @@ impl FreshValues {
     /// more, a value of another shape) teach nothing: that is not a fresh value, and the
     /// check's own replays name it.
     pub fn learn(&self, first: &str, second: &str) {
-        let (first_tokens, second_tokens) = (tokens(first), tokens(second));
-        if first_tokens.len() != second_tokens.len() {
-            return;
-        }
-        let differing: Vec<(usize, &str)> = (first_tokens.iter().zip(&second_tokens))
-            .filter(|((_, one), (_, other))| one != other)
-            .filter(|((_, one), (_, other))| shape(one) == shape(other))
-            .filter(|((_, one), _)| one.len() >= FRESH_TOKEN_CHARS_MIN)
-            .map(|(&first, _)| first)
-            .collect();
+        let differing = differing_tokens(first, second);
         let mut learned = self.0.lock().expect("the fresh values");
         for (offset, token) in differing {
             learned.shapes.insert(shape(token));
@@ -54,6 +48,16 @@ impl FreshValues {
                     .entry(table)
                     .or_insert_with(|| token.to_string());
             }
+        }
+    }
+
+    /// Compares the answers' values of two runs of one schedule (`first` and `second`, each
+    /// the answers in their order) and notes one that differs: a fresh id or timestamp the
+    /// scenario's `value` takes in, which keeps every state apart. Nothing is renamed for it.
+    pub fn learn_answers(&self, first: &str, second: &str) {
+        if let Some((_, token)) = differing_tokens(first, second).first() {
+            let mut learned = self.0.lock().expect("the fresh values");
+            learned.answers.get_or_insert_with(|| token.to_string());
         }
     }
 
@@ -285,18 +289,45 @@ fn rows_in_canonical_order(
 impl Learned {
     /// One line for the report, or `None` when nothing is fresh.
     pub fn line(&self) -> Option<String> {
-        if self.tables.is_empty() {
-            return None;
-        }
         let tables: Vec<String> = (self.tables.iter())
             .map(|(table, example)| format!("{table} (e.g. `{example}`)"))
             .collect();
-        Some(format!(
-            "fresh values: {} hold values that differ between two runs of one schedule; \
-             states are told apart by where each repeats, not by its value",
-            tables.join(", ")
-        ))
+        let tables = (!tables.is_empty()).then(|| {
+            format!(
+                "fresh values: {} hold values that differ between two runs of one schedule; \
+                 states are told apart by where each repeats, not by its value",
+                tables.join(", ")
+            )
+        });
+        let answers = self.answers.as_ref().map(|example| {
+            format!(
+                "warning: the answers' values hold a value that differs between two runs of \
+                 one schedule (e.g. `{example}`): answers are compared whole, so no state \
+                 with it repeats and the check may not end; point `value` at the fields \
+                 that do not change (several pointers: value = [\"/status\", \"/body/item\"])"
+            )
+        });
+        match (tables, answers) {
+            (Some(tables), Some(answers)) => Some(format!("{tables}. {answers}")),
+            (tables, answers) => tables.or(answers),
+        }
     }
+}
+
+/// The tokens of `first` (with their byte offsets) that differ from those of `second` at
+/// the same place and have the same shape and a fresh value's length; none when the two
+/// have different numbers of tokens (then they differ in more than values).
+fn differing_tokens<'t>(first: &'t str, second: &str) -> Vec<(usize, &'t str)> {
+    let (first_tokens, second_tokens) = (tokens(first), tokens(second));
+    if first_tokens.len() != second_tokens.len() {
+        return Vec::new();
+    }
+    (first_tokens.iter().zip(&second_tokens))
+        .filter(|((_, one), (_, other))| one != other)
+        .filter(|((_, one), (_, other))| shape(one) == shape(other))
+        .filter(|((_, one), _)| one.len() >= FRESH_TOKEN_CHARS_MIN)
+        .map(|(&first, _)| first)
+        .collect()
 }
 
 /// The tokens of `text` with their byte offsets: runs of letters, digits and `-_.:+`.
@@ -392,6 +423,24 @@ mod tests {
             ["charges", "keys"]
         );
         assert!(learned.line().unwrap().contains(UUID_A), "{learned:?}");
+    }
+
+    #[test]
+    fn a_fresh_value_in_the_answers_is_named_and_teaches_no_shape() {
+        let fresh = FreshValues::default();
+        fresh.learn_answers(
+            &format!("succeeded {{\"id\":\"{UUID_A}\",\"amount\":5}}"),
+            &format!("succeeded {{\"id\":\"{UUID_B}\",\"amount\":5}}"),
+        );
+        let learned = fresh.learned();
+        assert_eq!(learned.answers.as_deref(), Some(UUID_A));
+        assert!(learned.shapes.is_empty() && learned.tables.is_empty());
+        let line = learned.line().unwrap();
+        assert!(line.starts_with("warning: the answers' values"), "{line}");
+        // Answers alike (an amount that differs is no fresh value) teach nothing.
+        let alike = FreshValues::default();
+        alike.learn_answers("succeeded 5", "succeeded 7");
+        assert_eq!(alike.learned().line(), None);
     }
 
     #[test]

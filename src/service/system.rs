@@ -206,9 +206,16 @@ impl OnService {
     /// is not compared with an effect, and its value is then its whole body (over MCP, its
     /// whole result).
     fn value(&self, result: &Value, read: bool) -> Answer {
-        let pointer = &self.0.value_pointer;
-        match result.pointer(pointer) {
-            Some(value) => Answer::new(value.to_string(), result.clone()),
+        let pointers = &self.0.value_pointers;
+        let found: Option<Vec<&Value>> = (pointers.iter())
+            .map(|pointer| result.pointer(pointer))
+            .collect();
+        match found {
+            Some(values) if values.len() == 1 => Answer::new(values[0].to_string(), result.clone()),
+            Some(values) => Answer::new(
+                Value::from_iter(values.into_iter().cloned()).to_string(),
+                result.clone(),
+            ),
             None if read => {
                 let http = matches!(self.0.transport, ServerTransport::Http { .. });
                 let body = result.get("body").filter(|_| http);
@@ -216,6 +223,9 @@ impl OnService {
             }
             None => {
                 let answer: String = result.to_string().chars().take(200).collect();
+                let pointer = (pointers.iter())
+                    .find(|pointer| result.pointer(pointer).is_none())
+                    .expect("a pointer that matched nothing");
                 fail_subject(format!(
                     "value = {pointer:?} (a JSON pointer) matches nothing in the successful \
                      answer {answer}: point at a field every successful answer has"

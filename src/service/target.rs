@@ -44,9 +44,12 @@ pub struct ServiceTarget {
     pub provider_env: Option<String>,
     /// Where a client puts the request id of an intent.
     pub key: KeyPlacement,
-    /// Where the result's value is, as a JSON pointer into the tool's result (e.g.
+    /// Where the result's value is, as JSON pointers into the tool's result (e.g.
     /// `/structuredContent/total`): two answers with the same value are the same answer.
-    pub value_pointer: String,
+    /// One pointer gives the value it points at; several, the JSON array of their values in
+    /// this order (the fields of an answer that do not change between two runs, leaving out
+    /// a fresh id or timestamp).
+    pub value_pointers: Vec<String>,
     /// How a tool's answer (a result or a tool error) says that the request is still in
     /// progress; `None` when the tool never says so.
     pub pending: Option<PendingAnswer>,
@@ -255,10 +258,10 @@ pub enum ServerTransport {
 /// A lookup that answers what became of a request. Over MCP a tool: called with the request
 /// id in `key_argument`, it answers `{"status": "completed" | "pending" | "not-found" |
 /// "conflict", ...}` in its `structuredContent`, with the saved answer's value where the
-/// target's `value_pointer` points. Over plain HTTP a request, `tool` written `METHOD /path`
+/// target's `value_pointers` point. Over plain HTTP a request, `tool` written `METHOD /path`
 /// with `{key}` in the path where the request id goes (`GET /requests/{key}`), sent with
 /// the headers of the call it looks up: it answers what the request answered (2xx, its
-/// value where `value_pointer` points), 404 or 410 when it has no record, 202 or 409 while
+/// value where `value_pointers` point), 404 or 410 when it has no record, 202 or 409 while
 /// in progress, 422 for a key reused with another request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusTool {

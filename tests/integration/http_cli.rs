@@ -797,6 +797,35 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
         counts_line(&deterministic),
         "{fresh}\n{deterministic}"
     );
+    assert!(!fresh.contains("the answers' values"), "{fresh}");
+    // An answer's value that takes in the fresh id is named, with what to write instead;
+    // several pointers that leave it out (the status and the amount) check as the amount
+    // alone does.
+    let whole_body = charge_variant_value("whole-body", r#"value = "/body""#);
+    let told = expect(&[&["check", &whole_body.path()][..], &bounds].concat(), 3);
+    let unwrapped = told.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        unwrapped
+            .contains("warning: the answers' values hold a value that differs between two runs"),
+        "{told}"
+    );
+    assert!(
+        unwrapped.contains(r#"value = ["/status", "/body/item"]"#),
+        "{told}"
+    );
+    let fields = charge_variant_value("fields", r#"value = ["/status", "/body/amount"]"#);
+    let fields = expect(&[&["check", &fields.path()][..], &bounds].concat(), 3);
+    assert!(!fields.contains("the answers' values"), "{fields}");
+    assert_eq!(
+        counts_line(&fields),
+        counts_line(&fresh),
+        "{fields}\n{fresh}"
+    );
+}
+
+/// `examples/http/charge.toml` with its answer's value taken as `value` says.
+fn charge_variant_value(name: &str, value: &str) -> ScenarioVariant {
+    variant_of("charge.toml", name, r#"value = "/body/amount""#, value)
 }
 
 /// A check goes back to a point of a run by putting the server's database back (a copy

@@ -537,6 +537,28 @@ fn a_value_pointer_that_matches_nothing_is_an_error() {
         &["check", &scenario("pointer-missing", &missing)],
         "value = \"/structuredContent/nothing\" (a JSON pointer) matches nothing in the successful answer",
     );
+    // Several pointers: each must be one and match, and at least one is given.
+    let none = keyed.replace("\"/structuredContent/total\"", "[]");
+    assert_bad_input(
+        &["check", &scenario("pointers-none", &none)],
+        "value = [] names no field",
+    );
+    let one_unrooted = keyed.replace(
+        "\"/structuredContent/total\"",
+        r#"["/structuredContent/total", "isError"]"#,
+    );
+    assert_bad_input(
+        &["check", &scenario("pointers-unrooted", &one_unrooted)],
+        "value = \"isError\" is not a JSON pointer",
+    );
+    let one_missing = keyed.replace(
+        "\"/structuredContent/total\"",
+        r#"["/structuredContent/total", "/structuredContent/nothing"]"#,
+    );
+    assert_bad_input(
+        &["check", &scenario("pointers-missing", &one_missing)],
+        "value = \"/structuredContent/nothing\" (a JSON pointer) matches nothing in the successful answer",
+    );
 }
 
 /// What a server writes is read as bytes and capped: a log line that is not UTF-8 and a

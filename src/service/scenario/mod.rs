@@ -118,6 +118,24 @@ impl fmt::Display for ScenarioError {
 
 impl std::error::Error for ScenarioError {}
 
+/// `value` as written: one JSON pointer, or several, whose values make the answer's value
+/// together (a JSON array of them, in the order given).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ValueFile {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl ValueFile {
+    fn pointers(&self) -> Vec<String> {
+        match self {
+            ValueFile::One(pointer) => vec![pointer.clone()],
+            ValueFile::Several(pointers) => pointers.clone(),
+        }
+    }
+}
+
 /// The file as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,7 +144,7 @@ struct ScenarioFile {
     database: Option<DatabaseSection>,
     provider: Option<ProviderSection>,
     key: Option<KeyPlacementFile>,
-    value: Option<String>,
+    value: Option<ValueFile>,
     pending: Option<PendingSection>,
     status: Option<StatusSection>,
     conformance: Option<ConformanceSection>,
@@ -533,14 +551,24 @@ impl ScenarioFile {
             }
         }
         let pending = self.pending.as_ref();
-        let pointers = [
-            ("value", self.value.as_deref()),
+        let values = self
+            .value
+            .as_ref()
+            .map_or_else(Vec::new, ValueFile::pointers);
+        if matches!(&self.value, Some(ValueFile::Several(pointers)) if pointers.is_empty()) {
+            return Err(
+                "value = [] names no field: give one JSON pointer, or several (value = \
+                 [\"/body/item\", \"/body/quantity\"])"
+                    .into(),
+            );
+        }
+        let pointers = values.iter().map(|p| ("value", Some(p.as_str()))).chain([
             ("pending.pointer", pending.map(|p| p.pointer.as_str())),
             (
                 "pending.retry_after_ms",
                 pending.and_then(|p| p.retry_after_ms.as_deref()),
             ),
-        ];
+        ]);
         for (field, pointer) in pointers {
             if let Some(value) = pointer.filter(|p| !p.is_empty() && !p.starts_with('/')) {
                 return Err(format!(
@@ -817,10 +845,10 @@ impl ScenarioFile {
                 equals: pending.equals.clone(),
                 retry_after_ms: pending.retry_after_ms.clone(),
             }),
-            value_pointer: self
+            value_pointers: self
                 .value
-                .clone()
-                .unwrap_or_else(|| VALUE_POINTER_DEFAULT.into()),
+                .as_ref()
+                .map_or_else(|| vec![VALUE_POINTER_DEFAULT.into()], ValueFile::pointers),
             clients: self
                 .clients
                 .iter()
