@@ -183,6 +183,8 @@ struct BoundsJson {
     intents_max: u64,
     attempts_max: u64,
     invocations_max: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    preemptions_max: Option<u64>,
     faults_max: Limit,
     drops_max: Limit,
     duplicates_max: Limit,

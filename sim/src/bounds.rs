@@ -23,6 +23,17 @@ pub struct Bounds {
     /// when its request is delivered; above 1, invocations of a system that gives each its own
     /// connection ([`crate::StoreKind::connect`]) interleave at their crash points and lock waits.
     pub invocations_max: u32,
+    /// Preemptions in one run, or `None` for no limit: a step that moves the server on for
+    /// another invocation (a request delivered that starts one, or another one going on) while
+    /// the invocation that moved last is paused at a crash point and could go on. Only with
+    /// `invocations_max` above 1. Steps of the clients and of the clock are no preemptions, nor
+    /// is going on with another invocation once the last one has ended or waits on a lock. A
+    /// bound of 1 or 2 keeps the interleavings of two requests to those with as many switches,
+    /// where races between two requests are found (a check-then-insert race needs one), and
+    /// lets a check of a real server end; what lies beyond it is not explored. At most
+    /// [`Bounds::FAULTS_MOST`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preemptions_max: Option<u32>,
     /// Injected faults of every kind (drops + duplicates + crashes) in one run.
     pub faults_max: u32,
     /// Dropped messages in one run (within `faults_max`); [`Bounds::UNBOUNDED`] for no limit,
@@ -71,6 +82,7 @@ impl Default for Bounds {
             intents_max: 2,
             attempts_max: 3,
             invocations_max: 1,
+            preemptions_max: None,
             faults_max: 3,
             drops_max: 3,
             duplicates_max: 2,
@@ -184,6 +196,11 @@ impl Bounds {
         let most = [
             ("steps_max", self.steps_max, Self::STEPS_MOST),
             ("attempts_max", self.attempts_max, Self::ATTEMPTS_MOST),
+            (
+                "preemptions_max",
+                self.preemptions_max.unwrap_or(0),
+                Self::FAULTS_MOST,
+            ),
         ];
         if let Some(&(field, value, most)) = most.iter().find(|(_, value, most)| value > most) {
             return Err(BoundsError::AboveMost { field, value, most });
@@ -336,12 +353,14 @@ impl fmt::Display for Bounds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={} storage_faults_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} invocation_limit_ms={} client={}",
+            "steps_max={} clients_max={} intents_max={} attempts_max={} invocations_max={}{} faults_max={} (drops_max={} duplicates_max={} crashes_max={} reconnects_max={} storage_faults_max={}) timeouts={} timeout_ms={} backoff_ms_base={} backoff_jitter_ms={} retry_horizon_ms={} invocation_limit_ms={} client={}",
             self.steps_max,
             self.clients_max,
             self.intents_max,
             self.attempts_max,
             self.invocations_max,
+            self.preemptions_max
+                .map_or_else(String::new, |most| format!(" preemptions_max={most}")),
             self.faults_max,
             Limit(self.drops_max),
             self.duplicates_max,

@@ -244,7 +244,12 @@ fn check_advice(resolved: &Resolved, options: &CheckOptions) -> CheckAdvice {
         (bounds.clients_max > 1, "one client (`--clients 1`)"),
         (bounds.faults_max > 0, "no fault (`--faults-max 0`)"),
         (
-            bounds.invocations_max > 1,
+            bounds.invocations_max > 1 && bounds.preemptions_max.is_none(),
+            "one preemption (`--preemptions-max 1`)",
+        ),
+        // With preemptions bounded already, fewer requests in flight is what is left.
+        (
+            bounds.invocations_max > 1 && bounds.preemptions_max.is_some(),
             "one request in flight (`--invocations-max 1`)",
         ),
     ];

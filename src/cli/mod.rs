@@ -321,6 +321,12 @@ struct BoundsArgs {
     /// interleave at crash points and lock waits) [default: the handler's own, 1 or 2]
     #[arg(long)]
     invocations_max: Option<u32>,
+    /// Preemptions in one run: steps that move the server on for another request while the
+    /// one that moved last is paused at a crash point and could go on (with
+    /// --invocations-max above 1); races between two requests need one or two, and a bound
+    /// lets a check of a real server end [default: none]
+    #[arg(long)]
+    preemptions_max: Option<u32>,
     /// Faults of all kinds in one run.
     #[arg(long, default_value_t = Bounds::default().faults_max)]
     faults_max: u32,
@@ -389,6 +395,7 @@ impl BoundsArgs {
         }
         let bounds = Bounds {
             invocations_max: self.invocations_max.unwrap_or(entry.invocations_max),
+            preemptions_max: pick!(preemptions_max),
             steps_max: pick!(steps_max),
             clients_max: pick!(clients_max),
             intents_max: pick!(intents_max),

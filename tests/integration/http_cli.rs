@@ -823,6 +823,37 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
     );
 }
 
+/// A preemption bound on a real service: the racy charge (its lookup in a transaction of its
+/// own) is caught with no fault at `--preemptions-max 1` (the retry runs whole between the
+/// first request's lookup and its insert) and not at 0; the correct charge is clean and
+/// exhausted at 1, exit 0, its bound in the report.
+#[test]
+fn a_preemption_bound_catches_the_racy_charge_and_clears_the_correct_one() {
+    let racy = charge_variant("racy-preempted", r#"env = { VARIANT = "racy" }"#);
+    let flags = [
+        "--faults-max",
+        "0",
+        "--seeded-runs",
+        "0",
+        "--preemptions-max",
+    ];
+    fn check<'a>(file: &'a str, flags: &[&'a str], most: &'a str) -> Vec<&'a str> {
+        [&["check", file][..], flags, &[most]].concat()
+    }
+    let caught = expect(&check(&racy.path(), &flags, "1"), 1);
+    assert!(
+        caught.contains("at-most-once-effect      VIOLATED (0 fault(s))"),
+        "{caught}"
+    );
+    let output = crate::cli::retrysim(&check(&racy.path(), &flags, "0"));
+    let unswitched = String::from_utf8_lossy(&output.stdout);
+    assert!(unswitched.contains("bound: exhausted"), "{unswitched}");
+    assert!(!unswitched.contains("VIOLATED"), "{unswitched}");
+    let clean = expect(&check(&shipped("charge.toml"), &flags, "1"), 0);
+    assert!(clean.contains("bound: exhausted"), "{clean}");
+    assert!(clean.contains("preemptions_max=1"), "{clean}");
+}
+
 /// `examples/http/charge.toml` with its answer's value taken as `value` says.
 fn charge_variant_value(name: &str, value: &str) -> ScenarioVariant {
     variant_of("charge.toml", name, r#"value = "/body/amount""#, value)

@@ -272,3 +272,84 @@ fn reservation_invocations_race_on_connections_of_their_own() {
         .expect("two racing invocations reserve twice");
     assert_eq!(found.level_faults_max, 0);
 }
+
+/// `--preemptions-max`: the deferred lookup's race (the second request runs whole between
+/// the first's lookup and its write) needs one preemption, so a bound of 1 catches it and a
+/// bound of 0 (the server switches only where the last request ended or waits on a lock)
+/// cannot; the keyed handler is clean within the bound, in fewer runs than unbounded, and the
+/// bound is reported.
+#[test]
+fn a_preemption_bound_keeps_the_races_one_switch_finds() {
+    let args = |handler: &'static str, more: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec![
+            "check",
+            "--model",
+            "counter",
+            "--handler",
+            handler,
+            "--clients",
+            "1",
+            "--intents",
+            "1",
+            "--attempts-max",
+            "2",
+            "--faults-max",
+            "0",
+            "--invocations-max",
+            "2",
+            "--threads",
+            "1",
+        ];
+        args.extend(more);
+        args
+    };
+    let caught = crate::mcp_cli::expect(
+        &args("keyed-sqlite-deferred", &["--preemptions-max", "1"]),
+        1,
+    );
+    assert!(
+        caught.contains("at-most-once-effect      VIOLATED"),
+        "{caught}"
+    );
+    assert!(
+        caught.contains("invocations_max=2 preemptions_max=1"),
+        "{caught}"
+    );
+    let unswitched = retrysim_status(&args("keyed-sqlite-deferred", &["--preemptions-max", "0"]));
+    assert!(
+        !unswitched.1.contains("at-most-once-effect      VIOLATED"),
+        "{}",
+        unswitched.1
+    );
+    let runs = |report: &str| -> u64 {
+        let line = (report.lines())
+            .find_map(|line| line.strip_prefix("runs explored: "))
+            .unwrap_or_else(|| panic!("{report}"));
+        line.split(';').next().unwrap().trim().parse().unwrap()
+    };
+    let bounded = retrysim_status(&args("keyed-sqlite", &["--preemptions-max", "1"]));
+    let unbounded = retrysim_status(&args("keyed-sqlite", &[]));
+    for (status, report) in [&bounded, &unbounded] {
+        assert!(matches!(status, 0 | 3), "{report}");
+        assert!(report.contains("bound: exhausted"), "{report}");
+        assert!(!report.contains("VIOLATED"), "{report}");
+    }
+    assert!(!unbounded.1.contains("preemptions_max"), "{}", unbounded.1);
+    assert!(
+        runs(&bounded.1) < runs(&unbounded.1),
+        "{}\n{}",
+        bounded.1,
+        unbounded.1
+    );
+    crate::cli::assert_bad_input(
+        &args("keyed-sqlite", &["--preemptions-max", "255"]),
+        "--preemptions-max is 255, but may be at most 254",
+    );
+}
+
+/// The exit status and standard output of `retrysim ARGS`.
+fn retrysim_status(args: &[&str]) -> (i32, String) {
+    let output = crate::cli::retrysim(args);
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output.status.code().unwrap_or(-1), text)
+}

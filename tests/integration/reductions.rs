@@ -28,7 +28,7 @@ fn one_intent(attempts_max: u32, faults_max: u32) -> Bounds {
 }
 
 /// The settings the outside handlers are compared at: time on the clock and untimed,
-/// overlapping invocations, and a storage fault.
+/// overlapping invocations (with preemptions bounded too), and a storage fault.
 fn settings() -> Vec<(&'static str, Bounds)> {
     vec![
         ("timed", one_intent(2, 1)),
@@ -51,6 +51,25 @@ fn settings() -> Vec<(&'static str, Bounds)> {
             "overlapping, one crash",
             Bounds {
                 invocations_max: 2,
+                drops_max: 0,
+                duplicates_max: 0,
+                reconnects_max: 0,
+                ..one_intent(2, 1)
+            },
+        ),
+        (
+            "overlapping, one preemption",
+            Bounds {
+                invocations_max: 2,
+                preemptions_max: Some(1),
+                ..one_intent(2, 0)
+            },
+        ),
+        (
+            "overlapping, one crash, no preemption",
+            Bounds {
+                invocations_max: 2,
+                preemptions_max: Some(0),
                 drops_max: 0,
                 duplicates_max: 0,
                 reconnects_max: 0,

@@ -39,6 +39,8 @@ pub(super) struct RunState<S: System> {
     /// Crash points whose crash a crash at an earlier point covered (coverage).
     pub(super) crashes_covered: Vec<&'static str>,
     pub(super) invocations_started: u32,
+    /// Preemptions spent ([`crate::Bounds::preemptions_max`]).
+    pub(super) preemptions: u32,
     /// Whether an invocation went on while another was paused in the server (coverage).
     pub(super) paused_inside: bool,
     pub(super) progress: u64,
@@ -61,6 +63,7 @@ impl<S: System> RunState<S> {
             crashed_at,
             crashes_covered,
             invocations_started: self.invocations_started,
+            preemptions: self.preemptions,
             paused_inside: self.paused_inside,
             progress: self.progress,
             asleep: self.asleep,

@@ -123,6 +123,11 @@ pub(crate) struct Execution<'a, 's, S: System> {
     pub(super) tasks: Vec<Invocation<S>>,
     /// Invocations started so far (they are numbered from 1).
     pub(super) invocations_started: u32,
+    /// Preemptions spent ([`crate::Bounds::preemptions_max`]).
+    pub(super) preemptions: u32,
+    /// The number of the invocation the server moved on for last, if any (a preemption is a
+    /// step for another while it is paused and could go on).
+    pub(super) moved_last: Option<u32>,
     /// Whether an invocation has paused inside the handler (at a crash point not at the
     /// system's edges, or on a lock).
     pub(super) paused_inside: bool,
@@ -212,6 +217,8 @@ impl<S: System> Execution<'_, '_, S> {
             let chosen = self.choosing(&actions, answer as usize, asleep);
             self.world.steps += 1;
             self.points.decider.at_step(self.world.steps, true);
+            let moving = self.server_moving(actions[answer as usize]);
+            let started_before = self.invocations_started;
             match actions[answer as usize] {
                 Action::Resume(index) => self.resume(index),
                 Action::Deliver(index) => self.deliver(index),
@@ -221,6 +228,7 @@ impl<S: System> Execution<'_, '_, S> {
                 Action::Tick => self.tick(),
                 Action::Job => self.run_job(),
             }
+            self.moved(moving, started_before);
             self.chosen(chosen);
         }
     }
@@ -255,7 +263,8 @@ impl<S: System> Execution<'_, '_, S> {
         };
         let visit = Visit::new(
             self.world.steps,
-            FaultBudget::left(&self.points.bounds, &self.points.faults),
+            FaultBudget::left(&self.points.bounds, &self.points.faults)
+                .with_preemptions(self.preemptions_left()),
             owed,
             self.sleep.unwrap_or_default().ids(),
         );
@@ -372,6 +381,7 @@ impl<S: System> Execution<'_, '_, S> {
                 crashed_at: self.points.crashed_at.clone(),
                 crashes_covered: self.points.crashes_covered.clone(),
                 invocations_started: self.invocations_started,
+                preemptions: self.preemptions,
                 paused_inside: self.paused_inside,
                 progress: self.progress,
                 asleep: self.sleep.unwrap_or_default(),
@@ -430,6 +440,7 @@ impl<S: System> Execution<'_, '_, S> {
         self.memory.hash(&mut hasher);
         self.committed_print().hash(&mut hasher);
         self.invocations_fingerprint(&mut hasher);
+        self.moved_last_fingerprint(&mut hasher);
         hasher.finish()
     }
 

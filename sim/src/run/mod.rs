@@ -5,6 +5,7 @@ mod checkpoint;
 mod client;
 mod execution;
 mod overlap;
+mod preemption;
 mod sleep;
 pub(crate) mod tasks;
 mod time;
@@ -462,6 +463,7 @@ impl<S: System> Simulator<S> {
             crashed_at: Vec::new(),
             crashes_covered: Vec::new(),
             invocations_started: 0,
+            preemptions: 0,
             paused_inside: false,
             progress: 0,
             asleep: SleepSet::EMPTY,
@@ -517,6 +519,8 @@ impl<S: System> Simulator<S> {
             overlapping,
             tasks: Vec::new(),
             invocations_started: state.invocations_started,
+            preemptions: state.preemptions,
+            moved_last: None,
             paused_inside: state.paused_inside,
             stacks: &mut self.stacks,
             connections: &mut self.connections,

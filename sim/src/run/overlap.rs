@@ -55,6 +55,23 @@ pub(crate) struct Invocation<S: System> {
 }
 
 impl<S: System> Invocation<S> {
+    /// Its number, from 1 in the order invocations started in the run.
+    pub(super) fn number(&self) -> u32 {
+        self.number
+    }
+
+    /// Whether, paused, it holds a lock of a process outside the engine: then it alone may
+    /// go on.
+    pub(super) fn holds_lock(&self) -> bool {
+        self.holds_outside_lock
+    }
+
+    /// Whether it waits on a lock it tried last when the run's progress count was `progress`
+    /// (it may try again once another invocation has made progress).
+    pub(super) fn blocked_at(&self, progress: u64) -> bool {
+        self.blocked_since == Some(progress)
+    }
+
     /// The intent whose request it serves.
     pub(super) fn intent(&self) -> IntentId {
         self.intent
@@ -179,6 +196,7 @@ impl<S: System> Execution<'_, '_, S> {
             })
             .map(|(index, _)| Action::Resume(index));
         actions.insert_many(0, resumable);
+        self.bound_preemptions(actions);
     }
 
     /// Starts an invocation of `request` and runs it to its first pause.

@@ -87,14 +87,25 @@ struct VisitKind {
 }
 
 impl Hash for VisitKind {
-    /// As six numbers: the budget and the number of steps asleep in one, the verdicts owed,
+    /// As six numbers: the budget (preemptions too) and the number of steps asleep in one, the verdicts owed,
     /// and the steps asleep (0 past their number).
     fn hash<H: Hasher>(&self, state: &mut H) {
         let (ids, asleep_len) = self.asleep.parts();
-        let FaultBudget { total, kinds } = self.budget;
+        let FaultBudget {
+            total,
+            kinds,
+            preemptions,
+        } = self.budget;
         let [drops, duplicates, crashes, reconnects, storage] = kinds;
         state.write_u64(u64::from_le_bytes([
-            total, drops, duplicates, crashes, reconnects, storage, asleep_len, 0,
+            total,
+            drops,
+            duplicates,
+            crashes,
+            reconnects,
+            storage,
+            asleep_len,
+            preemptions,
         ]));
         state.write_u64(self.owed);
         for id in ids {
@@ -226,6 +237,9 @@ pub(super) struct FaultBudget {
     /// Drops, duplicates, crashes, reconnects and storage faults left (drops stay at
     /// `u8::MAX` when unbounded).
     kinds: [u8; 5],
+    /// Preemptions left ([`Bounds::preemptions_max`]), no fault but a budget all the same:
+    /// `u8::MAX` when unbounded.
+    preemptions: u8,
 }
 
 impl FaultBudget {
@@ -255,6 +269,24 @@ impl FaultBudget {
                 at_most(bounds.reconnects_max, spent.reconnects),
                 at_most(bounds.storage_faults_max, spent.storage),
             ],
+            preemptions: u8::MAX,
+        }
+    }
+
+    /// This budget with `left` preemptions left (`None`: unbounded).
+    ///
+    /// # Panics
+    /// If `left` is above [`Bounds::FAULTS_MOST`] (bounds that allow it are refused).
+    pub(super) fn with_preemptions(self, left: Option<u32>) -> Self {
+        let preemptions = left.map_or(u8::MAX, |left| {
+            u8::try_from(left)
+                .ok()
+                .filter(|&left| u32::from(left) <= Bounds::FAULTS_MOST)
+                .expect("preemptions_max is at most Bounds::FAULTS_MOST")
+        });
+        FaultBudget {
+            preemptions,
+            ..self
         }
     }
 
@@ -262,7 +294,9 @@ impl FaultBudget {
     fn within_reach_of(&self, other: &FaultBudget) -> bool {
         // Every kind is also limited by the total: what is left of a kind beyond it is moot.
         let usable = |budget: &FaultBudget, kind: usize| budget.kinds[kind].min(budget.total);
-        self.total >= other.total && (0..5).all(|kind| usable(self, kind) >= usable(other, kind))
+        self.total >= other.total
+            && (0..5).all(|kind| usable(self, kind) >= usable(other, kind))
+            && self.preemptions >= other.preemptions
     }
 }
 

@@ -59,6 +59,8 @@
 //! [bounds]                                     # defaults for the command line's flags
 //! attempts_max = 2
 //! faults_max = 1
+//! preemptions_max = 1                          # switches between requests in the server
+//!                                              # (none unless set)
 //! ```
 //!
 //! Every field is checked: an unknown one, a missing one, or a value of the wrong kind is
@@ -261,6 +263,7 @@ struct BoundsSection {
     intents: Option<u32>,
     attempts_max: Option<u32>,
     invocations_max: Option<u32>,
+    preemptions_max: Option<u32>,
     faults_max: Option<u32>,
     drops_max: Option<u32>,
     duplicates_max: Option<u32>,
@@ -999,6 +1002,7 @@ impl BoundsSection {
             invocations_max: self
                 .invocations_max
                 .unwrap_or(if target.concurrent { 2 } else { 1 }),
+            preemptions_max: self.preemptions_max.or(base.preemptions_max),
             faults_max: self.faults_max.unwrap_or(base.faults_max),
             drops_max: self.drops_max.unwrap_or(base.drops_max),
             duplicates_max: self.duplicates_max.unwrap_or(base.duplicates_max),
