@@ -142,6 +142,12 @@ fn bounds_flags_over(bounds: &Bounds, defaults: &Bounds) -> String {
         };
         let _ = write!(flags, " --drops-max {drops}");
     }
+    if let Some(most) = bounds
+        .preemptions_max
+        .filter(|_| bounds.preemptions_max != defaults.preemptions_max)
+    {
+        let _ = write!(flags, " --preemptions-max {most}");
+    }
     if bounds.client != defaults.client {
         let _ = write!(flags, " --client {}", bounds.client);
     }

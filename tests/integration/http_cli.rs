@@ -845,6 +845,14 @@ fn a_preemption_bound_catches_the_racy_charge_and_clears_the_correct_one() {
         caught.contains("at-most-once-effect      VIOLATED (0 fault(s))"),
         "{caught}"
     );
+    // Its reproduction line carries the bound, and replays the double charge (each replay
+    // with charge ids of its own).
+    let line = (caught.lines())
+        .find_map(|line| line.strip_prefix("reproduce: retrysim "))
+        .unwrap_or_else(|| panic!("{caught}"));
+    assert!(line.contains("--preemptions-max 1"), "{caught}");
+    let replayed = expect(&line.split_whitespace().collect::<Vec<_>>(), 1);
+    assert!(replayed.contains("2 committed effect(s)"), "{replayed}");
     let output = crate::cli::retrysim(&check(&racy.path(), &flags, "0"));
     let unswitched = String::from_utf8_lossy(&output.stdout);
     assert!(unswitched.contains("bound: exhausted"), "{unswitched}");
