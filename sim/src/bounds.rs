@@ -24,7 +24,8 @@ pub struct Bounds {
     /// connection ([`crate::StoreKind::connect`]) interleave at their crash points and lock waits.
     pub invocations_max: u32,
     /// Preemptions in one run, or `None` for no limit: a step that moves the server on for
-    /// another invocation (a request delivered that starts one, or another one going on) while
+    /// another invocation (a request delivered to start one, counted even if the schedule
+    /// loses it on the way, or another one going on) while
     /// the invocation that moved last is paused at a crash point and could go on. Only with
     /// `invocations_max` above 1. Steps of the clients and of the clock are no preemptions, nor
     /// is going on with another invocation once the last one has ended or waits on a lock. A

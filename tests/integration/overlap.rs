@@ -281,25 +281,10 @@ fn reservation_invocations_race_on_connections_of_their_own() {
 #[test]
 fn a_preemption_bound_keeps_the_races_one_switch_finds() {
     let args = |handler: &'static str, more: &[&'static str]| -> Vec<&'static str> {
-        let mut args = vec![
-            "check",
-            "--model",
-            "counter",
-            "--handler",
-            handler,
-            "--clients",
-            "1",
-            "--intents",
-            "1",
-            "--attempts-max",
-            "2",
-            "--faults-max",
-            "0",
-            "--invocations-max",
-            "2",
-            "--threads",
-            "1",
-        ];
+        let small = "--clients 1 --intents 1 --attempts-max 2 --faults-max 0 --invocations-max 2";
+        let mut args = vec!["check", "--model", "counter", "--handler", handler];
+        args.extend(small.split_whitespace());
+        args.extend(["--threads", "1"]);
         args.extend(more);
         args
     };
