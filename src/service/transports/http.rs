@@ -146,25 +146,9 @@ impl HttpServer {
         self.running.as_ref().map(|running| running.port)
     }
 
-    /// The process to serve next, once it accepts connections ([`HttpServer::spawn_once`]).
-    /// A server that exits at its start because its port was taken between the harness's
-    /// look and its own bind (another process on this machine picked the same free port) is
-    /// started again on another port, at most [`PORT_TAKEN_STARTS_MAX`] times in all.
-    fn spawn(&mut self) -> Result<RunningHttp, ServiceError> {
-        let mut starts = 1;
-        loop {
-            match self.spawn_once() {
-                Err(error) if starts < PORT_TAKEN_STARTS_MAX && port_was_taken(&error) => {
-                    starts += 1;
-                }
-                spawned => return spawned,
-            }
-        }
-    }
-
     /// The process to serve next, once it accepts connections: one forked by the spare when
     /// one is kept (started first if need be), else a new process.
-    fn spawn_once(&mut self) -> Result<RunningHttp, ServiceError> {
+    fn spawn(&mut self) -> Result<RunningHttp, ServiceError> {
         while self.heard.try_recv().is_ok() {}
         self.kept_results.clear();
         let mut running = if self.spares.kept() {
@@ -731,19 +715,6 @@ pub const SERVER_PORTS: std::ops::Range<u16> = 20_000..32_768;
 /// running side by side seldom try the same port, and a port just handed out is not handed
 /// out again before every other has been.
 static NEXT_SERVER_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
-
-/// The most starts of a server whose port another process took before it bound it.
-const PORT_TAKEN_STARTS_MAX: u32 = 3;
-
-/// Whether `error` is a server that exited at its start because its port was in use.
-fn port_was_taken(error: &ServiceError) -> bool {
-    let ServiceError::Exited { stderr, .. } = error else {
-        return false;
-    };
-    stderr.iter().any(|line| {
-        line.to_ascii_lowercase().contains("address already in use") || line.contains("EADDRINUSE")
-    })
-}
 
 /// A port of [`SERVER_PORTS`] that no one holds on 127.0.0.1 now, or `None` if every one is
 /// held. Which port a server gets never reaches a run.
