@@ -74,6 +74,8 @@ struct RunningHttp {
     child: ServerProcess,
     generation: u64,
     port: u16,
+    /// This harness's claim on `port` while the process lives ([`PortClaim`]).
+    _claim: Option<PortClaim>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Set once its standard error has been read to its end.
     stderr_read: Arc<std::sync::atomic::AtomicBool>,
@@ -164,8 +166,8 @@ impl HttpServer {
         Ok(running)
     }
 
-    /// A port of 127.0.0.1 that no one holds now ([`server_port`]).
-    fn free_port(&self) -> Result<u16, ServiceError> {
+    /// A port of 127.0.0.1 that no one holds now, claimed ([`server_port`]).
+    fn free_port(&self) -> Result<(u16, Option<PortClaim>), ServiceError> {
         server_port().ok_or_else(|| ServiceError::Start {
             command: self.command.display(),
             error: format!(
@@ -192,8 +194,8 @@ impl HttpServer {
             stdout.as_raw_fd(),
             stderr_write.as_raw_fd(),
         ];
-        let port = match (&self.spare, self.spare_listens) {
-            (Some((template, _)), true) => template.port,
+        let (port, claim) = match (&self.spare, self.spare_listens) {
+            (Some((template, _)), true) => (template.port, None),
             _ => self.free_port()?,
         };
         let variables = [(self.port_env.clone(), port.to_string())];
@@ -213,14 +215,18 @@ impl HttpServer {
         // Held at its gate, the spare has bound its port if it ever does before the gate:
         // then the fork inherited that socket, and serves there.
         self.spare_listens = self.spare_listens || is_bound(spare_port);
-        let port = if self.spare_listens { spare_port } else { port };
-        Ok(self.running(child, port, stderr_pipe))
+        let (port, claim) = if self.spare_listens {
+            (spare_port, None)
+        } else {
+            (port, claim)
+        };
+        Ok(self.running(child, (port, claim), stderr_pipe))
     }
 
     /// Runs a new process on a free port, the spare (held at the helper's gate) when
     /// `as_spare`; it, and its spare token (0 for none).
     fn launch(&mut self, as_spare: bool) -> Result<(RunningHttp, u64), ServiceError> {
-        let port = self.free_port()?;
+        let (port, claim) = self.free_port()?;
         let socket = self.side_channel.as_ref().map(SideChannel::path);
         let mut process = self.command.process(socket);
         let token = if as_spare {
@@ -240,15 +246,16 @@ impl HttpServer {
             }
         })?;
         let pipe = child.stderr.take().expect("a piped stderr");
-        let running = self.running(ServerProcess::Spawned(child), port, pipe);
+        let running = self.running(ServerProcess::Spawned(child), (port, claim), pipe);
         Ok((running, token))
     }
 
-    /// The running `child` on `port`, with the thread that reads its standard error started.
+    /// The running `child` on `port` (and this harness's claim on it), with the thread that
+    /// reads its standard error started.
     fn running(
         &mut self,
         child: ServerProcess,
-        port: u16,
+        (port, claim): (u16, Option<PortClaim>),
         stderr_pipe: impl Read + Send + 'static,
     ) -> RunningHttp {
         self.generation += 1;
@@ -263,6 +270,7 @@ impl HttpServer {
             child,
             generation: self.generation,
             port,
+            _claim: claim,
             stderr,
             stderr_read,
         }
@@ -716,9 +724,10 @@ pub const SERVER_PORTS: std::ops::Range<u16> = 20_000..32_768;
 /// out again before every other has been.
 static NEXT_SERVER_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
 
-/// A port of [`SERVER_PORTS`] that no one holds on 127.0.0.1 now, or `None` if every one is
-/// held. Which port a server gets never reaches a run.
-fn server_port() -> Option<u16> {
+/// A port of [`SERVER_PORTS`] that no one holds on 127.0.0.1 now and no other harness on this
+/// machine has claimed, with this harness's claim on it; `None` if every one is held. Which
+/// port a server gets never reaches a run.
+fn server_port() -> Option<(u16, Option<PortClaim>)> {
     use std::sync::atomic::Ordering;
     let count = u32::from(SERVER_PORTS.end - SERVER_PORTS.start);
     let begin = (std::process::id().wrapping_mul(7_919)) % count;
@@ -726,8 +735,57 @@ fn server_port() -> Option<u16> {
     (0..count).find_map(|_| {
         let offset = NEXT_SERVER_PORT.fetch_add(1, Ordering::SeqCst) % count;
         let port = SERVER_PORTS.start + u16::try_from(offset).ok()?;
+        let claim = PortClaim::take(port).ok()?;
         TcpListener::bind((Ipv4Addr::LOCALHOST, port))
             .ok()
-            .map(|_| port)
+            .map(|_| (port, claim))
     })
+}
+
+/// A harness's claim on a server port, held from the look that found it free for as long as
+/// the server on it lives: on Linux a Unix socket bound to the abstract name
+/// `retrysim-port-<port>`, which no other process can bind meanwhile and which the kernel
+/// drops with the socket (no file is left behind). Without it two harnesses side by side could
+/// both find one port free in the moment before either's server binds it, and one server would
+/// fail with "Address already in use". Elsewhere there is no claim (`None`).
+struct PortClaim {
+    #[cfg(target_os = "linux")]
+    _socket: std::os::unix::net::UnixListener,
+}
+
+impl PortClaim {
+    /// The claim on `port`, `Ok(None)` where claims are not kept, or an error if another
+    /// process holds it.
+    #[cfg(target_os = "linux")]
+    fn take(port: u16) -> std::io::Result<Option<PortClaim>> {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("retrysim-port-{port}");
+        let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let socket = std::os::unix::net::UnixListener::bind_addr(&address)?;
+        Ok(Some(PortClaim { _socket: socket }))
+    }
+
+    /// The claim on `port`, `Ok(None)` where claims are not kept, or an error if another
+    /// process holds it.
+    #[cfg(not(target_os = "linux"))]
+    fn take(_port: u16) -> std::io::Result<Option<PortClaim>> {
+        Ok(None)
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::{server_port, PortClaim};
+
+    #[test]
+    fn a_claimed_port_is_not_handed_out_again_until_its_claim_ends() {
+        let (port, claim) = server_port().expect("a free port");
+        assert!(claim.is_some(), "a port is claimed on Linux");
+        assert!(
+            PortClaim::take(port).is_err(),
+            "a second claim on {port} is refused"
+        );
+        drop(claim);
+        assert!(PortClaim::take(port).expect("free again").is_some());
+    }
 }
