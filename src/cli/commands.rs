@@ -399,7 +399,11 @@ pub(super) fn level_line(level: &Level, started: Instant) -> String {
 
 /// Asks `target`'s server (a scenario's) the Idempotency-Key draft's questions alone, as
 /// much as its scenario asks (advisory when it asks nothing), and prints the table.
-pub(super) fn run_conformance(target: &Target, json: bool) -> Result<Printed, UsageError> {
+pub(super) fn run_conformance(
+    target: &Target,
+    behaviour: Option<crate::service::Behaviour>,
+    json: bool,
+) -> Result<Printed, UsageError> {
     let resolved = resolve(target, true)?;
     let Some(scenario) = &resolved.scenario else {
         return Err(UsageError(
@@ -408,7 +412,8 @@ pub(super) fn run_conformance(target: &Target, json: bool) -> Result<Printed, Us
     };
     let asked = (scenario.target.conformance).unwrap_or(crate::service::ConformanceAsked::Advisory);
     let conformance = resolved.guarded(|| {
-        crate::service::probe_idempotency_key(&scenario.target, asked).map_err(UsageError)
+        crate::service::probe_idempotency_key(&scenario.target, asked, behaviour)
+            .map_err(UsageError)
     })?;
     let status = match (conformance.contradicted(), conformance.not_asked()) {
         (true, _) => 1,
@@ -580,12 +585,8 @@ fn check_on(
         }
         if let Some(conformance) = &conformance {
             let _ = write!(out.text, "\n{}", conformance.table());
-            if conformance.contradicted() {
-                let _ = writeln!(
-                    out.text,
-                    "ask it again, alone: retrysim conformance {}",
-                    entry.name()
-                );
+            for line in conformance.replay_lines(&entry.name()) {
+                let _ = writeln!(out.text, "{line}");
             }
             if conformance.fails_the_check() {
                 out.text.push_str(

@@ -135,6 +135,10 @@ enum Command {
     Conformance {
         /// The scenario file.
         scenario: String,
+        /// Ask the probe's requests up to this behaviour's and print its row alone: the run a
+        /// contradicted row's replay line names.
+        #[arg(long, value_enum)]
+        behaviour: Option<crate::service::Behaviour>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -808,9 +812,11 @@ fn run(command: Option<Command>, width_chars: usize) -> Result<Printed, UsageErr
                 (&bounds, width_chars),
             )
         }
-        Some(Command::Conformance { scenario, json }) => {
-            run_conformance(&Target::scenario(&scenario), json)
-        }
+        Some(Command::Conformance {
+            scenario,
+            behaviour,
+            json,
+        }) => run_conformance(&Target::scenario(&scenario), behaviour, json),
         Some(Command::Report { out, seeds }) => run_report_dir(&out, seeds),
         Some(Command::Helper { language }) => Ok(helper(language.into())),
         Some(Command::Init(args)) => {

@@ -39,7 +39,7 @@ pub enum ConformanceAsked {
 }
 
 /// One behaviour of the draft's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Behaviour {
     /// A request of an operation that requires a key, sent without it: 400.
@@ -53,6 +53,16 @@ pub enum Behaviour {
 }
 
 impl Behaviour {
+    /// Its name on the command line and in JSON (`in-progress`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Behaviour::MissingKey => "missing-key",
+            Behaviour::Replay => "replay",
+            Behaviour::OtherPayload => "other-payload",
+            Behaviour::InProgress => "in-progress",
+        }
+    }
+
     /// What the draft says of it, for the table.
     fn says(self) -> &'static str {
         match self {
@@ -89,6 +99,20 @@ impl Conformance {
     /// Whether a behaviour was contradicted.
     pub fn contradicted(&self) -> bool {
         (self.rows.iter()).any(|(_, seen)| matches!(seen, Seen::Contradicts(_)))
+    }
+
+    /// The line that asks `scenario`'s server each contradicted behaviour again, alone (the
+    /// probe's run that shows it, replayed): one per row.
+    pub fn replay_lines(&self, scenario: &str) -> Vec<String> {
+        (self.rows.iter())
+            .filter(|(_, seen)| matches!(seen, Seen::Contradicts(_)))
+            .map(|(behaviour, _)| {
+                format!(
+                    "replay it: retrysim conformance {scenario} --behaviour {}",
+                    behaviour.name()
+                )
+            })
+            .collect()
     }
 
     /// Whether a behaviour was not asked.
@@ -152,17 +176,19 @@ struct Probe<'t> {
 /// conformance. An error when the server cannot be run.
 pub fn probe_conformance(target: &ServiceTarget) -> Result<Option<Conformance>, String> {
     match target.conformance {
-        Some(asked) => probe_idempotency_key(target, asked).map(Some),
+        Some(asked) => probe_idempotency_key(target, asked, None).map(Some),
         None => Ok(None),
     }
 }
 
-/// Probes `target`'s server for the draft's behaviours, as much as `asked`, whatever its
-/// scenario asks (`retrysim conformance`). An error when the server cannot be run, or its key
-/// goes in no header.
+/// Probes `target`'s server for the draft's behaviours (only `behaviour`'s row when one is
+/// named, after the same requests as in the whole probe), as much as `asked`, whatever its scenario asks
+/// (`retrysim conformance`). An error when the server cannot be run, or its key goes in no
+/// header.
 pub fn probe_idempotency_key(
     target: &ServiceTarget,
     asked: ConformanceAsked,
+    behaviour: Option<Behaviour>,
 ) -> Result<Conformance, String> {
     let KeyPlacement::Header(key_header) = &target.key else {
         return Err(
@@ -174,7 +200,8 @@ pub fn probe_idempotency_key(
     };
     let probe = Probe::new(target, key_header);
     let mut alone = ServiceAlone::start(target)?;
-    let rows = probe.rows(alone.server.as_mut());
+    let mut rows = probe.rows(alone.server.as_mut(), behaviour);
+    rows.retain(|(row, _)| behaviour.is_none_or(|only| only == *row));
     Ok(Conformance { asked, rows })
 }
 
@@ -206,9 +233,17 @@ impl<'t> Probe<'t> {
         }
     }
 
-    /// The draft's behaviours, asked one after another of `server`.
-    fn rows(&self, server: &mut dyn Transport) -> Vec<(Behaviour, Seen)> {
+    /// The draft's behaviours, asked one after another of `server`; when `behaviour` is named,
+    /// those up to it, so that its requests come after the same ones as in the whole probe.
+    fn rows(
+        &self,
+        server: &mut dyn Transport,
+        behaviour: Option<Behaviour>,
+    ) -> Vec<(Behaviour, Seen)> {
         let mut rows = vec![(Behaviour::MissingKey, self.missing_key(server))];
+        if behaviour == Some(Behaviour::MissingKey) {
+            return rows;
+        }
         let first = self.send(server, Some("conformance-1"), &self.body);
         let answered = first.as_ref().is_ok_and(is_success);
         if !answered {
@@ -227,7 +262,13 @@ impl<'t> Probe<'t> {
         }
         let first = first.expect("a success");
         rows.push((Behaviour::Replay, self.replay(server, &first)));
+        if behaviour == Some(Behaviour::Replay) {
+            return rows;
+        }
         rows.push((Behaviour::OtherPayload, self.other_payload(server)));
+        if behaviour == Some(Behaviour::OtherPayload) {
+            return rows;
+        }
         rows.push((Behaviour::InProgress, self.in_progress(server)));
         rows
     }

@@ -71,7 +71,100 @@ pub fn first_scenario(answers: &ServiceAnswers, directory: &Path) -> Result<Stri
             )
         }
     };
-    Ok(written(answers, &endpoint))
+    let value = learned_value(answers, directory, &endpoint)?;
+    Ok(written(answers, &endpoint, &value))
+}
+
+/// The key `init` sends its call under while it learns the answer's value.
+const LEARNING_KEY: &str = "retrysim-init-1";
+
+/// What `value` points at in a written scenario, learned from the call's answers on two fresh
+/// databases: the body's fields they answered alike.
+#[derive(Debug, PartialEq, Eq)]
+struct LearnedValue {
+    /// The JSON pointers `value` lists.
+    pointers: Vec<String>,
+    /// What the comment beside it says: the fields left out, or why the whole body is kept.
+    why: String,
+}
+
+/// The call sent once to each of two servers on fresh databases, and their answers compared
+/// ([`stable_value`]).
+fn learned_value(
+    answers: &ServiceAnswers,
+    directory: &Path,
+    endpoint: &Endpoint,
+) -> Result<LearnedValue, String> {
+    let target = target_of(answers, directory);
+    let first = answer_alone(&target, endpoint)?;
+    let second = answer_alone(&target, endpoint)?;
+    Ok(stable_value(&first, &second))
+}
+
+/// The answer of `endpoint`'s call under [`LEARNING_KEY`], from a server of its own.
+fn answer_alone(target: &ServiceTarget, endpoint: &Endpoint) -> Result<Value, String> {
+    let mut alone = ServiceAlone::start(target)?;
+    let mut go_on = |_: &super::Ask| Ok(0);
+    let params = json!({
+        "method": endpoint.method,
+        "path": endpoint.path,
+        "headers": {"Idempotency-Key": LEARNING_KEY},
+        "body": endpoint.body,
+    });
+    (alone.server.call(&params, &mut go_on)).map_err(|why| {
+        format!(
+            "{} {} (to learn what its answer holds): {why:?}",
+            endpoint.method, endpoint.path
+        )
+    })
+}
+
+/// The pointers to the fields of two answers' bodies that are equal: a field that differs
+/// between two runs of one call on fresh databases (a `uuid4()` id, a `created_at`) would make
+/// every state of the check new. The whole body when nothing differs, or when what differs is
+/// not an object's fields.
+fn stable_value(first: &Value, second: &Value) -> LearnedValue {
+    let whole = |why: String| LearnedValue {
+        pointers: vec!["/body".into()],
+        why,
+    };
+    let success =
+        |answer: &Value| (answer["status"].as_u64()).is_some_and(|s| (200..300).contains(&s));
+    if !success(first) {
+        return whole(format!(
+            "the call answered {} when init sent it: point at the fields of a success",
+            first["status"]
+        ));
+    }
+    if first["body"] == second["body"] {
+        return whole("two runs of the call answered alike".into());
+    }
+    let (Value::Object(one), Value::Object(other)) = (&first["body"], &second["body"]) else {
+        return whole(
+            "it differs between two runs of the call: point at the parts that do not".into(),
+        );
+    };
+    let pointer = |name: &str| format!("/body/{}", name.replace('~', "~0").replace('/', "~1"));
+    let (same, differ): (Vec<&String>, Vec<&String>) =
+        (one.keys()).partition(|name| other.get(*name) == one.get(*name));
+    if same.is_empty() {
+        return whole(
+            "every field differs between two runs of the call: point at the parts that do not"
+                .into(),
+        );
+    }
+    LearnedValue {
+        pointers: same.iter().map(|name| pointer(name)).collect(),
+        why: format!(
+            "the fields two runs of the call answered alike; {} differed (fresh ids, \
+             timestamps) and would make every state new",
+            differ
+                .iter()
+                .map(|name| pointer(name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn given_endpoint(endpoint: &str, body: Option<Value>) -> Result<Endpoint, String> {
@@ -323,8 +416,28 @@ fn toml_strings(values: &[String]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// The scenario's text.
-fn written(answers: &ServiceAnswers, endpoint: &Endpoint) -> String {
+/// `text` in lines of at most [`COMMENT_COLUMNS`] characters, broken between words.
+fn comment_lines(text: &str) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let line = lines.last_mut().expect("a line");
+        if !line.is_empty() && line.len() + 1 + word.len() > COMMENT_COLUMNS {
+            lines.push(word.to_string());
+        } else {
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines
+}
+
+/// The widest comment line a written scenario holds, after its `# `.
+const COMMENT_COLUMNS: usize = 88;
+
+/// The scenario's text, its answers' value at `value`.
+fn written(answers: &ServiceAnswers, endpoint: &Endpoint, value: &LearnedValue) -> String {
     let mut text = String::from(
         "# A first scenario, written by `retrysim init`: one client makes the call below, then\n\
          # sends its key again with another body (a conforming service answers 422). Edit it:\n\
@@ -334,11 +447,21 @@ fn written(answers: &ServiceAnswers, endpoint: &Endpoint) -> String {
     for line in &endpoint.found {
         let _ = writeln!(text, "# {line}");
     }
+    let pointers = match value.pointers.as_slice() {
+        [one] => Value::String(one.clone()).to_string(),
+        several => toml_strings(several),
+    };
+    text.push('\n');
+    let said = format!(
+        "The answer's value, which the check compares: {}.",
+        value.why
+    );
+    for line in comment_lines(&said) {
+        let _ = writeln!(text, "# {line}");
+    }
+    let _ = writeln!(text, "value = {pointers}");
     text.push_str(
-        "\nvalue = \"/body\"                     # the answer's value: point at the fields that \
-         do not\n                                     # change between runs (not an id or a \
-         timestamp),\n                                     # several at once: value = \
-         [\"/status\", \"/body/item\"]\n\n[server]\ntransport = \"http\"                   # listens on 127.0.0.1 \
+        "\n[server]\ntransport = \"http\"                   # listens on 127.0.0.1 \
          at the port in $PORT\n",
     );
     let _ = writeln!(text, "command = {}", toml_strings(&answers.command));
@@ -388,6 +511,13 @@ fn written(answers: &ServiceAnswers, endpoint: &Endpoint) -> String {
         "\n[[client]]\ncalls = [\n  {call},\n  {again},  # call 1's key, another body\n]\n\n\
          [bounds]\nattempts_max = 2\nfaults_max = 1\n"
     );
+    if answers.concurrent {
+        text.push_str(
+            "preemptions_max = 1                  # races that one switch between requests \
+             finds\n                                     # (check-then-insert); remove it to \
+             try every switch\n",
+        );
+    }
     text
 }
 
@@ -435,7 +565,18 @@ mod tests {
             openapi: Some("/openapi.json".into()),
             concurrent: true,
         };
-        let text = written(&answers, &endpoint);
+        let value = stable_value(
+            &json!({"status": 201, "body": {"id": "3f1c", "item": "item", "quantity": 1}}),
+            &json!({"status": 201, "body": {"id": "9b2e", "item": "item", "quantity": 1}}),
+        );
+        assert_eq!(value.pointers, ["/body/item", "/body/quantity"]);
+        assert!(value.why.contains("/body/id differed"), "{}", value.why);
+        let text = written(&answers, &endpoint, &value);
+        assert!(
+            text.contains(r#"value = ["/body/item", "/body/quantity"]"#),
+            "{text}"
+        );
+        assert!(text.contains("\npreemptions_max = 1"), "{text}");
         assert!(
             text.contains(r#"command = ["python3", "app.py"]"#),
             "{text}"
@@ -453,6 +594,34 @@ mod tests {
             .map(|value| serde_json::to_value(value).unwrap())
             .unwrap_or_else(|error| panic!("{error}: {text}"));
         assert_eq!(parsed["database"]["kind"], "postgres");
+    }
+
+    #[test]
+    fn the_value_is_the_whole_body_unless_some_of_its_fields_differ_between_two_runs() {
+        let answer = |status: u64, body: Value| json!({"status": status, "body": body});
+        let alike = stable_value(
+            &answer(200, json!({"total": 3})),
+            &answer(200, json!({"total": 3})),
+        );
+        assert_eq!(alike.pointers, ["/body"]);
+        let refused = stable_value(&answer(400, json!("no")), &answer(400, json!("no")));
+        assert_eq!(refused.pointers, ["/body"]);
+        assert!(refused.why.contains("answered 400"), "{}", refused.why);
+        let fresh = stable_value(
+            &answer(201, json!({"id": "a", "a/b": 1})),
+            &answer(201, json!({"id": "b", "a/b": 1})),
+        );
+        assert_eq!(fresh.pointers, ["/body/a~1b"]);
+        let all_fresh = stable_value(
+            &answer(201, json!({"id": "a"})),
+            &answer(201, json!({"id": "b"})),
+        );
+        assert_eq!(all_fresh.pointers, ["/body"]);
+        assert!(
+            all_fresh.why.contains("every field differs"),
+            "{}",
+            all_fresh.why
+        );
     }
 
     #[test]

@@ -83,12 +83,24 @@ fn a_server_without_keys_contradicts_the_draft_row_by_row() {
     let in_progress = row(&report, "a retry while in progress: 409");
     assert!(in_progress.contains("not asked"), "{in_progress}");
     assert!(in_progress.contains("concurrent = false"), "{in_progress}");
-    // The check says how to ask again, alone; asked so, the same rows, exit 1.
-    let again = format!(
-        "ask it again, alone: retrysim conformance {}",
-        keyless.path()
-    );
-    assert!(report.contains(&again), "{report}");
+    // Under the table, a replay line for each contradicted row; each, run as written, asks
+    // that behaviour alone and shows the same exchange, exit 1. Asked all at once, the same.
+    let replays: Vec<&str> = (report.lines())
+        .filter_map(|line| line.strip_prefix("replay it: retrysim "))
+        .collect();
+    assert_eq!(replays.len(), 3, "{report}");
+    for (replay, says) in replays.iter().zip([
+        "no key: 400",
+        "a retry: the first answer",
+        "another payload: 422",
+    ]) {
+        let mut args: Vec<&str> = replay.split(' ').collect();
+        assert_eq!(args[1], keyless.path(), "{replay}");
+        args.extend(["--width", "400"]);
+        let alone = expect(&args, 1);
+        assert_eq!(alone.matches("CONTRADICTED").count(), 1, "{alone}");
+        assert_eq!(row(&alone, says), row(&report, says), "{alone}");
+    }
     let alone = expect(&["conformance", &keyless.path(), "--width", "400"], 1);
     for says in [
         "no key: 400",
@@ -134,6 +146,10 @@ fn conformance_asks_a_scenarios_server_alone() {
         &["conformance", "no/such/scenario.toml"],
         "no/such/scenario.toml",
     );
+    crate::cli::assert_bad_input(
+        &["conformance", &claim.path(), "--behaviour", "retry"],
+        "--behaviour",
+    );
 }
 
 /// The charge endpoint is clean, but a retry that comes while the first holds its write
@@ -162,6 +178,23 @@ fn a_required_conformance_a_server_departs_from_fails_a_clean_check() {
         "the second request waits on the first's transaction: {in_progress}"
     );
     assert!(!report.contains("the check fails"), "{report}");
+    let replay = format!("replay it: retrysim conformance {advisory_path} --behaviour in-progress");
+    assert!(report.contains(&replay), "{report}");
+    let alone = expect(
+        &[
+            "conformance",
+            &advisory_path,
+            "--behaviour",
+            "in-progress",
+            "--width",
+            "400",
+        ],
+        1,
+    );
+    assert_eq!(alone.lines().count(), 2, "the heading and one row: {alone}");
+    let again = row(&alone, "a retry while in progress: 409");
+    assert!(again.contains("CONTRADICTED"), "{again}");
+    assert!(again.contains("at after-lookup: 201"), "{again}");
     let required = asking("charge.toml", "required", "[server]", "[server]");
     let required_path = required.path();
     let mut args = vec!["check", required_path.as_str()];
