@@ -455,7 +455,7 @@ fn check_on(
     let entry = resolved.entry;
     // SIGINT or SIGTERM from here stops the check with a report of what it explored.
     crate::process::end_on_signal();
-    let _reports_on_signal = crate::process::stopping_reports();
+    let _reports_on_signal = crate::process::stopping_reports(resolved.stop_grace());
     let mut subject = resolved.subject();
     let options = check_options(search, bounds, &mut *subject)?;
     let threads = threads_in_force(search.threads);

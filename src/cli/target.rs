@@ -228,6 +228,17 @@ impl Resolved {
         fresh.learned().line()
     }
 
+    /// How long a check of it asked to stop by a signal has to end its run in progress and
+    /// report: twice its server's answer wait for a scenario (a run may restart the server
+    /// once), else [`crate::process::STOP_GRACE`].
+    pub fn stop_grace(&self) -> std::time::Duration {
+        let answer_wait_ms =
+            (self.scenario.as_ref()).map_or(0, |scenario| scenario.target.server.answer_wait_ms);
+        crate::process::STOP_GRACE.max(std::time::Duration::from_millis(
+            answer_wait_ms.saturating_mul(2),
+        ))
+    }
+
     /// For a scenario that asks for it (`[conformance]`), the Idempotency-Key draft's
     /// answers probed on a fresh server ([`crate::service::probe_conformance`]).
     pub fn probe_conformance(&self) -> Result<Option<crate::service::Conformance>, String> {

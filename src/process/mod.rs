@@ -405,9 +405,13 @@ pub fn wait_if_stopping() {
 }
 
 /// How long a check asked to stop by a signal ([`stopping_reports`]) has to end its runs in
-/// progress and report, before its servers are ended without a report. A bound on the
-/// clean-up after a signal: a run on a server that hangs would otherwise hold the exit.
+/// progress and report, before its servers are ended without a report, at least. A bound on
+/// the clean-up after a signal: a run on a server that hangs would otherwise hold the exit.
 pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The grace the commands alive now asked for, in milliseconds: the longest
+/// ([`stopping_reports`]).
+static STOP_GRACE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Commands alive now that report what they explored when a signal stops them
 /// ([`stopping_reports`]).
@@ -419,9 +423,12 @@ static SIGNAL_ASKED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32
 /// While the returned guard lives, the first SIGINT or SIGTERM asks every check of this
 /// process to stop after its runs in progress ([`crate::ask_every_check_to_stop`]) so that
 /// the command reports what it explored, ends its servers the usual way and exits with the
-/// signal's status ([`exit_if_signalled`]); a second signal, or [`STOP_GRACE`] passing,
+/// signal's status ([`exit_if_signalled`]); a second signal, or `grace` passing (at least
+/// [`STOP_GRACE`]; a run of a real server may restart it, which takes up to its answer wait),
 /// ends everything at once as without the guard.
-pub fn stopping_reports() -> ReportsOnSignal {
+pub fn stopping_reports(grace: std::time::Duration) -> ReportsOnSignal {
+    let grace_ms = u64::try_from(grace.max(STOP_GRACE).as_millis()).unwrap_or(u64::MAX);
+    STOP_GRACE_MS.fetch_max(grace_ms, std::sync::atomic::Ordering::SeqCst);
     REPORTING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     ReportsOnSignal(())
 }
@@ -478,7 +485,8 @@ fn install_signal_handler() {
                      what was explored (a second signal ends at once)"
                 );
                 std::thread::spawn(move || {
-                    std::thread::sleep(STOP_GRACE);
+                    let grace_ms = STOP_GRACE_MS.load(std::sync::atomic::Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(grace_ms));
                     // A command whose report is made ends its servers the usual way.
                     if REPORTING.load(std::sync::atomic::Ordering::SeqCst) > 0 {
                         end_now(signal, "before its report: its runs did not end in time");
