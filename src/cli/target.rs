@@ -17,6 +17,10 @@ use std::panic::{self, AssertUnwindSafe};
 /// time, before it is reported.
 pub const REPLAYS_BEFORE_REPORT: u32 = 2;
 
+/// The longest a check of a scenario asked to stop by a signal waits for its run in progress
+/// ([`Resolved::stop_grace`]): a server that hangs is ended then, without a report.
+pub const STOP_GRACE_SCENARIO_MAX: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// How many seeded schedules, besides the first, a check of a scenario runs twice to learn
 /// its fresh values ([`Resolved::learn_fresh_values`]).
 pub const FRESH_PROBE_SEEDS: u64 = 2;
@@ -229,14 +233,14 @@ impl Resolved {
     }
 
     /// How long a check of it asked to stop by a signal has to end its run in progress and
-    /// report: twice its server's answer wait for a scenario (a run may restart the server
-    /// once), else [`crate::process::STOP_GRACE`].
+    /// report: for a scenario, twice its server's answer wait (a run may restart the server
+    /// once) within [`crate::process::STOP_GRACE`] and [`STOP_GRACE_SCENARIO_MAX`]; else
+    /// [`crate::process::STOP_GRACE`].
     pub fn stop_grace(&self) -> std::time::Duration {
         let answer_wait_ms =
             (self.scenario.as_ref()).map_or(0, |scenario| scenario.target.server.answer_wait_ms);
-        crate::process::STOP_GRACE.max(std::time::Duration::from_millis(
-            answer_wait_ms.saturating_mul(2),
-        ))
+        std::time::Duration::from_millis(answer_wait_ms.saturating_mul(2))
+            .clamp(crate::process::STOP_GRACE, STOP_GRACE_SCENARIO_MAX)
     }
 
     /// For a scenario that asks for it (`[conformance]`), the Idempotency-Key draft's

@@ -1023,6 +1023,90 @@ fn a_signal_ends_a_check_with_what_it_explored() {
     }
 }
 
+/// The charge server with every request held 7 s before it is read once the file `marker`
+/// exists (it writes `marker.asleep` as it begins to wait): a run in progress that takes
+/// longer than a few seconds to end, as one that restarts a framework server does.
+fn charge_slowed_by(marker: &std::path::Path) -> ScenarioVariant {
+    let wrapper = "import http.server, os, runpy, time\n\
+                   marker = os.environ['SLOW_MARKER']\n\
+                   served = http.server.BaseHTTPRequestHandler.handle_one_request\n\
+                   def held(self):\n    \
+                       if os.path.exists(marker):\n        \
+                           open(marker + '.asleep', 'w').close()\n        \
+                           time.sleep(7)\n    \
+                       served(self)\n\
+                   http.server.BaseHTTPRequestHandler.handle_one_request = held\n\
+                   runpy.run_path('charge.py', run_name='__main__')";
+    let env = format!(
+        r#"env = {{ VARIANT = "correct", SLOW_MARKER = "{}" }}"#,
+        marker.display()
+    );
+    charge_variant("slowed", &env).replaced(
+        r#"command = ["python3", "charge.py"]"#,
+        &format!(
+            r#"command = ["python3", "-c", {}]"#,
+            serde_json::json!(wrapper)
+        ),
+    )
+}
+
+/// A signal that comes while a run waits on a slow server (a request held 7 s, longer than
+/// the 5 s an in-memory check gets) still ends the check with what it explored: a scenario's
+/// run in progress has twice its server's answer wait to end.
+#[test]
+fn a_signal_during_a_slow_run_still_ends_the_check_with_a_report() {
+    let marker = std::env::temp_dir().join(format!("retrysim-slow-{}", std::process::id()));
+    let asleep = marker.with_extension("asleep");
+    let slowed = charge_slowed_by(&marker);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .args([
+            "check",
+            &slowed.path(),
+            "--seeded-runs",
+            "0",
+            "--width",
+            "400",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr reads") > 0 {
+        if line.contains("fresh values:") {
+            break;
+        }
+        line.clear();
+    }
+    assert!(line.contains("fresh values:"), "the check never began");
+    std::fs::write(&marker, "").expect("the marker is written");
+    // The server writes `asleep` as the next request begins its wait: bounded by the check's
+    // own length (it sends requests until it ends), never raced against a clock's bound.
+    while !asleep.exists() && child.try_wait().expect("the check is there").is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(asleep.exists(), "no request was held");
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    // The requests already held wait their 7 s; those after them are not held.
+    let _ = std::fs::remove_file(&marker);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("stderr reads");
+    let ended = child.wait_with_output().expect("the command ends");
+    let _ = std::fs::remove_file(&asleep);
+    let report = String::from_utf8_lossy(&ended.stdout);
+    assert_eq!(ended.status.code(), Some(143), "{rest}");
+    assert!(rest.contains("after its report"), "{rest}");
+    assert!(
+        report.contains("bound: NOT exhausted: SIGTERM came"),
+        "{report}"
+    );
+}
+
 /// `retrysim init` on bad input: a file that exists is not overwritten, a body that is no
 /// JSON and a missing command are one line each, exit 2, and nothing is written.
 #[test]
