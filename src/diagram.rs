@@ -5,6 +5,7 @@
 //! `right of`), in order, down lifelines.
 
 use crate::html::escape;
+use crate::text::wrap_words as wrap;
 use std::fmt::Write as _;
 
 /// The width of a participant's column, in pixels.
@@ -253,23 +254,6 @@ fn draw(out: &mut String, event: &Event, y: usize) -> usize {
             top + height + GAP_PX / 2
         }
     }
-}
-
-/// `text` in lines of at most `width` characters, broken at spaces (a longer word whole).
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = vec![String::new()];
-    for word in text.split_whitespace() {
-        let line = lines.last_mut().expect("one line at least");
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
-            lines.push(word.to_string());
-        } else {
-            if !line.is_empty() {
-                line.push(' ');
-            }
-            line.push_str(word);
-        }
-    }
-    lines
 }
 
 /// Mermaid's `#59;` (a semicolon, which ends a statement in Mermaid) as the character.

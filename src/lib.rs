@@ -146,6 +146,7 @@ pub mod property;
 pub mod report;
 pub mod service;
 pub mod testing;
+mod text;
 
 pub use testing::{check, Check};
 

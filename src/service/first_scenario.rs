@@ -416,23 +416,6 @@ fn toml_strings(values: &[String]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// `text` in lines of at most [`COMMENT_COLUMNS`] characters, broken between words.
-fn comment_lines(text: &str) -> Vec<String> {
-    let mut lines = vec![String::new()];
-    for word in text.split_whitespace() {
-        let line = lines.last_mut().expect("a line");
-        if !line.is_empty() && line.len() + 1 + word.len() > COMMENT_COLUMNS {
-            lines.push(word.to_string());
-        } else {
-            if !line.is_empty() {
-                line.push(' ');
-            }
-            line.push_str(word);
-        }
-    }
-    lines
-}
-
 /// The widest comment line a written scenario holds, after its `# `.
 const COMMENT_COLUMNS: usize = 88;
 
@@ -456,7 +439,7 @@ fn written(answers: &ServiceAnswers, endpoint: &Endpoint, value: &LearnedValue) 
         "The answer's value, which the check compares: {}.",
         value.why
     );
-    for line in comment_lines(&said) {
+    for line in crate::text::wrap_words(&said, COMMENT_COLUMNS) {
         let _ = writeln!(text, "# {line}");
     }
     let _ = writeln!(text, "value = {pointers}");

@@ -978,29 +978,42 @@ fn a_time_budget_ends_a_check_with_what_it_explored() {
     }
 }
 
+/// `retrysim check` with `args`, its output piped, once it has learned its fresh values (its
+/// server runs and its levels are about to begin): the process and its standard error, read
+/// up to there. Waits bounded by the check's own length, never raced.
+fn check_until_its_levels_begin(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
+        .arg("check")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr reads") > 0 {
+        if line.contains("fresh values:") {
+            break;
+        }
+        line.clear();
+    }
+    assert!(line.contains("fresh values:"), "the check never began");
+    (child, stderr)
+}
+
 /// SIGTERM (a CI job's timeout) or SIGINT in the middle of a check of a real service ends it
 /// with what it explored: the report on standard output says how far it got and that it is no
 /// verdict, the status is the signal's (143, 130), and no scratch directory is left.
 #[test]
 fn a_signal_ends_a_check_with_what_it_explored() {
     for (signal, status) in [("TERM", 143), ("INT", 130)] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
-            .args(["check", &shipped("charge.toml"), "--width", "400"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        // Waits (bounded by the check's own length, never raced) until the check has learned
-        // its fresh values: its server runs and its levels are about to begin.
-        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
-        let mut line = String::new();
-        while std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr reads") > 0 {
-            if line.contains("fresh values:") {
-                break;
-            }
-            line.clear();
-        }
-        assert!(line.contains("fresh values:"), "the check never began");
+        let (child, mut stderr) =
+            check_until_its_levels_begin(&[&shipped("charge.toml"), "--width", "400"]);
         let sent = std::process::Command::new("kill")
             .args([&format!("-{signal}"), &child.id().to_string()])
             .status()
@@ -1058,28 +1071,8 @@ fn a_signal_during_a_slow_run_still_ends_the_check_with_a_report() {
     let marker = std::env::temp_dir().join(format!("retrysim-slow-{}", std::process::id()));
     let asleep = marker.with_extension("asleep");
     let slowed = charge_slowed_by(&marker);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_retrysim"))
-        .args([
-            "check",
-            &slowed.path(),
-            "--seeded-runs",
-            "0",
-            "--width",
-            "400",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the binary runs");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
-    let mut line = String::new();
-    while std::io::BufRead::read_line(&mut stderr, &mut line).expect("stderr reads") > 0 {
-        if line.contains("fresh values:") {
-            break;
-        }
-        line.clear();
-    }
-    assert!(line.contains("fresh values:"), "the check never began");
+    let (mut child, mut stderr) =
+        check_until_its_levels_begin(&[&slowed.path(), "--seeded-runs", "0", "--width", "400"]);
     std::fs::write(&marker, "").expect("the marker is written");
     // The server writes `asleep` as the next request begins its wait: bounded by the check's
     // own length (it sends requests until it ends), never raced against a clock's bound.
