@@ -453,6 +453,30 @@ impl Rounds {
         parts_max: 4,
     };
 
+    /// For a subject whose runs drive a real process ([`crate::Subject::runs_are_costly`]):
+    /// parts of at most 2,000 runs; one a round for a level's first 5,000 runs, then one
+    /// more for each 5,000 more, up to four. A run of a real server is milliseconds the
+    /// harness mostly spends waiting on the server, and a level of a few tens of thousands of
+    /// such runs takes minutes: two threads, each with a server of its own, explore it in
+    /// three quarters of the time although their parts meet some states twice (a tenth more
+    /// runs on the SQLite charge service).
+    pub const COSTLY: Rounds = Rounds {
+        runs_per_part_max: 2_000,
+        runs_per_more_part: 5_000,
+        parts_max: 4,
+    };
+
+    /// The rounds a check of `subject` is cut into: [`Rounds::COSTLY`] where its runs drive
+    /// a real process, [`Rounds::DEFAULT`] otherwise. Either way the report does not depend
+    /// on the number of threads.
+    pub fn for_subject(subject: &dyn crate::Subject) -> Rounds {
+        if subject.runs_are_costly() {
+            Rounds::COSTLY
+        } else {
+            Rounds::DEFAULT
+        }
+    }
+
     /// How many parts a round of a level that has taken `runs` runs may have.
     pub(crate) fn parts_after(&self, runs: u64) -> usize {
         let most = self.parts_max.max(1);

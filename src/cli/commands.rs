@@ -191,7 +191,7 @@ pub(super) fn check_options(
         checkpoints: !search.no_checkpoints,
         prefix,
         shard: search.shard,
-        rounds: Rounds::DEFAULT,
+        rounds: Rounds::for_subject(subject),
     })
 }
 

@@ -259,3 +259,49 @@ fn the_rust_helper_asks_at_its_crash_points() {
     assert!(matches!(crashed, Err(Interrupted::Crash(_))));
     assert_eq!(server.port(), None);
 }
+
+/// A real server's check is cut into rounds of parts as an in-memory one is: the parts of a
+/// round are explored by as many threads as there are (each with a server of its own), and
+/// the report is the same for any number of them. Small rounds here, so that the counter's
+/// check of a few thousand runs is cut into many (a real server's own, `Rounds::COSTLY`,
+/// begin a second part after 5,000 runs).
+#[test]
+fn a_real_servers_check_in_parts_is_the_same_on_one_thread_and_two() {
+    use retrysim::service::{OnService, Scenario};
+    use retrysim::{exhaust_on, CheckOptions, Rounds, Simulator, Subject};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/http/counter.toml");
+    let scenario = Scenario::load(Path::new(path)).expect("the shipped scenario loads");
+    let target = scenario.target.clone();
+    let factory =
+        move || -> Box<dyn Subject> { Box::new(Simulator::new(OnService(target.clone()))) };
+    let in_parts = CheckOptions {
+        rounds: Rounds {
+            runs_per_part_max: 150,
+            runs_per_more_part: 300,
+            parts_max: 2,
+        },
+        ..CheckOptions::new(scenario.bounds)
+    };
+    assert_eq!(Rounds::for_subject(&*factory()), Rounds::COSTLY);
+    let alone = exhaust_on(&factory, &in_parts, 1);
+    let shared = exhaust_on(&factory, &in_parts, 2);
+    assert!(alone.clean(), "{:?}", alone.levels);
+    assert_eq!(shared, alone);
+    // Parts of one round met some states twice between them: more runs than with one part
+    // a round, the same states.
+    let whole = exhaust_on(&factory, &CheckOptions::new(scenario.bounds), 1);
+    let states = |report: &retrysim::CheckReport| -> Vec<u64> {
+        report
+            .levels
+            .iter()
+            .map(|level| level.unique_states)
+            .collect()
+    };
+    assert_eq!(states(&alone), states(&whole));
+    assert!(
+        alone.runs() > whole.runs(),
+        "{} runs in parts, {} whole",
+        alone.runs(),
+        whole.runs()
+    );
+}
