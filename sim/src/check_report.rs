@@ -107,7 +107,9 @@ pub struct CheckOptions {
     /// shards on several machines together explore every workload once.
     pub shard: Shard,
     /// How each workload's levels are cut into rounds of parts that threads share; the
-    /// report depends on it, never on the number of threads.
+    /// report depends on it, never on the number of threads. [`CheckOptions::new`] gives
+    /// [`Rounds::DEFAULT`]; a check of a real server is faster on more threads with
+    /// [`Rounds::for_subject`]'s choice, as the command line makes it.
     pub rounds: Rounds,
 }
 
