@@ -43,6 +43,10 @@ impl Browser {
         static OPENED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let opened = OPENED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let profile = browser_dir().join(format!("play-profile-{}-{opened}", std::process::id()));
+        // Its temporary files too (the singleton socket's folder, which a killed browser
+        // leaves behind) go under the profile, removed with it.
+        let temporary = profile.join("tmp");
+        std::fs::create_dir_all(&temporary).expect("the browser's temporary folder");
         let mut command = Command::new(chromium);
         command
             .args([
@@ -55,6 +59,7 @@ impl Browser {
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg("about:blank")
+            .env("TMPDIR", &temporary)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
