@@ -30,6 +30,7 @@ mod system;
 mod target;
 mod transports;
 mod verify;
+mod workers;
 
 pub use answers::Answer;
 pub use command::{ServerCommand, STDERR_LINES_KEPT};

@@ -56,7 +56,7 @@ impl LoopbackProvider {
                 }
                 if let Ok(stream) = stream {
                     let ledger = Arc::clone(&kept);
-                    thread::spawn(move || serve(stream, &ledger));
+                    super::workers::run(move || serve(stream, &ledger));
                 }
             }
         });

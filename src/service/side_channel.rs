@@ -180,7 +180,7 @@ impl SideChannel {
                     .insert(number, writer);
                 let (heard, kept) = (heard.clone(), Arc::clone(&kept));
                 let gates = Arc::clone(&at_gates);
-                thread::spawn(move || {
+                super::workers::run(move || {
                     read_questions(stream, number, &heard, &gates);
                     kept.lock()
                         .expect("the side channel's connections")

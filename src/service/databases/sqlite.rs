@@ -209,9 +209,12 @@ impl ServerDatabase for SqliteFile {
     fn write_locked(&mut self) -> bool {
         let probe = |keeper: &Connection| -> rusqlite::Result<bool> {
             keeper.busy_timeout(Duration::ZERO)?;
-            let locked = keeper.execute_batch("BEGIN IMMEDIATE").is_err();
+            let locked = keeper
+                .prepare_cached("BEGIN IMMEDIATE")?
+                .execute([])
+                .is_err();
             if !keeper.is_autocommit() {
-                keeper.execute_batch("ROLLBACK")?;
+                keeper.prepare_cached("ROLLBACK")?.execute([])?;
             }
             keeper.busy_timeout(KEEPER_BUSY_WAIT)?;
             Ok(locked)
@@ -350,7 +353,7 @@ impl SqliteFile {
 /// own.
 fn server_tables(keeper: &Connection) -> rusqlite::Result<Vec<String>> {
     keeper
-        .prepare(
+        .prepare_cached(
             "SELECT name FROM sqlite_master WHERE type = 'table' \
              AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name NOT LIKE 'retrysim:%' \
              ORDER BY name",

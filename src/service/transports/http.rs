@@ -374,7 +374,7 @@ impl Transport for HttpServer {
         let id = self.next_id;
         self.next_id += 1;
         let (generation, port, hearing) = (running.generation, running.port, self.hearing.clone());
-        thread::spawn(move || {
+        crate::service::workers::run(move || {
             let result = exchange(port, &request);
             let _ = hearing.send(Heard::Response(generation, id, result));
         });
