@@ -57,6 +57,9 @@ pub(super) struct Resolved {
     pub base: Bounds,
     /// The scenario, for an MCP server.
     pub scenario: Option<Scenario>,
+    /// For a scenario on PostgreSQL whose server is started: the cluster its databases are
+    /// made in, held while this lives ([`held_cluster`]).
+    _cluster: Option<std::sync::Arc<crate::postgres::PgCluster>>,
 }
 
 impl Resolved {
@@ -346,12 +349,14 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
             fresh_build: None,
             base: Bounds::default(),
             scenario: None,
+            _cluster: None,
         });
     }
     let scenario = Scenario::load(std::path::Path::new(handler))?;
     // From here servers may run: SIGINT and SIGTERM end them and their files first.
     crate::process::end_on_signal();
     crate::process::adopt_orphans();
+    let cluster = start.then(|| held_cluster(&scenario)).flatten();
     if start {
         scenario.verify()?;
     }
@@ -375,7 +380,22 @@ pub(super) fn resolve(target: &Target, start: bool) -> Result<Resolved, UsageErr
         })),
         base: scenario.bounds,
         scenario: Some(scenario),
+        _cluster: cluster,
     })
+}
+
+/// For a scenario on PostgreSQL, the cluster its servers' databases are made in, to be held
+/// for the whole command: without a holder, the cluster stops when the last store of one
+/// phase goes (the server's first start, the runs that learn the fresh values) and starts
+/// again for the next, a cluster's start each time. `None` for any other scenario, or where
+/// the cluster does not start (the first store then says why).
+fn held_cluster(scenario: &Scenario) -> Option<std::sync::Arc<crate::postgres::PgCluster>> {
+    let target = &scenario.target;
+    let on_postgres =
+        target.database == crate::service::DatabaseKind::Postgres && target.database_env.is_some();
+    on_postgres
+        .then(crate::postgres::PgCluster::shared)
+        .and_then(Result::ok)
 }
 
 /// The builder of an entry made for a scenario, which is built from the scenario instead.
