@@ -4,6 +4,7 @@
 //! jobs, and a new thread each is a clone, a stack and a wake-up more on the path of every
 //! call.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Mutex;
 use std::thread;
@@ -18,8 +19,8 @@ const IDLE_WAIT: Duration = Duration::from_secs(5);
 /// The kept threads with nothing to do: each one's number and the sender of its jobs.
 static IDLE: Mutex<Vec<(u64, Sender<Job>)>> = Mutex::new(Vec::new());
 
-/// The number the next new thread gets.
-static NEXT_NUMBER: Mutex<u64> = Mutex::new(0);
+/// How many kept threads have been started: each gets the count as its number.
+static STARTED: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `job` on a kept thread with nothing to do, or on a new one.
 pub(crate) fn run(job: impl FnOnce() + Send + 'static) {
@@ -34,11 +35,7 @@ pub(crate) fn run(job: impl FnOnce() + Send + 'static) {
             Err(returned) => job = returned.0,
         }
     }
-    let number = {
-        let mut next = NEXT_NUMBER.lock().expect("the threads' numbers");
-        *next += 1;
-        *next
-    };
+    let number = STARTED.fetch_add(1, Ordering::Relaxed) + 1;
     thread::spawn(move || work(number, job));
 }
 
@@ -83,12 +80,13 @@ fn next_job(number: u64, jobs: &Receiver<Job>) -> Option<Job> {
 
 #[cfg(test)]
 mod tests {
-    use super::{run, IDLE, NEXT_NUMBER};
+    use super::{run, IDLE, STARTED};
+    use std::sync::atomic::Ordering;
     use std::sync::mpsc::channel;
     use std::sync::{Arc, Barrier};
 
     fn threads_started() -> u64 {
-        *NEXT_NUMBER.lock().unwrap()
+        STARTED.load(Ordering::Relaxed)
     }
 
     #[test]
