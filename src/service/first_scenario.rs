@@ -259,6 +259,17 @@ fn target_of(answers: &ServiceAnswers, directory: &Path) -> ServiceTarget {
     }
 }
 
+/// Whether `command` runs a Python script itself (`python3 app.py`), which a spare holds at
+/// retrysim's start-up gate with its imports done.
+fn runs_a_python_script(command: &[String]) -> bool {
+    let program = command
+        .first()
+        .map(|program| Path::new(program).file_name());
+    let python = program.flatten().and_then(|name| name.to_str());
+    python.is_some_and(|name| name.starts_with("python"))
+        && command.get(1).is_some_and(|script| script.ends_with(".py"))
+}
+
 /// The first POST of `document` that takes an `Idempotency-Key` header (else its first
 /// POST), with a body from its schema unless one is given.
 fn endpoint_in(document: &Value, served_at: &str, body: Option<Value>) -> Result<Endpoint, String> {
@@ -463,6 +474,12 @@ fn written(answers: &ServiceAnswers, endpoint: &Endpoint, value: &LearnedValue) 
     } else {
         "# concurrent = true                  # when it serves requests at once (threads, async)\n"
     });
+    if runs_a_python_script(&answers.command) {
+        text.push_str(
+            "spare = true                         # restarts fork from a process with its \
+             imports done\n",
+        );
+    }
     text.push_str("\n[database]\n");
     match answers.database {
         DatabaseKind::Sqlite => {
@@ -573,6 +590,17 @@ mod tests {
         );
         assert!(text.contains("key_of = 1 }"), "{text}");
         assert!(text.contains("\nconcurrent = true"), "{text}");
+        assert!(text.contains("\nspare = true"), "{text}");
+        assert!(runs_a_python_script(&[
+            "/usr/bin/python3.11".into(),
+            "a.py".into()
+        ]));
+        assert!(!runs_a_python_script(&["node".into(), "a.js".into()]));
+        assert!(!runs_a_python_script(&[
+            "python3".into(),
+            "-m".into(),
+            "app".into()
+        ]));
         let parsed: Value = toml::from_str::<toml::Value>(&text)
             .map(|value| serde_json::to_value(value).unwrap())
             .unwrap_or_else(|error| panic!("{error}: {text}"));

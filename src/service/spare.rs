@@ -9,12 +9,18 @@
 //! its own, and goes on from the import as a restart would, opening the database as the crash
 //! left it. What a server does before it imports the helper is done once, ahead, so it must
 //! not touch the database or start a thread.
+//!
+//! A Python script that does not import the helper is held at a start-up gate of the
+//! harness's own (`spare_gate.py`, written as a `sitecustomize` first on the spare's
+//! `PYTHONPATH`): the spare imports the packages the script imports at its top level, then
+//! waits at the helper's gate, and each process forked from it runs the script from its start.
 
 use super::command::ServerCommand;
 use super::side_channel::{Gates, SideChannel, SpareWait, SPARE_ENV};
 use super::ServiceError;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,12 +50,50 @@ impl Spares {
         self.keep
     }
 
-    /// Marks `command` as the spare's, held at the helper's gate; its token.
-    pub(super) fn mark(&mut self, command: &mut Command) -> u64 {
+    /// Marks `command` as the spare's, held at the helper's gate, and puts the start-up gate
+    /// for a Python server that does not import the helper first on its `PYTHONPATH` (written
+    /// into a directory beside the side channel's `socket`); its token.
+    pub(super) fn mark(&mut self, command: &mut Command, socket: &Path) -> std::io::Result<u64> {
+        let gate = socket.with_file_name(GATE_DIRECTORY);
+        if !gate.is_dir() {
+            write_gate(&gate)?;
+        }
+        let mut search_path = std::ffi::OsString::from(&gate);
+        let own = command
+            .get_envs()
+            .find(|(name, _)| *name == "PYTHONPATH")
+            .map(|(_, value)| value.map(std::ffi::OsStr::to_os_string));
+        if let Some(later) = own.unwrap_or_else(|| std::env::var_os("PYTHONPATH")) {
+            if !later.is_empty() {
+                search_path.push(":");
+                search_path.push(later);
+            }
+        }
         self.next_token += 1;
-        command.env(SPARE_ENV, self.next_token.to_string());
-        self.next_token
+        command
+            .env(SPARE_ENV, self.next_token.to_string())
+            .env("PYTHONPATH", search_path);
+        Ok(self.next_token)
     }
+}
+
+/// The directory, beside the side channel's socket, of the start-up gate for a Python server
+/// that does not import the helper.
+const GATE_DIRECTORY: &str = "python-spare-gate";
+
+/// Writes the start-up gate into `directory` (made here): a `sitecustomize.py` that, in a
+/// spare that runs a script not importing the helper, imports the script's packages ahead and
+/// waits at the helper's gate, which it imports under a name of its own.
+fn write_gate(directory: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(directory)?;
+    std::fs::write(
+        directory.join("sitecustomize.py"),
+        include_str!("spare_gate.py"),
+    )?;
+    std::fs::write(
+        directory.join("_retrysim_spare_gate.py"),
+        include_str!("../../helpers/retrysim_points.py"),
+    )
 }
 
 /// A process of the server: started by the harness, or forked by its spare (then in a
@@ -190,8 +234,10 @@ pub(super) fn fork(
             command: command.display(),
             error: format!(
                 "server.spare = true, but its spare did not reach the helper's gate and fork \
-                 within {} ms (answer_wait_ms): a server checked with a spare imports the \
-                 Python helper (retrysim_points) before it opens its database",
+                 within {} ms (answer_wait_ms): a server checked with a spare is a Python \
+                 script run as `python script.py` (through `exec` in a shell), which waits at \
+                 retrysim's start-up gate, or imports the Python helper (retrysim_points) \
+                 before it opens its database",
                 command.answer_wait_ms
             ),
         },

@@ -963,7 +963,7 @@ fn run_flask(test: &str, args: &[&str]) -> Option<(i32, String)> {
 }
 
 /// Runs the command line on the FastAPI service with `args`, as [`run_flask`] does.
-fn run_fastapi(test: &str, args: &[&str]) -> Option<(i32, String)> {
+pub(crate) fn run_fastapi(test: &str, args: &[&str]) -> Option<(i32, String)> {
     run_framework(test, "fastapi, uvicorn, sqlalchemy", args)
 }
 

@@ -13,12 +13,20 @@ fn shipped(name: &str) -> String {
     format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `report` without the line that tells the time it took, the scenario's file named
-/// `SCENARIO`, its words joined by single spaces (a longer name wraps lines elsewhere).
+/// `report` without the lines that tell the time it took (and the progress lines on
+/// standard error, where it holds them) and the paragraph that shows a fresh value (a
+/// server's uuid, new each time), the scenario's file named `SCENARIO`, its
+/// words joined by single spaces (a longer name wraps lines elsewhere).
 fn without_time_and_name(report: &str, names: &[&str]) -> String {
+    let mut in_fresh_values = false;
     let mut kept: String = report
         .lines()
-        .filter(|line| !line.starts_with("elapsed:"))
+        .filter(|line| {
+            in_fresh_values = line.starts_with("fresh values:")
+                || (in_fresh_values && line.starts_with(char::is_whitespace));
+            let timed = line.starts_with("elapsed:") || line.starts_with("retrysim: ");
+            !in_fresh_values && !timed
+        })
         .collect::<Vec<_>>()
         .join(" ");
     for name in names {
@@ -65,6 +73,47 @@ fn a_spare_changes_nothing_but_the_time_over_every_transport() {
             .unwrap_or_else(|| panic!("{base}: {report}"));
         assert!(!crashes.contains("crashes 0,"), "{base}: {crashes}");
     }
+}
+
+/// A Python service that does not import the helper (FastAPI, uvicorn, SQLAlchemy on
+/// PostgreSQL, points only at its transactions) keeps a spare too: it waits at retrysim's
+/// start-up gate with the script's packages imported, and every restart after a crash is
+/// forked from it. Before, such a server was refused at load. The report is the one without
+/// the spare, but for the fresh value it shows.
+#[test]
+fn a_python_service_without_the_helper_keeps_a_spare() {
+    let claim = |name| {
+        ScenarioVariant::of(
+            "http/orders_fastapi.toml",
+            name,
+            r#"env = { VARIANT = "lookup-first" }"#,
+            r#"env = { VARIANT = "claim" }"#,
+        )
+    };
+    let with_spare = claim("spare-on");
+    let without = claim("spare-off").replaced("spare = true", "spare = false");
+    let check = |path: &str| {
+        let mut args = vec!["check", path, "--intents", "1", "--invocations-max", "1"];
+        args.extend(crate::http_cli::CRASHES_ONLY);
+        crate::postgres_http::run_fastapi("a spare of a server without the helper", &args)
+    };
+    let Some((status, report)) = check(&with_spare.path()) else {
+        return;
+    };
+    assert_eq!(status, 3, "{report}");
+    assert!(report.contains("bound: exhausted"), "{report}");
+    let coverage = (report.lines())
+        .find(|line| line.starts_with("coverage (runs):"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(!coverage.contains("crashes 0,"), "{coverage}");
+    let (status, plain) = check(&without.path()).expect("found before");
+    assert_eq!(status, 3, "{plain}");
+    let names = [with_spare.path(), without.path()];
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_eq!(
+        without_time_and_name(&report, &names),
+        without_time_and_name(&plain, &names)
+    );
 }
 
 #[test]
