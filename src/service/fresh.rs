@@ -287,14 +287,17 @@ fn rows_in_canonical_order(
 }
 
 impl Learned {
-    /// One line for the report, or `None` when nothing is fresh.
+    /// One line for the report, or `None` when nothing is fresh. A value is shown by its
+    /// shape, not as it is: the report of one schedule reads alike whatever values the
+    /// server drew.
     pub fn line(&self) -> Option<String> {
         let tables: Vec<String> = (self.tables.iter())
-            .map(|(table, example)| format!("{table} (e.g. `{example}`)"))
+            .map(|(table, example)| format!("{table} (`{}`)", shape(example)))
             .collect();
         let tables = (!tables.is_empty()).then(|| {
             format!(
-                "fresh values: {} hold values that differ between two runs of one schedule; \
+                "fresh values: {} hold values that differ between two runs of one schedule \
+                 (shown by their shape, h a hex digit, w a letter or digit, f a fraction); \
                  states are told apart by where each repeats, not by its value",
                 tables.join(", ")
             )
@@ -302,9 +305,10 @@ impl Learned {
         let answers = self.answers.as_ref().map(|example| {
             format!(
                 "warning: the answers' values hold a value that differs between two runs of \
-                 one schedule (e.g. `{example}`): answers are compared whole, so no state \
+                 one schedule (shaped `{}`): answers are compared whole, so no state \
                  with it repeats and the check may not end; point `value` at the fields \
-                 that do not change (several pointers: value = [\"/status\", \"/body/item\"])"
+                 that do not change (several pointers: value = [\"/status\", \"/body/item\"])",
+                shape(example)
             )
         });
         match (tables, answers) {
@@ -422,7 +426,15 @@ mod tests {
             learned.tables.keys().collect::<Vec<_>>(),
             ["charges", "keys"]
         );
-        assert!(learned.line().unwrap().contains(UUID_A), "{learned:?}");
+        let line = learned.line().unwrap();
+        assert!(
+            !line.contains(UUID_A),
+            "the value itself differs per run: {line}"
+        );
+        assert!(
+            line.contains("charges (`hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh`)"),
+            "{line}"
+        );
     }
 
     #[test]

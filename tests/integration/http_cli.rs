@@ -783,8 +783,12 @@ fn fresh_ids_and_timestamps_in_every_row_do_not_keep_a_check_from_finishing() {
     );
     assert!(fresh.contains("at-most-once-effect      clean"), "{fresh}");
     assert!(fresh.contains("bound: exhausted"), "{fresh}");
-    assert!(fresh.contains("fresh values: charges (e.g. `"), "{fresh}");
-    assert!(fresh.contains("idempotency_keys (e.g."), "{fresh}");
+    assert!(
+        fresh.contains("fresh values: charges (`hhhhhhhh-hhhh-hhhh-hhhh-hhhhhhhhhhhh`)"),
+        "{fresh}"
+    );
+    assert!(fresh.contains("idempotency_keys"), "{fresh}");
+    assert_eq!(fresh.matches("hhhh-hhhh-hhhh-hhhh").count(), 2, "{fresh}");
     let twin = charge_variant(
         "deterministic",
         r#"env = { VARIANT = "correct", FRESH = "0" }"#,
