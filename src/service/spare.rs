@@ -50,16 +50,26 @@ impl Spares {
         self.keep
     }
 
-    /// Marks `command` as the spare's, held at the helper's gate, and puts the start-up gate
-    /// for a Python server that does not import the helper first on its `PYTHONPATH` (written
-    /// into a directory beside the side channel's `socket`); its token.
-    pub(super) fn mark(&mut self, command: &mut Command, socket: &Path) -> std::io::Result<u64> {
+    /// Marks `process` (of the server's `command`) as the spare's, held at the helper's gate,
+    /// and puts the start-up gate for a Python server that does not import the helper first
+    /// on its `PYTHONPATH` (written into a directory beside the side channel's `socket`); its
+    /// token.
+    pub(super) fn mark(
+        &mut self,
+        process: &mut Command,
+        socket: Option<&Path>,
+        command: &ServerCommand,
+    ) -> Result<u64, ServiceError> {
+        let socket = socket.expect("a spare has a gate");
         let gate = socket.with_file_name(GATE_DIRECTORY);
         if !gate.is_dir() {
-            write_gate(&gate)?;
+            write_gate(&gate).map_err(|error| ServiceError::Start {
+                command: command.display(),
+                error: format!("the spare's start-up gate cannot be written: {error}"),
+            })?;
         }
         let mut search_path = std::ffi::OsString::from(&gate);
-        let own = command
+        let own = process
             .get_envs()
             .find(|(name, _)| *name == "PYTHONPATH")
             .map(|(_, value)| value.map(std::ffi::OsStr::to_os_string));
@@ -70,7 +80,7 @@ impl Spares {
             }
         }
         self.next_token += 1;
-        command
+        process
             .env(SPARE_ENV, self.next_token.to_string())
             .env("PYTHONPATH", search_path);
         Ok(self.next_token)
@@ -85,7 +95,7 @@ const GATE_DIRECTORY: &str = "python-spare-gate";
 /// spare that runs a script not importing the helper, imports the script's packages ahead and
 /// waits at the helper's gate, which it imports under a name of its own.
 fn write_gate(directory: &Path) -> std::io::Result<()> {
-    std::fs::create_dir(directory)?;
+    std::fs::create_dir_all(directory)?;
     std::fs::write(
         directory.join("sitecustomize.py"),
         include_str!("spare_gate.py"),

@@ -174,13 +174,7 @@ impl StdioServer {
         let socket = self.side_channel.as_ref().map(SideChannel::path);
         let mut process = self.command.process(socket);
         let token = if as_spare {
-            let socket = socket.expect("a spare has a gate");
-            self.spares
-                .mark(&mut process, socket)
-                .map_err(|error| ServiceError::Start {
-                    command: self.command.display(),
-                    error: format!("the spare's start-up gate cannot be written: {error}"),
-                })?
+            self.spares.mark(&mut process, socket, &self.command)?
         } else {
             0
         };
