@@ -259,15 +259,26 @@ fn target_of(answers: &ServiceAnswers, directory: &Path) -> ServiceTarget {
     }
 }
 
-/// Whether `command` runs a Python script itself (`python3 app.py`), which a spare holds at
-/// retrysim's start-up gate with its imports done.
+/// Whether `command` runs a Python script itself (`python3 app.py`, or `sh -c 'exec python3
+/// app.py'`), which a spare holds at retrysim's start-up gate with its imports done.
 fn runs_a_python_script(command: &[String]) -> bool {
-    let program = command
-        .first()
-        .map(|program| Path::new(program).file_name());
-    let python = program.flatten().and_then(|name| name.to_str());
-    python.is_some_and(|name| name.starts_with("python"))
-        && command.get(1).is_some_and(|script| script.ends_with(".py"))
+    let name_of = |program: &str| {
+        let name = Path::new(program)
+            .file_name()
+            .and_then(|name| name.to_str());
+        name.unwrap_or_default().to_string()
+    };
+    match command {
+        [shell, flag, line]
+            if ["sh", "bash"].contains(&name_of(shell).as_str()) && flag == "-c" =>
+        {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            matches!(words[..], ["exec", python, script, ..]
+                if python.contains("python") && script.ends_with(".py"))
+        }
+        [program, script, ..] => name_of(program).starts_with("python") && script.ends_with(".py"),
+        _ => false,
+    }
 }
 
 /// The first POST of `document` that takes an `Idempotency-Key` header (else its first
@@ -601,6 +612,13 @@ mod tests {
             "-m".into(),
             "app".into()
         ]));
+        let shell = |line: &str| vec!["sh".to_string(), "-c".into(), line.into()];
+        assert!(runs_a_python_script(&shell(
+            r#"exec "${PYTHON:-python3}" orders.py"#
+        )));
+        assert!(!runs_a_python_script(&shell(
+            "python3 migrate.py && exec python3 a.py"
+        )));
         let parsed: Value = toml::from_str::<toml::Value>(&text)
             .map(|value| serde_json::to_value(value).unwrap())
             .unwrap_or_else(|error| panic!("{error}: {text}"));

@@ -1339,6 +1339,8 @@ fn init_writes_a_fastapi_services_scenario_from_its_openapi_document() {
     );
     assert!(written.contains("/body/id differed"), "{written}");
     assert!(written.contains("\npreemptions_max = 1 "), "{written}");
+    // A Python script, run through `exec`: restarts fork from a spare at the start-up gate.
+    assert!(written.contains("\nspare = true "), "{written}");
     let clean = init("claim", &clean_file, &["--no-check"]);
     let checked = clean.and_then(|(status, _)| {
         assert_eq!(status, 0);
