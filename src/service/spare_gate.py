@@ -45,7 +45,10 @@ def _script():
 def _imports(script):
     """The modules the script imports at its top level (and in its top-level `if` and `try`
     blocks), or None when it, or a file of its own it imports (beside it), imports the
-    helper."""
+    helper, or when it cannot be parsed (it meets that error itself, as it would anyway)."""
+    tree = _parsed(script)
+    if tree is None:
+        return None
     seen, pending = set(), [script]
     while pending and len(seen) < 500:
         path = pending.pop()
@@ -58,7 +61,7 @@ def _imports(script):
             if any(name.split(".")[0] in _HELPERS for name in named):
                 return None
             pending += files
-    names, statements = [], list(_parsed(script).body)
+    names, statements = [], list(tree.body)
     while statements:
         statement = statements.pop(0)
         if isinstance(statement, ast.Import):
